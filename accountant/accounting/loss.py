@@ -1,0 +1,111 @@
+"""The privacy loss of a scope, before and after a charge (DESIGN.md, normative).
+
+For one scope (the dataset's lifetime, one window, one consumer) and one
+component (epsilon, delta or rho), write s(p) for the spend of partition p
+(the sum of the per-release cost c over the charges that touched p) and T for
+the running total, the sum over charges of c * m with m = 1 for a joint
+release and m = min(k, |P|) for a parallel one.
+
+- Units ``record`` and ``partition``: L = max_p s(p). A row, or a partition,
+  sits in one partition, so releases on disjoint partitions compose in
+  parallel (McSherry 2009, Theorem 4) and releases on the same partition
+  compose sequentially (Dwork and Roth 2014, Theorem 3.16).
+- Unit ``user`` with at most k partitions per person:
+  L = min(T, sum of the k largest s(p)); with unbounded k, L = T, because
+  then T <= sum over all p of s(p). Each bound alone is sound; the min keeps
+  the tighter one.
+
+Spends only grow (nothing is refunded), so after a charge on the partition
+set P the k largest spends are found among the old k largest outside P and
+the old k largest inside P plus c: that is all the accountant reads, a
+bounded number of rows whatever the history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from accountant.exact import SATURATION, Amount, ComponentName
+
+
+@dataclass(frozen=True)
+class LossRule:
+    """How a dataset's scopes compose: its privacy unit and its k (``None``: unbounded)."""
+
+    privacy_unit: str
+    max_partitions_per_user: int | None
+
+    @property
+    def uses_top_k(self) -> bool:
+        return self.privacy_unit == "user" and self.max_partitions_per_user is not None
+
+    def multiplicity(self, release: str, partition_count: int) -> int:
+        """m of DESIGN.md: 1 for a joint release, min(k, |P|) for a parallel one."""
+        if release == "joint":
+            return 1
+        k = self.max_partitions_per_user
+        if self.privacy_unit == "user" and k is not None:
+            return min(k, partition_count)
+        return partition_count
+
+
+@dataclass(frozen=True)
+class ScopeState:
+    """One scope as read inside the charge transaction, before the charge.
+
+    ``max_touched`` is the largest old s(p) over the charged partitions (zero
+    for a partition never charged). For the top-k rule, ``top_outside`` holds
+    the k largest old s(p) outside P and ``top_inside`` the k largest old s(p)
+    inside P, padded with zeros to min(k, |P|); both per component.
+    """
+
+    total: Amount = Amount()
+    max_all: Amount = Amount()
+    max_touched: Amount = Amount()
+    top_outside: dict[ComponentName, list[int]] = field(default_factory=dict)
+    top_inside: dict[ComponentName, list[int]] = field(default_factory=dict)
+    top_all: dict[ComponentName, list[int]] = field(default_factory=dict)
+
+
+def loss_now(rule: LossRule, state: ScopeState, names: tuple[ComponentName, ...]) -> Amount:
+    """The loss of a scope as it stands (``top_all`` holds the k largest s(p))."""
+    values = {}
+    for name in names:
+        if rule.privacy_unit != "user":
+            values[name] = state.max_all[name]
+        elif rule.uses_top_k:
+            values[name] = min(state.total[name], sum(state.top_all.get(name, [])))
+        else:
+            values[name] = state.total[name]
+    return Amount(**values)
+
+
+def loss_after(
+    rule: LossRule, state: ScopeState, cost: Amount, m: int, names: tuple[ComponentName, ...]
+) -> Amount:
+    """The loss of a scope if a charge of per-release ``cost`` and multiplicity ``m`` is added."""
+    values = {}
+    for name in names:
+        c = cost[name]
+        total = min(state.total[name] + c * m, SATURATION)
+        if rule.privacy_unit != "user":
+            values[name] = max(state.max_all[name], state.max_touched[name] + c)
+        elif rule.uses_top_k:
+            assert rule.max_partitions_per_user is not None
+            candidates = state.top_outside.get(name, []) + [
+                v + c for v in state.top_inside.get(name, [])
+            ]
+            top = sorted(candidates, reverse=True)[: rule.max_partitions_per_user]
+            values[name] = min(total, sum(top))
+        else:
+            values[name] = total
+    return Amount(**values)
+
+
+def max_after(state: ScopeState, cost: Amount) -> Amount:
+    """The largest s(p) after the charge, over all partitions of the scope."""
+    return Amount(
+        max(state.max_all.epsilon, state.max_touched.epsilon + cost.epsilon),
+        max(state.max_all.delta, state.max_touched.delta + cost.delta),
+        max(state.max_all.rho, state.max_touched.rho + cost.rho),
+    )

@@ -1,0 +1,164 @@
+"""Pricing a release and checking it against every scope: pure functions shared by
+preview and charge. A denial is a value here; the HTTP edge turns it into 409/429."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from accountant.accounting.loss import LossRule
+from accountant.accounting.modes import Mode, StatedCost, UnsupportedCost
+from accountant.accounting.windows import Window
+from accountant.exact import Amount, ComponentName, Limit
+from accountant.mechanism import Cost, Mechanism, PrivacyContext
+
+SCOPE_ORDER = ("dataset", "partition", "consumer", "window")
+
+
+class PricingError(ValueError):
+    """The request cannot be priced on this dataset; the message says why and what to do."""
+
+    def __init__(self, message: str, field: str = "params") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A priced release: per-release cost c, multiplicity m, and the parameters to run with."""
+
+    cost: Amount
+    multiplicity: int
+    run_params: Mapping[str, Any]
+
+
+def record_factor(rule: LossRule, max_records: int | None, release: str, n: int) -> int:
+    """How many times one person's records can count, for a record-level statement.
+
+    DESIGN.md, Sensitivity: r for a parallel release, r * min(k, |P|) for a
+    joint one (with unbounded k, a person still appears in at most |P| of
+    the charged partitions).
+    """
+    if rule.privacy_unit != "user":
+        raise PricingError("sensitivity_unit 'record' applies only to datasets whose privacy "
+                           "unit is user; state the sensitivity at the dataset's unit",
+                           "params.sensitivity_unit")
+    if max_records is None:
+        raise PricingError("sensitivity_unit 'record' needs the dataset's max_records_per_user; "
+                           "set it or state a user-level sensitivity", "params.sensitivity_unit")
+    if release == "parallel":
+        return max_records
+    k = rule.max_partitions_per_user
+    return max_records * (n if k is None else min(k, n))
+
+
+def price(mechanism: Mechanism, params: Mapping[str, Any], sensitivity_unit: str | None,
+          mode: Mode, rule: LossRule, max_records: int | None, release: str, n: int) -> Priced:
+    """Call the mechanism's cost declaration and turn it into an exact amount."""
+    if mode.name not in mechanism.accounting:
+        raise PricingError(f"mechanism {mechanism.name!r} supports accounting "
+                           f"{list(mechanism.accounting)}, not {mode.name!r}", "mechanism")
+    factor = 1 if sensitivity_unit is None else record_factor(rule, max_records, release, n)
+    run_params = dict(params)
+    if factor > 1 and mechanism.has_sensitivity:
+        run_params["sensitivity"] = Decimal(params["sensitivity"]) * factor
+    try:
+        declared = mechanism.cost(run_params, PrivacyContext(rule.privacy_unit, mode.name))
+    except (ValueError, ArithmeticError, KeyError, TypeError) as error:
+        raise PricingError(f"mechanism {mechanism.name!r} refused these parameters: "
+                           f"{error}") from None
+    stated = _stated(declared, mechanism.name)
+    if factor > 1 and not mechanism.has_sensitivity:
+        stated = _group(stated, factor, mechanism.name)
+    try:
+        cost = mode.amount_of(stated)
+    except UnsupportedCost as error:
+        raise PricingError(str(error), "mechanism") from None
+    if cost == Amount():
+        raise PricingError(f"mechanism {mechanism.name!r} declared a zero cost; every release "
+                           "must cost something")
+    return Priced(cost, rule.multiplicity(release, n), run_params)
+
+
+def _stated(declared: object, name: str) -> StatedCost:
+    if not isinstance(declared, Cost):
+        raise PricingError(f"mechanism {name!r} did not declare a Cost")
+    try:
+        values = [None if v is None else Fraction(v)
+                  for v in (declared.epsilon, declared.delta, declared.rho)]
+    except (ValueError, TypeError, OverflowError):
+        raise PricingError(f"mechanism {name!r} declared a cost that is not a finite number") \
+            from None
+    epsilon, delta, rho = values
+    if epsilon is None or delta is None or epsilon < 0 or delta < 0 or delta >= 1 or (
+            rho is not None and rho < 0):
+        raise PricingError(f"mechanism {name!r} declared an invalid cost {declared}")
+    return StatedCost(epsilon, delta, rho)
+
+
+def _group(stated: StatedCost, factor: int, name: str) -> StatedCost:
+    """Group privacy for a mechanism with no sensitivity: epsilon * f and rho * f^2
+    (Dwork and Roth 2014, Theorem 2.2; Bun and Steinke 2016, Proposition 1.9)."""
+    if stated.delta > 0:
+        raise PricingError(f"mechanism {name!r} has delta > 0 and no sensitivity parameter, "
+                           "so it cannot be scaled to record-level contributions")
+    rho = None if stated.rho is None else stated.rho * factor * factor
+    return StatedCost(stated.epsilon * factor, Fraction(0), rho)
+
+
+@dataclass(frozen=True)
+class ScopeCheck:
+    """One scope's limit, its loss before the charge and after it."""
+
+    scope: str
+    limit: Limit
+    spent: Amount
+    after: Amount
+    partition: str | None = None
+    window: Window | None = None
+
+
+@dataclass(frozen=True)
+class Denial:
+    """Why a charge was refused: the first failing scope, in the order of ``SCOPE_ORDER``."""
+
+    scope: str
+    limit: Limit
+    spent: Amount
+    requested: Amount
+    partition: str | None = None
+    window: Window | None = None
+
+    @property
+    def waits_for_window(self) -> bool:
+        return self.scope == "window"
+
+
+def first_denial(checks: list[ScopeCheck], cost: Amount,
+                 names: tuple[ComponentName, ...]) -> Denial | None:
+    """The first scope, in contract order, that the charge would take above its limit.
+
+    Window scopes come last, so a charge that breaks a window and any other
+    scope is denied for the other scope (a 409: waiting would not help). A
+    charge whose cost alone exceeds a window limit is also a 409.
+    """
+    ordered = sorted(checks, key=lambda check: SCOPE_ORDER.index(check.scope))
+    for check in ordered:
+        if check.limit.is_exceeded_by(check.after, names):
+            return Denial(check.scope, check.limit, check.spent, cost, check.partition,
+                          check.window)
+    return None
+
+
+def never_fits(denial: Denial, names: tuple[ComponentName, ...]) -> bool:
+    """True when the cost alone exceeds the denying limit: no wait would make it fit."""
+    return any((bound := denial.limit[name]) is not None and denial.requested[name] > bound
+               for name in names)
+
+
+def retry_after(window: Window, now: float) -> int:
+    return max(1, math.ceil(window.end - now))

@@ -1,0 +1,1 @@
+"""The HTTP API: one blueprint per resource, every error as problem+json."""

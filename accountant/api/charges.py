@@ -1,0 +1,207 @@
+"""/v1/charges: the noise token. Validate, charge (commit), then run the mechanism."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Blueprint
+from sqlalchemy import select
+
+from accountant.accounting.pricing import Denial
+from accountant.accounting.windows import isoformat
+from accountant.api import schemas
+from accountant.api.auth import principal
+from accountant.api.common import db, json_body, now_us, runtime
+from accountant.db import begin_write
+from accountant.errors import (
+    BudgetExhausted,
+    Forbidden,
+    NotFound,
+    ProblemError,
+    WindowExhausted,
+    field_error,
+)
+from accountant.exact import Amount
+from accountant.mechanism import Mechanism
+from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.services import charges, datasets
+from accountant.services.charges import ChargeRequest, Evaluation
+from accountant.services.consumers import Principal
+
+bp = Blueprint("charges", __name__)
+
+
+def _mechanism(body: dict[str, Any]) -> Mechanism:
+    mechanism = runtime().registry.get(body["mechanism"])
+    if mechanism is None:
+        known = [m.name for m in runtime().registry.all()]
+        raise field_error("mechanism", f"unknown mechanism {body['mechanism']!r}; "
+                                       f"registered: {known} (GET /v1/mechanisms)")
+    return mechanism
+
+
+def _request(body: dict[str, Any], caller: Principal) -> tuple[ChargeRequest, Any]:
+    """Everything that can be checked before the transaction: mechanism, params, input."""
+    mechanism = _mechanism(body)
+    params = dict(body["params"])
+    unit = params.pop("sensitivity_unit", None)
+    if unit not in (None, "record"):
+        raise field_error("params.sensitivity_unit", "must be 'record' when given")
+    schemas.validate(dict(mechanism.params_schema), params, "params")
+    data = body.get("input")
+    if data is not None:
+        schemas.validate(dict(mechanism.input_schema), data, "input")
+        _check_vector_limits(data)
+    partitions = body["partitions"]
+    limit = runtime().settings.max_partitions_per_charge
+    if isinstance(partitions, list) and len(partitions) > limit:
+        raise field_error("partitions", f"at most {limit} partition keys per charge; "
+                                        "charge '*' or split the release")
+    return ChargeRequest(body["dataset"], partitions, body.get("release", "joint"), mechanism,
+                         params, unit, caller), data
+
+
+def _check_vector_limits(data: dict[str, Any]) -> None:
+    limit = runtime().settings.max_vector_length
+    for name, value in data.items():
+        if isinstance(value, list) and len(value) > limit:
+            raise field_error(f"input.{name}", f"at most {limit} values per vector")
+        if name == "size" and isinstance(value, int) and value > limit:
+            raise field_error("input.size", f"at most {limit} values per vector")
+
+
+@bp.post("/v1/charges")
+def create() -> Any:
+    caller = principal("admin", "service")
+    body = json_body(schemas.CHARGE)
+    request, data = _request(body, caller)
+    session = db()
+    begin_write(session)
+    try:
+        result = charges.charge(session, request, now_us())
+        session.commit()
+    except Exception:
+        session.rollback()
+        raise
+    evaluation = result.evaluation
+    if evaluation.denial is not None:
+        raise _denial_problem(evaluation, evaluation.denial, result.charge_id)
+    # Only now, with the cost durably recorded, does the mechanism run.
+    output = request.mechanism.run(evaluation.priced.run_params, data, runtime().random)
+    return {
+        "charge_id": result.charge_id,
+        "dataset": evaluation.dataset.name,
+        "mechanism": request.mechanism.name,
+        "release": request.release,
+        "partitions": evaluation.partitions,
+        "cost": _report(evaluation, evaluation.priced.cost),
+        "output": output,
+        "remaining": _report(evaluation, evaluation.remaining),
+        "created_at": isoformat(result.created_at / 1e6),
+    }, 201
+
+
+@bp.post("/v1/charges/preview")
+def preview() -> Any:
+    caller = principal("admin", "service", "auditor")
+    body = json_body(schemas.PREVIEW)
+    request, _ = _request(body, caller)
+    dataset = datasets.find(db(), request.dataset)
+    evaluation = charges.evaluate(db(), dataset, request, time.time())
+    denial = evaluation.denial
+    return {
+        "granted": denial is None,
+        "dataset": dataset.name,
+        "partitions": evaluation.partitions,
+        "cost": _report(evaluation, evaluation.priced.cost),
+        "multiplicity": evaluation.priced.multiplicity,
+        "remaining_after": _report(evaluation, evaluation.remaining),
+        "scope": None if denial is None else denial.scope,
+        "reason": None if denial is None else _reason(evaluation, denial),
+    }
+
+
+def _report(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
+    return evaluation.mode.report(amount, evaluation.dataset.limit_delta or 0)
+
+
+def _limit_report(evaluation: Evaluation, denial: Denial) -> dict[str, Any]:
+    names = evaluation.mode.components
+    limited = Amount(**{n: v for n in names if (v := denial.limit[n]) is not None})
+    report = _report(evaluation, limited)
+    if evaluation.mode.name == "zcdp":
+        return report
+    return {k: v for k, v in report.items() if denial.limit[k] is not None}  # type: ignore[index]
+
+
+def _reason(evaluation: Evaluation, denial: Denial) -> str:
+    where = {"dataset": "the dataset's lifetime budget",
+             "partition": f"the budget of partition {denial.partition!r}",
+             "consumer": "your quota on this dataset",
+             "window": "the current window budget"}[denial.scope]
+    text = (f"this charge would exceed {where}: limit {_plain(_limit_report(evaluation, denial))}"
+            f", spent {_plain(_report(evaluation, denial.spent))}, requested "
+            f"{_plain(_report(evaluation, denial.requested))}")
+    if denial.window is not None:
+        text += f"; the window resets at {isoformat(denial.window.end)}"
+    return text
+
+
+def _plain(amount: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in amount.items())
+
+
+def _denial_problem(evaluation: Evaluation, denial: Denial, charge_id: str) -> ProblemError:
+    extra: dict[str, Any] = {
+        "scope": denial.scope,
+        "limit": _limit_report(evaluation, denial),
+        "spent": _report(evaluation, denial.spent),
+        "requested": _report(evaluation, denial.requested),
+        "charge_id": charge_id,
+    }
+    if denial.partition is not None and denial.scope == "partition":
+        extra["partition"] = denial.partition
+    reason = _reason(evaluation, denial)
+    if denial.window is not None:
+        extra["resets_at"] = isoformat(denial.window.end)
+        if not evaluation.never_fits:
+            wait = denial.window.seconds_until_end(time.time())
+            return WindowExhausted(reason, extra=extra, headers={"Retry-After": str(wait)})
+        reason += "; its cost alone exceeds the window limit, so waiting will not help"
+    return BudgetExhausted(reason, extra=extra)
+
+
+@bp.get("/v1/charges/<charge_id>")
+def show(charge_id: str) -> Any:
+    caller = principal("admin", "service", "auditor")
+    row = db().execute(
+        select(LedgerEntry, Dataset, Consumer.name)
+        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
+        .outerjoin(Consumer, Consumer.id == LedgerEntry.consumer_id)
+        .where(LedgerEntry.charge_id == charge_id)).first()
+    if row is None:
+        raise NotFound(f"no charge with id {charge_id!r}")
+    entry, dataset, consumer = row
+    if caller.role == "service" and entry.consumer_id != caller.consumer_id:
+        raise Forbidden("a service may read only its own charges")
+    return describe_charge(entry, dataset, consumer)
+
+
+def describe_charge(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
+    from accountant.accounting.modes import MODES
+
+    return {
+        "charge_id": entry.charge_id,
+        "dataset": dataset.name,
+        "consumer": consumer,
+        "status": entry.status,
+        "mechanism": entry.mechanism,
+        "release": entry.release,
+        "partitions": entry.partitions,
+        "params": entry.params,
+        "cost": MODES[dataset.accounting].report(entry.cost, dataset.limit_delta or 0),
+        "multiplicity": entry.multiplicity,
+        "denial": entry.detail or None,
+        "created_at": isoformat(entry.created_at / 1e6),
+    }

@@ -1,0 +1,69 @@
+"""Request plumbing shared by the blueprints: the runtime, the session, JSON bodies, clocks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from flask import current_app, g, request
+from sqlalchemy.orm import Session, sessionmaker
+
+from accountant.api import schemas
+from accountant.config import Settings
+from accountant.errors import ValidationProblem
+from accountant.jsonio import JSONInputError, loads
+from accountant.plugins import MechanismRegistry
+from accountant.randomness import RandomSource
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What one application instance holds: settings, database, mechanisms, randomness."""
+
+    settings: Settings
+    sessions: sessionmaker[Session]
+    registry: MechanismRegistry
+    random: RandomSource
+    head_revision: str
+
+
+def runtime() -> Runtime:
+    value: Runtime = current_app.extensions["accountant"]
+    return value
+
+
+def db() -> Session:
+    """The request's session, opened lazily and closed at teardown."""
+    if "db" not in g:
+        g.db = runtime().sessions()
+    session: Session = g.db
+    return session
+
+
+def close_db(_error: BaseException | None = None) -> None:
+    session = g.pop("db", None)
+    if session is not None:
+        session.close()
+
+
+def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
+    """The request body parsed without binary floats and validated against ``schema``."""
+    raw = request.get_data(cache=False)
+    if not raw.strip():
+        if not empty_ok:
+            raise ValidationProblem("the request needs a JSON body",
+                                    errors=[{"field": "", "message": "empty body"}])
+        raw = b"{}"
+    try:
+        body = loads(raw)
+    except JSONInputError as error:
+        raise ValidationProblem(str(error), errors=[{"field": "", "message": str(error)}]) \
+            from None
+    schemas.validate(schema, body)
+    return body
+
+
+def now_us() -> int:
+    """Server time in microseconds since the epoch: the only clock charges use."""
+    return time.time_ns() // 1000

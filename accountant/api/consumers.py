@@ -1,0 +1,70 @@
+"""/v1/consumers and /v1/keys: callers, their grants and quotas, and their API keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from accountant.accounting.windows import isoformat
+from accountant.api import schemas
+from accountant.api.auth import principal
+from accountant.api.common import db, json_body, now_us
+from accountant.db import begin_write
+from accountant.errors import NotFound
+from accountant.models import Consumer, Dataset
+from accountant.services import consumers
+
+bp = Blueprint("consumers", __name__)
+
+
+def _dataset_names() -> dict[int, str]:
+    return dict(db().execute(select(Dataset.id, Dataset.name)).tuples().all())
+
+
+@bp.post("/v1/consumers")
+def create() -> Any:
+    principal("admin")
+    body = json_body(schemas.CONSUMER_CREATE)
+    session = db()
+    begin_write(session)
+    consumer, key = consumers.create_consumer(session, body, now_us())
+    session.commit()
+    view = consumers.describe_consumer(consumer, _dataset_names())
+    return {**view, "api_key": key, "key_id": consumer.keys[0].id}, 201
+
+
+@bp.get("/v1/consumers")
+def list_consumers() -> Any:
+    principal("admin", "auditor")
+    names = _dataset_names()
+    rows = db().execute(select(Consumer).options(
+        selectinload(Consumer.grants), selectinload(Consumer.keys)).order_by(Consumer.name))
+    return {"consumers": [consumers.describe_consumer(c, names) for c in rows.scalars()]}
+
+
+@bp.post("/v1/consumers/<name>/keys")
+def create_key(name: str) -> Any:
+    principal("admin")
+    json_body(schemas.KEY_CREATE, empty_ok=True)
+    session = db()
+    begin_write(session)
+    consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar_one_or_none()
+    if consumer is None:
+        raise NotFound(f"no consumer named {name!r}; create it with POST /v1/consumers")
+    row, key = consumers.issue_key(session, consumer, now_us())
+    session.commit()
+    return {"id": row.id, "prefix": row.prefix, "consumer": name, "api_key": key,
+            "created_at": isoformat(row.created_at / 1e6)}, 201
+
+
+@bp.delete("/v1/keys/<key_id>")
+def revoke(key_id: str) -> Any:
+    principal("admin")
+    session = db()
+    begin_write(session)
+    consumers.revoke_key(session, key_id, now_us())
+    session.commit()
+    return "", 204

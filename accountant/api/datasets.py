@@ -1,0 +1,103 @@
+"""/v1/datasets: registration, limits, partitions and the budget report."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Blueprint, request
+from sqlalchemy import select
+
+from accountant.api import schemas
+from accountant.api.auth import principal
+from accountant.api.common import db, json_body, now_us
+from accountant.db import begin_write
+from accountant.errors import Forbidden, field_error
+from accountant.models import Dataset
+from accountant.services import datasets
+from accountant.services.consumers import Principal
+from accountant.services.ledger import Actor
+
+bp = Blueprint("datasets", __name__)
+READERS = ("admin", "service", "auditor")
+
+
+def _readable(name: str, caller: Principal) -> Dataset:
+    dataset = datasets.find(db(), name)
+    if not caller.may_read(dataset.id):
+        raise Forbidden(f"dataset {name!r} is not granted to {caller.name!r}")
+    return dataset
+
+
+@bp.post("/v1/datasets")
+def create() -> Any:
+    principal("admin")
+    body = json_body(schemas.DATASET_CREATE)
+    session = db()
+    begin_write(session)
+    dataset = datasets.create(session, body, now_us())
+    session.commit()
+    return datasets.describe(dataset), 201
+
+
+@bp.get("/v1/datasets")
+def list_datasets() -> Any:
+    caller = principal(*READERS)
+    rows = db().execute(select(Dataset).order_by(Dataset.name)).scalars()
+    return {"datasets": [datasets.describe(d) for d in rows if caller.may_read(d.id)]}
+
+
+@bp.get("/v1/datasets/<name>")
+def show(name: str) -> Any:
+    return datasets.describe(_readable(name, principal(*READERS)))
+
+
+@bp.patch("/v1/datasets/<name>")
+def patch(name: str) -> Any:
+    caller = principal("admin")
+    body = json_body(schemas.DATASET_PATCH)
+    session = db()
+    begin_write(session)
+    dataset = datasets.find(session, name, lock=True)
+    datasets.update_limits(session, dataset, body, Actor(caller.consumer_id, caller.name),
+                           now_us())
+    session.commit()
+    return datasets.describe(dataset)
+
+
+@bp.post("/v1/datasets/<name>/partitions")
+def declare_partitions(name: str) -> Any:
+    caller = principal("admin", "service")
+    body = json_body(schemas.PARTITIONS_DECLARE)
+    session = db()
+    begin_write(session)
+    dataset = datasets.find(session, name, lock=True)
+    if not caller.may_charge(dataset.id):
+        raise Forbidden(f"dataset {name!r} is not granted to {caller.name!r}")
+    created, existing = datasets.declare_partitions(session, dataset, body["keys"], now_us())
+    session.commit()
+    return {"dataset": name, "created": created, "existing": existing}, 201
+
+
+@bp.get("/v1/datasets/<name>/budget")
+def budget(name: str) -> Any:
+    dataset = _readable(name, principal(*READERS))
+    return datasets.budget_report(db(), dataset, time.time())
+
+
+@bp.get("/v1/datasets/<name>/partitions")
+def list_partitions(name: str) -> Any:
+    dataset = _readable(name, principal(*READERS))
+    limit = _int_arg("limit", 100, 1, 1000)
+    cursor = _int_arg("cursor", 0, 0, 2**62)
+    items, next_id = datasets.list_partitions(db(), dataset, limit, cursor)
+    return {"partitions": items, "next_cursor": None if next_id is None else str(next_id)}
+
+
+def _int_arg(name: str, default: int, low: int, high: int) -> int:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise field_error(name, f"must be an integer from {low} to {high}")
+    return int(raw)

@@ -1,0 +1,80 @@
+"""/v1/ledger: the append-only record of charges and limit changes (auditors, admins)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, request
+from sqlalchemy import select
+
+from accountant.accounting.modes import MODES
+from accountant.accounting.windows import isoformat
+from accountant.api.auth import principal
+from accountant.api.common import db
+from accountant.errors import NotFound, field_error
+from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.services import ledger
+
+bp = Blueprint("ledger", __name__)
+
+
+def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
+    return {
+        "id": entry.id, "seq": entry.seq, "kind": entry.kind, "charge_id": entry.charge_id,
+        "dataset": dataset.name, "consumer": consumer, "status": entry.status,
+        "mechanism": entry.mechanism, "release": entry.release, "partitions": entry.partitions,
+        "cost": MODES[dataset.accounting].report(entry.cost, dataset.limit_delta or 0),
+        "detail": entry.detail or None,
+        "created_at": isoformat(entry.created_at / 1e6),
+        "prev_hash": entry.prev_hash, "hash": entry.hash,
+    }
+
+
+def _moment(name: str) -> int | None:
+    raw = request.args.get(name)
+    if not raw:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise field_error(name, "must be an ISO 8601 time, e.g. 2026-11-21T00:00:00Z") from None
+    if moment.tzinfo is None:
+        raise field_error(name, "needs a time zone, e.g. a trailing Z for UTC")
+    return int(moment.timestamp() * 1_000_000)
+
+
+def parse_filter() -> ledger.LedgerFilter:
+    session = db()
+    dataset_id = consumer_id = None
+    if name := request.args.get("dataset"):
+        dataset_id = session.execute(select(Dataset.id).where(Dataset.name == name)).scalar()
+        if dataset_id is None:
+            raise NotFound(f"no dataset named {name!r}")
+    if name := request.args.get("consumer"):
+        consumer_id = session.execute(select(Consumer.id).where(Consumer.name == name)).scalar()
+        if consumer_id is None:
+            raise NotFound(f"no consumer named {name!r}")
+    status = request.args.get("status") or None
+    if status not in (None, "granted", "denied"):
+        raise field_error("status", "must be granted or denied")
+    limit_raw = request.args.get("limit", "100")
+    cursor_raw = request.args.get("cursor") or "0"
+    if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= 1000:
+        raise field_error("limit", "must be an integer from 1 to 1000")
+    if not cursor_raw.isdigit() or len(cursor_raw) > 18:
+        raise field_error("cursor", "must be a next_cursor from an earlier page")
+    return ledger.LedgerFilter(dataset_id, consumer_id, status, _moment("since"),
+                               _moment("until"), int(cursor_raw), int(limit_raw))
+
+
+@bp.get("/v1/ledger")
+def list_entries() -> Any:
+    principal("admin", "auditor")
+    filters = parse_filter()
+    datasets = {d.id: d for d in db().execute(select(Dataset)).scalars()}
+    page = db().execute(ledger.query(filters)).all()
+    entries = [describe_entry(entry, datasets[entry.dataset_id], consumer)
+               for entry, _name, consumer in page]
+    next_cursor = str(page[-1][0].id) if len(page) == filters.limit else None
+    return {"entries": entries, "next_cursor": next_cursor}

@@ -1,0 +1,56 @@
+"""Health, readiness and the mechanism catalogue."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from flask import Blueprint
+from sqlalchemy import text
+
+from accountant.api.auth import principal
+from accountant.api.common import db, runtime
+from accountant.errors import Unavailable
+
+bp = Blueprint("meta", __name__)
+
+
+@bp.get("/healthz")
+def healthz() -> Any:
+    return {"status": "ok"}
+
+
+@bp.get("/readyz")
+def readyz() -> Any:
+    try:
+        current = db().execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except Exception as error:  # any database failure means "not ready"
+        raise Unavailable(f"the database does not answer or has no schema: "
+                          f"{type(error).__name__}; run 'accountant db upgrade'") from None
+    if current != runtime().head_revision:
+        raise Unavailable(f"the schema is at {current!r}, not {runtime().head_revision!r}; "
+                          "run 'accountant db upgrade'")
+    return {"status": "ready", "schema": current}
+
+
+def published_params_schema(schema: Any) -> dict[str, Any]:
+    """A mechanism's parameter schema plus the core's ``sensitivity_unit``."""
+    published: dict[str, Any] = copy.deepcopy(dict(schema))
+    published.setdefault("properties", {})["sensitivity_unit"] = {
+        "enum": ["record"],
+        "description": "state a record-level sensitivity on a user dataset; the accountant "
+                       "scales it by the contribution bounds",
+    }
+    return published
+
+
+@bp.get("/v1/mechanisms")
+def mechanisms() -> Any:
+    principal("admin", "service", "auditor")
+    return {"mechanisms": [
+        {"name": m.name, "description": m.description,
+         "params_schema": published_params_schema(m.params_schema),
+         "input_schema": dict(m.input_schema), "accounting": list(m.accounting),
+         "plugin": m.plugin}
+        for m in runtime().registry.all()
+    ]}

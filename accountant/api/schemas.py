@@ -1,0 +1,142 @@
+"""JSON Schemas of the request bodies: the one source that validates requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from accountant.accounting.windows import PERIODS
+from accountant.errors import ValidationProblem
+
+SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+EPSILON: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1000000}
+DELTA: dict[str, Any] = {"type": "number", "minimum": 0, "exclusiveMaximum": 1}
+RHO: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1000000}
+
+
+def _amount(required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": {"epsilon": EPSILON, "delta": DELTA, "rho": RHO},
+            "required": required, "additionalProperties": False, "minProperties": 1}
+
+
+BUDGET = _amount(["epsilon"])
+SUB_BUDGET = _amount([])
+WINDOW: dict[str, Any] = {
+    "type": "object",
+    "properties": {"period": {"enum": sorted(PERIODS, key=PERIODS.__getitem__)},
+                   "epsilon": EPSILON, "delta": DELTA, "rho": RHO},
+    "required": ["period"], "additionalProperties": False, "minProperties": 2,
+}
+BOUND: dict[str, Any] = {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000}
+
+DATASET_CREATE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": SLUG},
+        "privacy_unit": {"enum": ["record", "user", "partition"]},
+        "max_partitions_per_user": BOUND,
+        "max_records_per_user": BOUND,
+        "accounting": {"enum": ["pure", "approx", "zcdp"]},
+        "budget": BUDGET,
+        "partition_budget": {"anyOf": [SUB_BUDGET, {"type": "null"}]},
+        "windows": {"type": "array", "items": WINDOW, "maxItems": len(PERIODS)},
+        "description": {"type": "string", "maxLength": 1000},
+    },
+    "required": ["name", "privacy_unit", "budget"],
+    "additionalProperties": False,
+}
+
+DATASET_PATCH: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "budget": BUDGET,
+        "partition_budget": {"anyOf": [SUB_BUDGET, {"type": "null"}]},
+        "windows": {"type": "array", "items": WINDOW, "maxItems": len(PERIODS)},
+        "reason": {"type": "string", "maxLength": 1000},
+    },
+    "additionalProperties": False,
+    "minProperties": 1,
+}
+
+PARTITION_KEY: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 128}
+
+PARTITIONS_DECLARE: dict[str, Any] = {
+    "type": "object",
+    "properties": {"keys": {"type": "array", "items": PARTITION_KEY, "minItems": 1}},
+    "required": ["keys"],
+    "additionalProperties": False,
+}
+
+CONSUMER_CREATE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": SLUG},
+        "role": {"enum": ["admin", "service", "auditor"]},
+        "datasets": {"type": "array", "items": {"type": "string", "pattern": SLUG},
+                     "uniqueItems": True},
+        "quotas": {"type": "object", "additionalProperties": SUB_BUDGET},
+    },
+    "required": ["name", "role"],
+    "additionalProperties": False,
+}
+
+KEY_CREATE: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+CHARGE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "dataset": {"type": "string", "minLength": 1, "maxLength": 63},
+        "partitions": {"anyOf": [
+            {"const": "*"},
+            {"type": "array", "items": PARTITION_KEY, "minItems": 1},
+        ]},
+        "release": {"enum": ["joint", "parallel"]},
+        "mechanism": {"type": "string", "minLength": 1, "maxLength": 63},
+        "params": {"type": "object"},
+        "input": {"type": "object"},
+        "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 255},
+    },
+    "required": ["dataset", "partitions", "mechanism", "params", "input"],
+    "additionalProperties": False,
+}
+PREVIEW: dict[str, Any] = {**CHARGE, "required": ["dataset", "partitions", "mechanism", "params"]}
+
+_VALIDATORS: dict[int, Draft202012Validator] = {}
+
+
+def validate(schema: dict[str, Any], instance: Any, prefix: str = "") -> None:
+    """Raise a 400 listing every violation of ``schema``, each with its dotted field path."""
+    validator = _VALIDATORS.get(id(schema))
+    if validator is None:
+        validator = _VALIDATORS[id(schema)] = Draft202012Validator(schema)
+    problems = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if not problems:
+        return
+    errors = [{"field": _field(error, prefix), "message": _message(error)} for error in problems]
+    summary = "; ".join(f"{e['field'] or 'body'}: {e['message']}" for e in errors[:5])
+    raise ValidationProblem(f"the request is invalid: {summary}", errors=errors)
+
+
+def _field(error: ValidationError, prefix: str) -> str:
+    parts = [str(part) for part in error.absolute_path]
+    if error.validator == "required" and isinstance(error.message, str):
+        missing = error.message.split("'")
+        if len(missing) >= 2:
+            parts.append(missing[1])
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        schema = error.schema if isinstance(error.schema, dict) else {}
+        allowed = set(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - allowed)
+        if extra:
+            parts.append(extra[0])
+    return ".".join(([prefix] if prefix else []) + parts)
+
+
+def _message(error: ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        return "unknown field; remove it (see the API contract for the accepted fields)"
+    if error.validator in {"anyOf", "oneOf"}:
+        return f"does not match any accepted form: {error.message}"
+    return str(error.message)

@@ -1,0 +1,117 @@
+"""The Flask application factory."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from flask import Flask, Response, request
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from werkzeug.exceptions import HTTPException
+
+from accountant import logging as structured_logging
+from accountant.api import charges, consumers, datasets, ledger, meta
+from accountant.api.common import Runtime, close_db
+from accountant.config import Settings, load_settings
+from accountant.db import begin_write, make_engine, make_session_factory
+from accountant.errors import Conflict, ProblemError, Unavailable
+from accountant.jsonio import DecimalJSONProvider, dumps
+from accountant.migrate import head_revision
+from accountant.plugins import MechanismRegistry, make_plugin_manager
+from accountant.randomness import RandomSource
+from accountant.services.consumers import ensure_first_admin
+
+log = logging.getLogger(__name__)
+
+
+def create_app(config: Mapping[str, Any] | Settings | None = None, *,
+               random: RandomSource | None = None,
+               extra_plugins: Iterable[tuple[str, object]] = ()) -> Flask:
+    """Build the service. ``config`` overrides environment settings (tests pass a mapping)."""
+    settings = config if isinstance(config, Settings) else load_settings(config)
+    structured_logging.configure(settings.log_level)
+    app = Flask(__name__)
+    app.json = DecimalJSONProvider(app)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    engine = make_engine(settings)
+    pm, refusals = make_plugin_manager(settings.disabled_plugins, extra_plugins)
+    app.extensions["accountant"] = Runtime(
+        settings=settings,
+        sessions=make_session_factory(engine),
+        registry=MechanismRegistry(pm, refusals),
+        random=random or RandomSource(),
+        head_revision=head_revision(),
+    )
+    app.extensions["accountant_engine"] = engine
+    for blueprint in (meta.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp):
+        app.register_blueprint(blueprint)
+    app.teardown_appcontext(close_db)
+    _register_error_handlers(app)
+    if settings.admin_key:
+        bootstrap_admin(app, settings.admin_key)
+    return app
+
+
+def bootstrap_admin(app: Flask, key: str) -> None:
+    """Create the first admin from ``ACCOUNTANT_ADMIN_KEY`` once; skip if no schema yet."""
+    runtime: Runtime = app.extensions["accountant"]
+    session = runtime.sessions()
+    try:
+        begin_write(session)
+        if ensure_first_admin(session, key, time.time_ns() // 1000):
+            log.info("created the first admin consumer 'admin' from ACCOUNTANT_ADMIN_KEY")
+        session.commit()
+    except IntegrityError:
+        session.rollback()  # another worker or host created it first
+    except (OperationalError, DBAPIError) as error:
+        session.rollback()
+        log.warning("could not create the first admin; is the schema migrated?",
+                    extra={"error": type(error).__name__})
+    finally:
+        session.close()
+
+
+def _problem(error: ProblemError) -> Response:
+    response = Response(dumps(error.body()), status=error.status,
+                        mimetype="application/problem+json")
+    for name, value in error.headers.items():
+        response.headers[name] = value
+    return response
+
+
+def _register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(ProblemError)
+    def _on_problem(error: ProblemError) -> Response:
+        return _problem(error)
+
+    @app.errorhandler(HTTPException)
+    def _on_http(error: HTTPException) -> Response:
+        problem = ProblemError(error.description or error.name)
+        problem.status = error.code or 500
+        problem.slug = error.name.lower().replace(" ", "-")
+        problem.title = error.name
+        if error.code == 413:
+            limit = app.config["MAX_CONTENT_LENGTH"]
+            problem.detail = f"the request body is larger than {limit} bytes; send less data"
+        return _problem(problem)
+
+    @app.errorhandler(IntegrityError)
+    def _on_integrity(error: IntegrityError) -> Response:
+        log.warning("integrity conflict", extra={"path": request.path})
+        return _problem(Conflict("the request conflicts with the current state; retry it"))
+
+    @app.errorhandler(OperationalError)
+    def _on_database(error: OperationalError) -> Response:
+        log.error("database unavailable", extra={"path": request.path,
+                                                 "error": str(error.orig)[:200]})
+        return _problem(Unavailable("the database is unavailable; retry with the same "
+                                    "Idempotency-Key", headers={"Retry-After": "1"}))
+
+    @app.errorhandler(Exception)
+    def _on_unexpected(error: Exception) -> Response:
+        log.exception("unexpected error", extra={"path": request.path})
+        problem = ProblemError("an unexpected error occurred; it has been logged")
+        problem.status, problem.slug, problem.title = 500, "internal", "Internal error"
+        return _problem(problem)

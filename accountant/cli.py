@@ -1,0 +1,189 @@
+"""The ``accountant`` command: migrations, first key, serving, keys and plugins."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from accountant.config import ConfigError, Settings, load_settings
+
+
+def _settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def _now() -> int:
+    return time.time_ns() // 1000
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """The privacy-budget accountant.
+
+    Settings come from ACCOUNTANT_* environment variables; the database is
+    ACCOUNTANT_DATABASE_URL (default: a SQLite file under ./var/).
+    """
+
+
+@main.group()
+def db() -> None:
+    """Create or change the database schema (Alembic migrations)."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Upgrade the schema to REVISION (default: the newest)."""
+    from accountant.migrate import upgrade
+
+    settings = _settings()
+    click.echo(f"upgrading {_safe_url(settings.database_url)} to {revision} ...", err=True)
+    upgrade(settings.database_url, revision)
+    click.echo("schema is up to date", err=True)
+
+
+@db.command("downgrade")
+@click.argument("revision")
+def db_downgrade(revision: str) -> None:
+    """Downgrade the schema to REVISION ('base' removes every table)."""
+    from accountant.migrate import downgrade
+
+    settings = _settings()
+    click.echo(f"downgrading {_safe_url(settings.database_url)} to {revision} ...", err=True)
+    downgrade(settings.database_url, revision)
+    click.echo("done", err=True)
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+@main.command()
+def init() -> None:
+    """Upgrade the schema and print a first admin key if no admin exists yet."""
+    from accountant.db import begin_write, make_engine, make_session_factory
+    from accountant.migrate import upgrade
+    from accountant.models import Consumer
+    from accountant.services.consumers import issue_key
+
+    settings = _settings()
+    upgrade(settings.database_url)
+    sessions = make_session_factory(make_engine(settings))
+    with sessions() as session:
+        begin_write(session)
+        if session.execute(select(Consumer.id).where(Consumer.role == "admin")).first():
+            click.echo("an admin already exists; create more keys with "
+                       "'accountant keys create --name NAME --role admin'", err=True)
+            return
+        consumer = Consumer(name="admin", role="admin", created_at=_now())
+        session.add(consumer)
+        session.flush()
+        _, key = issue_key(session, consumer, _now())
+        session.commit()
+    click.echo("first admin key (shown once; store it now):", err=True)
+    click.echo(key)
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, type=int, help="Port to bind.")
+@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 256),
+              help="Worker processes.")
+@click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 256),
+              help="Threads per worker.")
+def serve(host: str, port: int, workers: int, threads: int) -> None:
+    """Serve the API with gunicorn in the foreground; SIGTERM stops every worker."""
+    from gunicorn.app.base import BaseApplication
+
+    settings = _settings()
+    if settings.admin_key:
+        from accountant.app import create_app
+
+        create_app(settings)  # creates the first admin once, before any worker starts
+
+    class _Server(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            options: dict[str, Any] = {
+                "bind": f"{host}:{port}", "workers": workers, "threads": threads,
+                "worker_class": "gthread", "graceful_timeout": 10, "timeout": 60,
+                "accesslog": None, "errorlog": "-", "loglevel": "warning",
+            }
+            for key, value in options.items():
+                self.cfg.set(key, value)
+
+        def load(self) -> Any:
+            from accountant.wsgi import app
+
+            return app
+
+    click.echo(f"serving on http://{host}:{port} with {workers} workers", err=True)
+    _Server().run()
+
+
+@main.group()
+def keys() -> None:
+    """Create API keys."""
+
+
+@keys.command("create")
+@click.option("--name", required=True, help="Consumer name; created if it does not exist.")
+@click.option("--role", required=True, type=click.Choice(["admin", "service", "auditor"]))
+@click.option("--dataset", "datasets", multiple=True,
+              help="Dataset to grant (service role; repeat for several).")
+def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
+    """Print a new key for consumer NAME, once; the database keeps only its hash."""
+    from accountant.db import begin_write, make_engine, make_session_factory
+    from accountant.errors import ProblemError
+    from accountant.models import Consumer
+    from accountant.services.consumers import create_consumer, issue_key
+
+    settings = _settings()
+    sessions = make_session_factory(make_engine(settings))
+    try:
+        with sessions() as session:
+            begin_write(session)
+            consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar()
+            if consumer is None:
+                _, key = create_consumer(session, {"name": name, "role": role,
+                                                   "datasets": list(datasets)}, _now())
+            elif consumer.role != role:
+                raise click.ClickException(f"consumer {name!r} exists with role {consumer.role}")
+            else:
+                _, key = issue_key(session, consumer, _now())
+            session.commit()
+    except ProblemError as error:
+        raise click.ClickException(error.detail) from None
+    except (OperationalError, IntegrityError) as error:
+        raise click.ClickException(f"database error: {error.orig}; "
+                                   "did you run 'accountant db upgrade'?") from None
+    click.echo(key)
+
+
+@main.group()
+def plugins() -> None:
+    """Inspect mechanism plugins."""
+
+
+@plugins.command("list")
+def plugins_list() -> None:
+    """List registered mechanisms and refused plugins."""
+    from accountant.plugins import MechanismRegistry, make_plugin_manager
+
+    settings = _settings()
+    registry = MechanismRegistry(*make_plugin_manager(settings.disabled_plugins))
+    for mechanism in registry.all():
+        click.echo(f"{mechanism.name:24} {mechanism.plugin:20} {','.join(mechanism.accounting)}")
+    for refusal in registry.refusals:
+        click.echo(f"REFUSED {refusal.plugin} {refusal.mechanism or ''}: {refusal.reason}")
+    if registry.refusals:
+        sys.exit(1)

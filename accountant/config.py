@@ -1,0 +1,88 @@
+"""Settings: defaults, then ``ACCOUNTANT_*`` environment variables, then an explicit mapping.
+
+This is the only module that reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+PREFIX = "ACCOUNTANT_"
+
+
+class ConfigError(ValueError):
+    """A setting has a value the service cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: SQLAlchemy URL; default a SQLite file under ./var/ of the working directory.
+    database_url: str = ""
+    #: If set and no admin exists yet, an admin named "admin" is created with this key.
+    admin_key: str | None = None
+    #: Largest request body in bytes (413 above it).
+    max_body_bytes: int = 4 * 1024 * 1024
+    #: Largest input or output vector (400 above it).
+    max_vector_length: int = 100_000
+    #: Largest explicit partition list of one charge; "*" has no such limit.
+    max_partitions_per_charge: int = 10_000
+    #: Entry-point names of plugins not to load, comma-separated in the environment.
+    disabled_plugins: tuple[str, ...] = ()
+    #: SQLite's synchronous pragma. FULL is the durable default; NORMAL is an explicit opt-in
+    #: that may lose the last charges on power loss (never on a process crash).
+    sqlite_synchronous: str = "FULL"
+    #: How long a transaction waits for a lock before giving up, in milliseconds.
+    lock_timeout_ms: int = 30_000
+    #: Connection pool size per process on PostgreSQL.
+    pool_size: int = 5
+    #: Log level of the service's structured logs.
+    log_level: str = "INFO"
+
+
+_INT_FIELDS = {"max_body_bytes", "max_vector_length", "max_partitions_per_charge",
+               "lock_timeout_ms", "pool_size"}
+
+
+def default_database_url() -> str:
+    return f"sqlite:///{Path.cwd() / 'var' / 'accountant.db'}"
+
+
+def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Build the settings once; raise ``ConfigError`` naming the variable at fault."""
+    values: dict[str, Any] = {}
+    for field in fields(Settings):
+        raw = os.environ.get(PREFIX + field.name.upper())
+        if raw is not None and raw != "":
+            values[field.name] = _parse(field.name, raw)
+    values.update(overrides or {})
+    if not values.get("database_url"):
+        values["database_url"] = default_database_url()
+    settings = Settings(**values)
+    _validate(settings)
+    return settings
+
+
+def _parse(name: str, raw: str) -> Any:
+    if name in _INT_FIELDS:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name.upper()} must be an integer, got {raw!r}") from None
+    if name == "disabled_plugins":
+        return tuple(part.strip() for part in raw.split(",") if part.strip())
+    return raw
+
+
+def _validate(settings: Settings) -> None:
+    key = settings.admin_key
+    if key is not None and (len(key) < 32 or not key.isprintable()):
+        raise ConfigError(f"{PREFIX}ADMIN_KEY must be at least 32 printable characters")
+    if settings.sqlite_synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
+        raise ConfigError(f"{PREFIX}SQLITE_SYNCHRONOUS must be FULL, EXTRA or NORMAL")
+    for name in _INT_FIELDS:
+        if getattr(settings, name) <= 0:
+            raise ConfigError(f"{PREFIX}{name.upper()} must be positive")

@@ -1,0 +1,85 @@
+"""Engines and sessions, with the transaction discipline the charge path relies on.
+
+SQLite: WAL (readers never block the writer), ``synchronous=FULL`` by default
+(a charge is acknowledged only once it is on disk), foreign keys on, and a
+busy timeout so ordinary lock waits are absorbed. pysqlite begins
+transactions lazily as DEFERRED; a deferred transaction that reads and then
+writes can fail with SQLITE_BUSY that no timeout cures (REFERENCES.md,
+section 4). So the driver's own BEGIN is switched off and we emit ours:
+``BEGIN IMMEDIATE`` for write transactions (they take the write lock first
+and then read a state nobody can change under them) and a plain ``BEGIN``
+for reads.
+
+PostgreSQL: READ COMMITTED with ``synchronous_commit=on``; write
+transactions serialise per dataset with ``SELECT ... FOR UPDATE`` on the
+dataset row (see ``services.charges``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from accountant.config import Settings
+
+WRITE = "accountant_write"
+
+
+def ensure_sqlite_directory(database_url: str) -> None:
+    """Create the folder of a SQLite file (the default lives under ./var/)."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def make_engine(settings: Settings) -> Engine:
+    url = make_url(settings.database_url)
+    if url.get_backend_name() == "sqlite":
+        ensure_sqlite_directory(settings.database_url)
+        engine = create_engine(url, connect_args={"timeout": settings.lock_timeout_ms / 1000})
+        _configure_sqlite(engine, settings)
+        return engine
+    return create_engine(
+        url,
+        pool_size=settings.pool_size,
+        max_overflow=settings.pool_size,
+        pool_pre_ping=True,
+        connect_args={"options": f"-c synchronous_commit=on "
+                                 f"-c lock_timeout={settings.lock_timeout_ms}"},
+    )
+
+
+def _configure_sqlite(engine: Engine, settings: Settings) -> None:
+    synchronous = settings.sqlite_synchronous.upper()
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={settings.lock_timeout_ms}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        write = connection.get_execution_options().get(WRITE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def begin_write(session: Session) -> None:
+    """Start ``session``'s transaction as a write transaction (call before any query)."""
+    session.connection(execution_options={WRITE: True})
+
+
+def is_postgres(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"

@@ -1,0 +1,15 @@
+"""Typed SQLAlchemy models; the schema itself is made only by the Alembic migrations."""
+
+from __future__ import annotations
+
+from accountant.models.base import Base
+from accountant.models.consumer import ApiKey, Consumer, Grant
+from accountant.models.dataset import Dataset, WindowBudget
+from accountant.models.ledger import LedgerEntry
+from accountant.models.partition import Partition
+from accountant.models.tally import Tally, TallySpend
+
+__all__ = [
+    "ApiKey", "Base", "Consumer", "Dataset", "Grant", "LedgerEntry", "Partition", "Tally",
+    "TallySpend", "WindowBudget",
+]

@@ -1,0 +1,74 @@
+"""Datasets, their lifetime and partition limits, and their window budgets."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from accountant.exact import Limit
+from accountant.models.base import Base, LimitUnits, Microseconds, Name
+
+
+class Dataset(Base):
+    """A named body of sensitive data; its row is the lock every charge on it takes.
+
+    ``limit_*`` is the lifetime budget and ``partition_limit_*`` the optional
+    per-partition one. On zcdp datasets ``limit_epsilon``/``limit_delta`` are
+    the stated budget and ``limit_rho`` the enforced one. ``ledger_seq`` and
+    ``ledger_head`` are the end of the dataset's ledger chain.
+    """
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[Name] = mapped_column(unique=True)
+    privacy_unit: Mapped[str] = mapped_column(String(16))
+    accounting: Mapped[str] = mapped_column(String(16))
+    max_partitions_per_user: Mapped[int | None] = mapped_column(Integer)
+    max_records_per_user: Mapped[int | None] = mapped_column(Integer)
+    limit_epsilon: Mapped[LimitUnits]
+    limit_delta: Mapped[LimitUnits]
+    limit_rho: Mapped[LimitUnits]
+    partition_limit_epsilon: Mapped[LimitUnits]
+    partition_limit_delta: Mapped[LimitUnits]
+    partition_limit_rho: Mapped[LimitUnits]
+    has_partition_limit: Mapped[bool] = mapped_column(default=False)
+    ledger_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    ledger_head: Mapped[str] = mapped_column(String(64), default="")
+    created_at: Mapped[Microseconds]
+
+    windows: Mapped[list[WindowBudget]] = relationship(
+        back_populates="dataset", order_by="WindowBudget.period_seconds",
+        cascade="all, delete-orphan",
+    )
+
+    @property
+    def limit(self) -> Limit:
+        return Limit(self.limit_epsilon, self.limit_delta, self.limit_rho)
+
+    @property
+    def partition_limit(self) -> Limit | None:
+        if not self.has_partition_limit:
+            return None
+        return Limit(self.partition_limit_epsilon, self.partition_limit_delta,
+                     self.partition_limit_rho)
+
+
+class WindowBudget(Base):
+    """A limit on the charges of one dataset inside each aligned window of a period."""
+
+    __tablename__ = "window_budgets"
+    __table_args__ = (UniqueConstraint("dataset_id", "period_seconds"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    period_seconds: Mapped[int] = mapped_column(Integer)
+    limit_epsilon: Mapped[LimitUnits]
+    limit_delta: Mapped[LimitUnits]
+    limit_rho: Mapped[LimitUnits]
+
+    dataset: Mapped[Dataset] = relationship(back_populates="windows")
+
+    @property
+    def limit(self) -> Limit:
+        return Limit(self.limit_epsilon, self.limit_delta, self.limit_rho)

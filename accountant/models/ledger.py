@@ -1,0 +1,49 @@
+"""The ledger: every charge (granted or denied) and every limit change, hash-chained per dataset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from accountant.exact import Amount
+from accountant.models.base import Base, Microseconds, Units
+
+
+class LedgerEntry(Base):
+    """One append-only entry. ``seq`` counts entries per dataset from 1;
+    ``hash`` = SHA-256 of ``prev_hash`` and the entry's canonical JSON."""
+
+    __tablename__ = "ledger_entries"
+    __table_args__ = (
+        UniqueConstraint("dataset_id", "seq"),
+        Index("ix_ledger_entries_consumer", "consumer_id", "id"),
+    )
+
+    # INTEGER on SQLite, where only that type is an auto-incrementing rowid alias.
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(16))
+    charge_id: Mapped[str | None] = mapped_column(String(36), unique=True, nullable=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    consumer_id: Mapped[int | None] = mapped_column(
+        ForeignKey("consumers.id", ondelete="SET NULL"), nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    mechanism: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    release: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    partitions: Mapped[list[str]] = mapped_column(JSON, default=list)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    cost_epsilon: Mapped[Units]
+    cost_delta: Mapped[Units]
+    cost_rho: Mapped[Units]
+    multiplicity: Mapped[int] = mapped_column(BigInteger, default=1)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[Microseconds]
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+    @property
+    def cost(self) -> Amount:
+        return Amount(self.cost_epsilon, self.cost_delta, self.cost_rho)

@@ -1,0 +1,124 @@
+"""The plugin manager and the typed mechanism registry: the only code that calls ``pm.hook``."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from accountant import hookspecs
+from accountant.accounting.modes import MODES
+from accountant.mechanism import Mechanism
+
+ENTRY_POINT_GROUP = "accountant"
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A plugin or mechanism the registry would not accept, and why."""
+
+    plugin: str
+    mechanism: str | None
+    reason: str
+
+
+def make_plugin_manager(
+    disabled: Iterable[str] = (), extra_plugins: Iterable[tuple[str, object]] = ()
+) -> tuple[pluggy.PluginManager, list[Refusal]]:
+    """Load every plugin of the entry-point group, except the disabled ones.
+
+    A plugin that fails to import is refused and reported, never fatal.
+    ``extra_plugins`` registers objects directly (tests use it for plugins
+    that are not installed as distributions).
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    refusals: list[Refusal] = []
+    skip = set(disabled)
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.name in skip or pm.get_plugin(entry_point.name) is not None:
+            continue
+        try:
+            plugin = entry_point.load()
+        except Exception as error:  # a third-party import may raise anything
+            refusals.append(Refusal(entry_point.name, None, f"import failed: {error!r}"))
+            log.error("plugin refused", extra={"plugin": entry_point.name, "error": repr(error)})
+            continue
+        pm.register(plugin, name=entry_point.name)
+    for name, plugin in extra_plugins:
+        pm.register(plugin, name=name)
+    pm.check_pending()
+    return pm, refusals
+
+
+class MechanismRegistry:
+    """The validated mechanisms of all plugins, by name."""
+
+    def __init__(self, pm: pluggy.PluginManager, refusals: Iterable[Refusal] = ()) -> None:
+        self.refusals: list[Refusal] = list(refusals)
+        self._mechanisms: dict[str, Mechanism] = {}
+        for impl in pm.hook.accountant_register_mechanisms.get_hookimpls():
+            plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+            try:
+                offered = list(impl.function())
+            except Exception as error:
+                self._refuse(plugin_name, None, f"accountant_register_mechanisms raised {error!r}")
+                continue
+            for mechanism in offered:
+                self._admit(plugin_name, mechanism)
+
+    def _refuse(self, plugin: str, mechanism: str | None, reason: str) -> None:
+        self.refusals.append(Refusal(plugin, mechanism, reason))
+        log.error("mechanism refused", extra={"plugin": plugin, "mechanism": mechanism,
+                                              "reason": reason})
+
+    def _admit(self, plugin: str, mechanism: Any) -> None:
+        if not isinstance(mechanism, Mechanism):
+            self._refuse(plugin, None, f"not a Mechanism: {mechanism!r}")
+            return
+        problem = _problem_with(mechanism)
+        if problem is None and mechanism.name in self._mechanisms:
+            owner = self._mechanisms[mechanism.name].plugin
+            problem = f"duplicate name, already provided by {owner}"
+        if problem is not None:
+            self._refuse(plugin, getattr(mechanism, "name", None), problem)
+            return
+        self._mechanisms[mechanism.name] = dataclasses.replace(mechanism, plugin=plugin)
+
+    def get(self, name: str) -> Mechanism | None:
+        return self._mechanisms.get(name)
+
+    def all(self) -> list[Mechanism]:
+        return [self._mechanisms[name] for name in sorted(self._mechanisms)]
+
+
+def _problem_with(mechanism: Mechanism) -> str | None:
+    if not isinstance(mechanism.name, str) or not _NAME.match(mechanism.name):
+        return f"name must match {_NAME.pattern}, got {mechanism.name!r}"
+    if not callable(mechanism.cost):
+        return "cost is not callable"
+    if not callable(mechanism.run):
+        return "run is not callable"
+    unknown = set(mechanism.accounting) - set(MODES)
+    if not mechanism.accounting or unknown:
+        return (f"accounting must be a non-empty subset of {sorted(MODES)}, "
+                f"got {mechanism.accounting}")
+    for label, schema in (("params_schema", mechanism.params_schema),
+                          ("input_schema", mechanism.input_schema)):
+        try:
+            Draft202012Validator.check_schema(dict(schema))
+        except (SchemaError, TypeError) as error:
+            return f"{label} is not a valid JSON Schema: {getattr(error, 'message', error)}"
+        if dict(schema).get("type") != "object":
+            return f"{label} must describe an object"
+    return None

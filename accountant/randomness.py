@@ -1,0 +1,35 @@
+"""Random bits for mechanisms: the operating system's CSPRNG, or an explicit test seed.
+
+numpy's default generators (PCG64, MT19937) are predictable from their
+outputs, so production noise draws its bits from ``os.urandom`` (REFERENCES.md,
+section 1). A seeded source exists only for tests that ask for one by name.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import numpy.typing as npt
+
+
+class RandomSource:
+    """Uniform random words from the operating system's cryptographic generator."""
+
+    def uint64(self, n: int) -> npt.NDArray[np.uint64]:
+        return np.frombuffer(os.urandom(8 * n), dtype=np.uint64).copy()
+
+    def uniform(self, n: int) -> npt.NDArray[np.float64]:
+        """Doubles uniform on (0, 1]: 53 random bits, never zero (so ``log`` is finite)."""
+        bits = self.uint64(n) >> np.uint64(11)
+        return (bits.astype(np.float64) + 1.0) * (2.0**-53)
+
+
+class SeededRandomSource(RandomSource):
+    """A reproducible source, for tests only: its outputs are predictable."""
+
+    def __init__(self, seed: int) -> None:
+        self._generator = np.random.Generator(np.random.PCG64(seed))
+
+    def uint64(self, n: int) -> npt.NDArray[np.uint64]:
+        return self._generator.integers(0, 2**64, size=n, dtype=np.uint64)

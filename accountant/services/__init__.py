@@ -1,0 +1,1 @@
+"""Unit-of-work functions: each takes a session first and never commits."""

@@ -1,0 +1,153 @@
+"""Consumers, API keys (random, stored as SHA-256, shown once) and authentication."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from accountant.accounting.modes import MODES, limit_of
+from accountant.errors import Conflict, NotFound, ValidationProblem
+from accountant.exact import DELTA
+from accountant.models import ApiKey, Consumer, Dataset, Grant
+from accountant.services.datasets import describe_limit
+
+KEY_PREFIX = "pba_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller of one request."""
+
+    consumer_id: int
+    name: str
+    role: str
+    key_id: str
+    granted: frozenset[int] = field(default_factory=frozenset)
+
+    def may_read(self, dataset_id: int) -> bool:
+        return self.role in {"admin", "auditor"} or dataset_id in self.granted
+
+    def may_charge(self, dataset_id: int) -> bool:
+        return self.role == "admin" or (self.role == "service" and dataset_id in self.granted)
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def authenticate(session: Session, key: str) -> Principal | None:
+    """The principal of an unrevoked key, or None. The lookup is by hash, never by the key."""
+    row = session.execute(
+        select(ApiKey).options(selectinload(ApiKey.consumer).selectinload(Consumer.grants))
+        .where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
+    ).scalar_one_or_none()
+    if row is None:
+        return None
+    consumer = row.consumer
+    return Principal(consumer.id, consumer.name, consumer.role, row.id,
+                     frozenset(grant.dataset_id for grant in consumer.grants))
+
+
+def issue_key(session: Session, consumer: Consumer, now: int,
+              key: str | None = None) -> tuple[ApiKey, str]:
+    """A new key for ``consumer``; the plaintext is returned once and never stored."""
+    plaintext = key if key is not None else KEY_PREFIX + secrets.token_urlsafe(32)
+    row = ApiKey(id=secrets.token_hex(8), consumer_id=consumer.id, key_hash=hash_key(plaintext),
+                 prefix=plaintext[:12], created_at=now)
+    session.add(row)
+    session.flush()
+    return row, plaintext
+
+
+def revoke_key(session: Session, key_id: str, now: int) -> None:
+    row = session.get(ApiKey, key_id)
+    if row is None or row.revoked_at is not None:
+        raise NotFound(f"no active key with id {key_id!r}; list keys with GET /v1/consumers")
+    row.revoked_at = now
+
+
+def create_consumer(session: Session, body: dict[str, Any], now: int) -> tuple[Consumer, str]:
+    """Create a consumer with its grants and quotas, and its first key."""
+    if session.execute(select(Consumer.id).where(Consumer.name == body["name"])).first():
+        raise Conflict(f"a consumer named {body['name']!r} exists; choose another name or "
+                       f"add a key with POST /v1/consumers/{body['name']}/keys")
+    names = list(body.get("datasets", []))
+    quotas = body.get("quotas", {})
+    for name in quotas:
+        if name not in names:
+            raise ValidationProblem(
+                f"quota for {name!r}, which is not among the consumer's datasets",
+                errors=[{"field": f"quotas.{name}", "message": "not a granted dataset"}])
+    if body["role"] != "service" and names:
+        raise ValidationProblem(
+            "only service consumers take dataset grants; admins and auditors see every dataset",
+            errors=[{"field": "datasets", "message": "must be empty for this role"}])
+    datasets = {d.name: d for d in session.execute(
+        select(Dataset).where(Dataset.name.in_(names))).scalars()}
+    missing = [name for name in names if name not in datasets]
+    if missing:
+        raise NotFound(f"unknown dataset(s) {missing}; create them first with POST /v1/datasets",
+                       extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]})
+    consumer = Consumer(name=body["name"], role=body["role"], created_at=now)
+    for name in names:
+        dataset = datasets[name]
+        grant = Grant(dataset_id=dataset.id)
+        if name in quotas:
+            _set_quota(grant, dataset, quotas[name], f"quotas.{name}")
+        consumer.grants.append(grant)
+    session.add(consumer)
+    try:
+        session.flush()
+    except IntegrityError:
+        raise Conflict(f"a consumer named {body['name']!r} exists") from None
+    _, key = issue_key(session, consumer, now)
+    return consumer, key
+
+
+def _set_quota(grant: Grant, dataset: Dataset, stated: dict[str, Any], field_name: str) -> None:
+    mode = MODES[dataset.accounting]
+    try:
+        quota = limit_of(mode, stated, DELTA.to_decimal(dataset.limit_delta or 0))
+    except ValueError as error:
+        raise ValidationProblem(str(error), errors=[{"field": field_name,
+                                                     "message": str(error)}]) from None
+    grant.has_quota = True
+    grant.quota_epsilon, grant.quota_delta, grant.quota_rho = quota.epsilon, quota.delta, quota.rho
+
+
+def describe_consumer(consumer: Consumer, dataset_names: dict[int, str]) -> dict[str, Any]:
+    quotas = {}
+    for grant in consumer.grants:
+        quota = grant.quota
+        if quota is not None:
+            quotas[dataset_names[grant.dataset_id]] = describe_limit(quota)
+    return {
+        "name": consumer.name,
+        "role": consumer.role,
+        "datasets": sorted(dataset_names[g.dataset_id] for g in consumer.grants),
+        "quotas": quotas,
+        "keys": [{"id": k.id, "prefix": k.prefix, "revoked": k.revoked_at is not None}
+                 for k in sorted(consumer.keys, key=lambda k: k.created_at)],
+    }
+
+
+def ensure_first_admin(session: Session, key: str, now: int) -> bool:
+    """Create the admin ``admin`` with ``key`` unless an admin exists; True if created.
+
+    Safe when several processes start at once: the consumer name is unique,
+    so at most one insert succeeds; the others raise ``IntegrityError``, and
+    their caller rolls back.
+    """
+    if session.execute(select(Consumer.id).where(Consumer.role == "admin").limit(1)).first():
+        return False
+    consumer = Consumer(name="admin", role="admin", created_at=now)
+    session.add(consumer)
+    session.flush()
+    issue_key(session, consumer, now, key=key)
+    return True

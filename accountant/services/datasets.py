@@ -1,0 +1,304 @@
+"""Datasets: creation, limit changes (ledgered), partitions, and the budget report."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from accountant.accounting.loss import LossRule, ScopeState, loss_now
+from accountant.accounting.modes import MODES, Mode, limit_of
+from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoformat
+from accountant.errors import Conflict, NotFound, field_error
+from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
+from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
+from accountant.services import ledger
+
+
+def find(session: Session, name: str, *, lock: bool = False) -> Dataset:
+    """The dataset named ``name`` (locked ``FOR UPDATE`` if asked), or a 404."""
+    statement = select(Dataset).where(Dataset.name == name)
+    if lock:
+        statement = statement.with_for_update()
+    dataset = session.execute(statement).scalar_one_or_none()
+    if dataset is None:
+        raise NotFound(f"no dataset named {name!r}; list datasets with GET /v1/datasets")
+    return dataset
+
+
+def rule_of(dataset: Dataset) -> LossRule:
+    return LossRule(dataset.privacy_unit, dataset.max_partitions_per_user)
+
+
+def dataset_delta(dataset: Dataset) -> Decimal | None:
+    return None if dataset.limit_delta is None else DELTA.to_decimal(dataset.limit_delta)
+
+
+def _limit(mode: Mode, stated: dict[str, Any], at_delta: Decimal | None, where: str) -> Limit:
+    if mode.name == "pure" and stated.get("delta", 0) != 0:
+        raise field_error(f"{where}.delta", "a pure dataset has delta 0; use accounting approx")
+    try:
+        return limit_of(mode, stated, at_delta)
+    except ValueError as error:
+        raise field_error(where, str(error)) from None
+
+
+def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
+    mode = MODES[body.get("accounting", "approx")]
+    unit = body["privacy_unit"]
+    for bound in ("max_partitions_per_user", "max_records_per_user"):
+        if unit != "user" and body.get(bound) is not None:
+            raise field_error(bound, "contribution bounds apply only to privacy_unit user")
+    budget = body["budget"]
+    if mode.name == "zcdp" and not budget.get("delta"):
+        raise field_error("budget.delta",
+                          "a zcdp dataset states its budget as epsilon and 0 < delta < 1")
+    if session.execute(select(Dataset.id).where(Dataset.name == body["name"])).first():
+        raise Conflict(f"a dataset named {body['name']!r} exists; choose another name")
+    lifetime = _limit(mode, budget, budget.get("delta"), "budget")
+    if mode.name == "approx" and lifetime.delta is None:
+        lifetime = Limit(lifetime.epsilon, 0, None)
+    dataset = Dataset(
+        name=body["name"], privacy_unit=unit, accounting=mode.name,
+        max_partitions_per_user=body.get("max_partitions_per_user"),
+        max_records_per_user=body.get("max_records_per_user"),
+        limit_epsilon=lifetime.epsilon, limit_delta=lifetime.delta, limit_rho=lifetime.rho,
+        created_at=now,
+    )
+    _set_partition_limit(dataset, mode, body.get("partition_budget"))
+    _set_windows(dataset, mode, body.get("windows", []))
+    session.add(dataset)
+    try:
+        session.flush()
+    except IntegrityError:
+        raise Conflict(f"a dataset named {body['name']!r} exists") from None
+    session.add(Tally(dataset_id=dataset.id, kind="lifetime"))
+    return dataset
+
+
+def _set_partition_limit(dataset: Dataset, mode: Mode, stated: dict[str, Any] | None) -> None:
+    if stated is None:
+        dataset.has_partition_limit = False
+        dataset.partition_limit_epsilon = dataset.partition_limit_delta = None
+        dataset.partition_limit_rho = None
+        return
+    limit = _limit(mode, stated, dataset_delta(dataset), "partition_budget")
+    dataset.has_partition_limit = True
+    dataset.partition_limit_epsilon = limit.epsilon
+    dataset.partition_limit_delta = limit.delta
+    dataset.partition_limit_rho = limit.rho
+
+
+def _set_windows(dataset: Dataset, mode: Mode, windows: list[dict[str, Any]]) -> None:
+    periods = [w["period"] for w in windows]
+    if len(set(periods)) != len(periods):
+        raise field_error("windows", "each period may appear once")
+    dataset.windows.clear()
+    for index, stated in enumerate(windows):
+        amounts = {k: v for k, v in stated.items() if k != "period"}
+        limit = _limit(mode, amounts, dataset_delta(dataset), f"windows.{index}")
+        dataset.windows.append(WindowBudget(
+            period_seconds=PERIODS[stated["period"]], limit_epsilon=limit.epsilon,
+            limit_delta=limit.delta, limit_rho=limit.rho))
+
+
+def describe_limit(limit: Limit) -> dict[str, Decimal]:
+    """A limit as stated: the components it limits, as exact decimals."""
+    names: tuple[ComponentName, ...] = ("epsilon", "delta", "rho")
+    return {name: COMPONENTS[name].to_decimal(v) for name in names
+            if (v := limit[name]) is not None}
+
+
+def describe(dataset: Dataset) -> dict[str, Any]:
+    """The dataset as created (limits as currently set), plus ``created_at``."""
+    partition_limit = dataset.partition_limit
+    view: dict[str, Any] = {
+        "name": dataset.name,
+        "privacy_unit": dataset.privacy_unit,
+        "max_partitions_per_user": dataset.max_partitions_per_user,
+        "max_records_per_user": dataset.max_records_per_user,
+        "accounting": dataset.accounting,
+        "budget": describe_limit(dataset.limit),
+        "partition_budget": None if partition_limit is None else describe_limit(partition_limit),
+        "windows": [{"period": PERIOD_NAMES[w.period_seconds], **describe_limit(w.limit)}
+                    for w in dataset.windows],
+        "created_at": isoformat(dataset.created_at / 1e6),
+    }
+    if dataset.privacy_unit == "partition":
+        view["note"] = ("privacy unit 'partition' protects one whole partition, not a person "
+                        "who appears in several partitions")
+    return view
+
+
+def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], actor: Any,
+                  now: int) -> None:
+    """Apply a PATCH (the dataset row is locked); ledger each changed limit."""
+    mode = MODES[dataset.accounting]
+    reason = body.get("reason")
+    changes: list[tuple[str, Any, Any]] = []
+    if "budget" in body:
+        old = describe_limit(dataset.limit)
+        stated = {k: v for k, v in old.items() if k != "rho"} | body["budget"]
+        if mode.name == "zcdp" and not stated.get("delta"):
+            raise field_error("budget.delta", "a zcdp budget needs 0 < delta < 1")
+        limit = _limit(mode, stated, stated.get("delta"), "budget")
+        dataset.limit_epsilon, dataset.limit_delta, dataset.limit_rho = (
+            limit.epsilon, limit.delta if limit.delta is not None else 0, limit.rho)
+        changes.append(("dataset", old, describe_limit(dataset.limit)))
+    if "partition_budget" in body:
+        old_limit = dataset.partition_limit
+        _set_partition_limit(dataset, mode, body["partition_budget"])
+        new_limit = dataset.partition_limit
+        changes.append(("partition", None if old_limit is None else describe_limit(old_limit),
+                        None if new_limit is None else describe_limit(new_limit)))
+    if "windows" in body:
+        old_windows = describe(dataset)["windows"]
+        _set_windows(dataset, mode, body["windows"])
+        changes.append(("window", old_windows, describe(dataset)["windows"]))
+    for scope, old, new in changes:
+        ledger.append(session, dataset, actor, kind="limit_change", status="granted",
+                      created_at=now, detail={"scope": scope, "old": _plain(old),
+                                              "new": _plain(new), "reason": reason})
+
+
+def _plain(value: Any) -> Any:
+    """Decimals as strings, so ledger details hash and store exactly."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def check_keys(keys: list[str], field_name: str) -> None:
+    """Partition keys: printable, never ``*``, no duplicates."""
+    seen: set[str] = set()
+    for index, key in enumerate(keys):
+        if key == "*" or not key.isprintable():
+            raise field_error(f"{field_name}.{index}",
+                              "a partition key is 1-128 printable characters and not '*'")
+        if key in seen:
+            raise field_error(f"{field_name}.{index}", f"duplicate partition key {key!r}")
+        seen.add(key)
+
+
+def declare_partitions(session: Session, dataset: Dataset, keys: list[str],
+                       now: int) -> tuple[list[str], list[str]]:
+    """Create the partitions not yet declared; return (created, already existing)."""
+    check_keys(keys, "keys")
+    existing = set(session.execute(select(Partition.key).where(
+        Partition.dataset_id == dataset.id, Partition.key.in_(keys))).scalars())
+    created = [key for key in keys if key not in existing]
+    if created:
+        session.execute(Partition.__table__.insert(), [
+            {"dataset_id": dataset.id, "key": key, "created_at": now} for key in created])
+    return created, [key for key in keys if key in existing]
+
+
+def tally_state(session: Session, tally: Tally | None, rule: LossRule,
+                names: tuple[ComponentName, ...]) -> ScopeState:
+    """A tally's state for ``loss_now``: T, the max, and the k largest s(p) if needed."""
+    if tally is None:
+        return ScopeState()
+    top: dict[ComponentName, list[int]] = {}
+    if rule.uses_top_k:
+        for name in names:
+            top[name] = list(session.execute(
+                text(f"SELECT {name} FROM tally_spends WHERE tally_id = :t "
+                     f"ORDER BY {name} DESC LIMIT :k"),
+                {"t": tally.id, "k": rule.max_partitions_per_user}).scalars())
+    return ScopeState(total=tally.total, max_all=tally.max_spend, top_all=top)
+
+
+def _remaining(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> Amount:
+    values = {name: max(0, bound - loss[name]) for name in names
+              if (bound := limit[name]) is not None}
+    return Amount(**values)
+
+
+def _report(mode: Mode, amount: Amount, dataset: Dataset,
+            only: tuple[ComponentName, ...] | None = None) -> dict[str, Decimal]:
+    report = mode.report(amount, dataset.limit_delta or 0)
+    if only is not None and mode.name != "zcdp":
+        report = {k: v for k, v in report.items() if k in only}
+    return report
+
+
+def budget_report(session: Session, dataset: Dataset, now: float) -> dict[str, Any]:
+    mode = MODES[dataset.accounting]
+    rule = rule_of(dataset)
+    names = mode.components
+    tallies = {(t.kind, t.period_seconds, t.window_start): t for t in session.execute(
+        select(Tally).where(Tally.dataset_id == dataset.id, Tally.kind.in_(["lifetime",
+                                                                           "window"]))).scalars()}
+    lifetime = tallies.get(("lifetime", 0, 0))
+    loss = loss_now(rule, tally_state(session, lifetime, rule, names), names)
+    windows = []
+    for budget in dataset.windows:
+        window = Window.containing(budget.period_seconds, now)
+        tally = tallies.get(("window", window.period, window.start))
+        window_loss = loss_now(rule, tally_state(session, tally, rule, names), names)
+        limited = tuple(n for n in names if budget.limit[n] is not None)
+        windows.append({
+            "period": window.name, "start": isoformat(window.start), "end": isoformat(window.end),
+            "loss": _report(mode, window_loss, dataset),
+            "limit": _report(mode, _as_amount(budget.limit), dataset, limited),
+            "remaining": _report(mode, _remaining(budget.limit, window_loss, names), dataset,
+                                 limited),
+        })
+    count = session.execute(select(func.count()).select_from(Partition).where(
+        Partition.dataset_id == dataset.id)).scalar_one()
+    history = [
+        {"at": isoformat(entry.created_at / 1e6), "scope": entry.detail.get("scope"),
+         "old": entry.detail.get("old"), "new": entry.detail.get("new"),
+         "reason": entry.detail.get("reason")}
+        for entry in session.execute(select(LedgerEntry).where(
+            LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "limit_change")
+            .order_by(LedgerEntry.id)).scalars()
+    ]
+    report: dict[str, Any] = {
+        "dataset": dataset.name,
+        "privacy_unit": dataset.privacy_unit,
+        "accounting": dataset.accounting,
+        "loss": _report(mode, loss, dataset),
+        "limit": _report(mode, _as_amount(dataset.limit), dataset),
+        "remaining": _report(mode, _remaining(dataset.limit, loss, names), dataset),
+        "windows": windows,
+        "partitions": {"count": count, "max_spent": _report(
+            mode, lifetime.max_spend if lifetime else Amount(), dataset)},
+        "limit_history": history,
+        "guarantees": ("only the lifetime and partition limits bound privacy loss; window "
+                       "budgets and consumer quotas are allocation limits"),
+    }
+    if dataset.has_partition_limit and dataset.partition_limit is not None:
+        report["partition_limit"] = _report(mode, _as_amount(dataset.partition_limit), dataset,
+                                            tuple(n for n in names
+                                                  if dataset.partition_limit[n] is not None))
+    return report
+
+
+def _as_amount(limit: Limit) -> Amount:
+    return Amount(limit.epsilon or 0, limit.delta or 0, limit.rho or 0)
+
+
+def list_partitions(session: Session, dataset: Dataset, limit: int,
+                    after_id: int) -> tuple[list[dict[str, Any]], int | None]:
+    mode = MODES[dataset.accounting]
+    lifetime_id = session.execute(select(Tally.id).where(
+        Tally.dataset_id == dataset.id, Tally.kind == "lifetime")).scalar_one()
+    rows = session.execute(
+        select(Partition.id, Partition.key, TallySpend.epsilon, TallySpend.delta, TallySpend.rho)
+        .outerjoin(TallySpend, (TallySpend.partition_id == Partition.id)
+                   & (TallySpend.tally_id == lifetime_id))
+        .where(Partition.dataset_id == dataset.id, Partition.id > after_id)
+        .order_by(Partition.id).limit(limit + 1)).all()
+    items = [{"key": row.key, "spent": _report(mode, Amount(row.epsilon or 0, row.delta or 0,
+                                                             row.rho or 0), dataset)}
+             for row in rows[:limit]]
+    next_id = rows[limit - 1].id if len(rows) > limit else None
+    return items, next_id

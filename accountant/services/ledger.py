@@ -1,0 +1,104 @@
+"""Appending to and reading the ledger; each dataset's entries form one hash chain.
+
+Entries are appended only while the dataset row is locked (every writer
+takes that lock first), so ``seq`` and ``prev_hash`` come from the dataset
+row itself: no scan of the ledger, no fork of the chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session
+
+from accountant.exact import Amount
+from accountant.models import Consumer, Dataset, LedgerEntry
+
+GENESIS = "0" * 64
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who made an entry: a consumer's id and name."""
+
+    id: int
+    name: str
+
+
+def canonical(entry: LedgerEntry, dataset_name: str, consumer_name: str | None) -> bytes:
+    """The bytes an entry's hash covers: sorted-key JSON of integers and strings only."""
+    content = {
+        "seq": entry.seq, "kind": entry.kind, "charge_id": entry.charge_id,
+        "dataset": dataset_name, "consumer": consumer_name, "status": entry.status,
+        "mechanism": entry.mechanism, "release": entry.release,
+        "partitions": entry.partitions, "params": entry.params,
+        "cost": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
+        "multiplicity": entry.multiplicity, "detail": entry.detail,
+        "created_at": entry.created_at,
+    }
+    return json.dumps(content, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode()
+
+
+def chain_hash(prev_hash: str, content: bytes) -> str:
+    return hashlib.sha256(prev_hash.encode() + content).hexdigest()
+
+
+def append(session: Session, dataset: Dataset, consumer: Actor | None, *, kind: str,
+           status: str, created_at: int, charge_id: str | None = None,
+           mechanism: str | None = None, release: str | None = None,
+           partitions: list[str] | None = None, params: dict[str, Any] | None = None,
+           cost: Amount = Amount(), multiplicity: int = 1,
+           detail: dict[str, Any] | None = None) -> LedgerEntry:
+    """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked)."""
+    entry = LedgerEntry(
+        seq=dataset.ledger_seq + 1, kind=kind, charge_id=charge_id, dataset_id=dataset.id,
+        consumer_id=consumer.id if consumer else None, status=status, mechanism=mechanism,
+        release=release, partitions=partitions or [], params=params or {},
+        cost_epsilon=cost.epsilon, cost_delta=cost.delta, cost_rho=cost.rho,
+        multiplicity=multiplicity, detail=detail or {}, created_at=created_at,
+        prev_hash=dataset.ledger_head or GENESIS,
+    )
+    entry.hash = chain_hash(entry.prev_hash,
+                            canonical(entry, dataset.name, consumer.name if consumer else None))
+    dataset.ledger_seq = entry.seq
+    dataset.ledger_head = entry.hash
+    session.add(entry)
+    return entry
+
+
+@dataclass(frozen=True)
+class LedgerFilter:
+    dataset_id: int | None = None
+    consumer_id: int | None = None
+    status: str | None = None
+    since: int | None = None
+    until: int | None = None
+    after_id: int = 0
+    limit: int = 100
+
+
+def query(filters: LedgerFilter) -> Select[tuple[LedgerEntry, str, str | None]]:
+    """Entries matching ``filters``, oldest first, with their dataset and consumer names."""
+    statement = (
+        select(LedgerEntry, Dataset.name, Consumer.name)
+        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
+        .outerjoin(Consumer, Consumer.id == LedgerEntry.consumer_id)
+        .where(LedgerEntry.id > filters.after_id)
+        .order_by(LedgerEntry.id)
+    )
+    if filters.dataset_id is not None:
+        statement = statement.where(LedgerEntry.dataset_id == filters.dataset_id)
+    if filters.consumer_id is not None:
+        statement = statement.where(LedgerEntry.consumer_id == filters.consumer_id)
+    if filters.status is not None:
+        statement = statement.where(LedgerEntry.status == filters.status)
+    if filters.since is not None:
+        statement = statement.where(LedgerEntry.created_at >= filters.since)
+    if filters.until is not None:
+        statement = statement.where(LedgerEntry.created_at < filters.until)
+    return statement.limit(filters.limit)

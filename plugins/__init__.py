@@ -1,0 +1,1 @@
+"""Built-in mechanism plugins, registered through the ``accountant`` entry-point group."""
