@@ -21,7 +21,7 @@ bp = Blueprint("consumers", __name__)
 
 
 def _dataset_names() -> dict[int, str]:
-    return dict(db().execute(select(Dataset.id, Dataset.name)).tuples().all())
+    return {row.id: row.name for row in db().execute(select(Dataset.id, Dataset.name))}
 
 
 @bp.post("/v1/consumers")

@@ -196,8 +196,8 @@ def _resolve(session: Session, dataset: Dataset,
         return {row.key: row.id for row in rows}, [row.key for row in rows], True
     keys = list(requested)
     datasets.check_keys(keys, "partitions")
-    ids = dict(session.execute(select(Partition.key, Partition.id).where(
-        Partition.dataset_id == dataset.id, Partition.key.in_(keys))).tuples().all())
+    ids = {row.key: row.id for row in session.execute(select(Partition.key, Partition.id).where(
+        Partition.dataset_id == dataset.id, Partition.key.in_(keys)))}
     return ids, keys, False
 
 

@@ -1,0 +1,119 @@
+"""Fixtures: a real SQLite file per test, migrated by Alembic, and a Flask client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from accountant.app import create_app
+from accountant.migrate import upgrade
+
+ADMIN_KEY = "test-admin-key-" + "k" * 32
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'accountant.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+def app(database_url: str) -> Flask:
+    return create_app({"database_url": database_url, "admin_key": ADMIN_KEY})
+
+
+@pytest.fixture
+def client(app: Flask) -> Iterator[FlaskClient]:
+    with app.test_client() as test_client:
+        yield test_client
+
+
+class Reply:
+    """A response as an ordinary HTTP client sees it: JSON numbers parse as floats."""
+
+    def __init__(self, response: Any) -> None:
+        self.status_code: int = response.status_code
+        self.headers = response.headers
+        self.text: str = response.get_data(as_text=True)
+        self.content_type: str = response.content_type
+
+    def get_json(self) -> Any:
+        return json.loads(self.text) if self.text else None
+
+
+class Api:
+    """A thin JSON client over the Flask test client, acting with one key."""
+
+    def __init__(self, client: FlaskClient, key: str = ADMIN_KEY) -> None:
+        self.client = client
+        self.key = key
+
+    def as_key(self, key: str) -> Api:
+        return Api(self.client, key)
+
+    def call(self, method: str, path: str, body: Any = None, *, raw: str | None = None,
+             headers: dict[str, str] | None = None) -> Any:
+        sent = {"Authorization": f"Bearer {self.key}", **(headers or {})}
+        data = raw if raw is not None else (None if body is None else json.dumps(body))
+        return Reply(self.client.open(path, method=method, data=data, headers=sent,
+                                      content_type="application/json"))
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Any:
+        return self.call("POST", path, body, **kw)
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.call("GET", path, **kw)
+
+    def patch(self, path: str, body: Any = None, **kw: Any) -> Any:
+        return self.call("PATCH", path, body, **kw)
+
+    def make_dataset(self, name: str = "clicks", **fields: Any) -> dict[str, Any]:
+        body = {"name": name, "privacy_unit": "record", "accounting": "pure",
+                "budget": {"epsilon": 1.0}, **fields}
+        response = self.post("/v1/datasets", body)
+        assert response.status_code == 201, response.get_json()
+        return dict(response.get_json())
+
+    def make_consumer(self, name: str, role: str = "service", **fields: Any) -> str:
+        response = self.post("/v1/consumers", {"name": name, "role": role, **fields})
+        assert response.status_code == 201, response.get_json()
+        return str(response.get_json()["api_key"])
+
+    def charge(self, dataset: str = "clicks", partitions: Any = ("p1",), epsilon: Any = 0.1,
+               release: str = "joint", mechanism: str = "laplace", **extra: Any) -> Any:
+        params = extra.pop("params", {"epsilon": epsilon, "sensitivity": 1})
+        body = {"dataset": dataset,
+                "partitions": partitions if isinstance(partitions, str) else list(partitions),
+                "release": release, "mechanism": mechanism, "params": params,
+                "input": extra.pop("input", {"values": [10.0]}), **extra}
+        return self.post("/v1/charges", body)
+
+    def budget(self, dataset: str = "clicks") -> dict[str, Any]:
+        response = self.get(f"/v1/datasets/{dataset}/budget")
+        assert response.status_code == 200, response.get_json()
+        return dict(response.get_json())
+
+    def ledger(self, **query: str) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        cursor = ""
+        while True:
+            params = "&".join(f"{k}={v}" for k, v in {**query, "limit": "1000"}.items())
+            response = self.get(f"/v1/ledger?{params}&cursor={cursor}")
+            assert response.status_code == 200, response.get_json()
+            body = response.get_json()
+            entries += body["entries"]
+            if body["next_cursor"] is None:
+                return entries
+            cursor = body["next_cursor"]
+
+
+@pytest.fixture
+def api(client: FlaskClient) -> Api:
+    return Api(client)

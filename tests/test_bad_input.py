@@ -1,0 +1,169 @@
+"""Every bad input gets a 4xx problem+json and changes nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from tests.conftest import ADMIN_KEY, Api
+
+VALID = {"dataset": "clicks", "partitions": ["p1"], "mechanism": "laplace",
+         "params": {"epsilon": 0.1, "sensitivity": 1}, "input": {"values": [1.0]}}
+
+
+def _with(path: str, value: Any) -> str:
+    body = json.loads(json.dumps(VALID))
+    *parents, last = path.split(".")
+    target = body
+    for part in parents:
+        target = target[part]
+    if value is _DROP:
+        del target[last]
+    else:
+        target[last] = value
+    return json.dumps(body)
+
+
+_DROP = object()
+
+BAD_CHARGES = {
+    "malformed json": '{"dataset": "clicks",',
+    "not an object": "[1, 2, 3]",
+    "empty body": "",
+    "nan epsilon": _with("params.epsilon", 1).replace('"epsilon": 1', '"epsilon": NaN'),
+    "infinite epsilon": _with("params.epsilon", 1).replace('"epsilon": 1', '"epsilon": Infinity'),
+    "huge epsilon": _with("params.epsilon", 1).replace('"epsilon": 1', '"epsilon": 1e999'),
+    "zero epsilon": _with("params.epsilon", 0),
+    "negative epsilon": _with("params.epsilon", -0.1),
+    "epsilon as string": _with("params.epsilon", "0.1"),
+    "epsilon as boolean": _with("params.epsilon", True),
+    "zero sensitivity": _with("params.sensitivity", 0),
+    "negative sensitivity": _with("params.sensitivity", -1),
+    "missing epsilon": _with("params.epsilon", _DROP),
+    "unknown param": _with("params.scale", 3),
+    "unknown field": _with("priority", "high"),
+    "empty partitions": _with("partitions", []),
+    "duplicate partitions": _with("partitions", ["a", "a"]),
+    "star as a key": _with("partitions", ["*"]),
+    "non-printable key": _with("partitions", ["a\u0000b"]),
+    "long key": _with("partitions", ["k" * 129]),
+    "partitions as number": _with("partitions", 3),
+    "unknown release": _with("release", "sequential"),
+    "unknown mechanism": _with("mechanism", "magic"),
+    "missing input": _with("input", _DROP),
+    "input values and size": _with("input", {"values": [1], "size": 2}),
+    "non-numeric value": _with("input", {"values": ["x"]}),
+    "huge value": _with("input", {"values": [1e308]}).replace("1e+308", "1e999"),
+    "size zero": _with("input", {"size": 0}),
+    "size too large": _with("input", {"size": 100_001}),
+    "duplicate json key": '{"dataset": "clicks", "dataset": "other"}',
+    "sensitivity unit on a record dataset": _with("params.sensitivity_unit", "record"),
+    "bad sensitivity unit": _with("params.sensitivity_unit", "person"),
+    "gaussian on a pure dataset": json.dumps({**VALID, "mechanism": "gaussian", "params": {
+        "epsilon": 0.1, "delta": 1e-6, "sensitivity": 1}}),
+}
+
+
+@pytest.fixture
+def ready(api: Api) -> Api:
+    api.make_dataset(budget={"epsilon": 1})
+    assert api.charge(partitions=["p0"]).status_code == 201
+    return api
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CHARGES))
+def test_bad_charge_is_400_and_changes_nothing(ready: Api, case: str) -> None:
+    before = (ready.budget(), ready.ledger())
+    response = ready.post("/v1/charges", raw=BAD_CHARGES[case])
+    assert response.status_code == 400, response.text
+    assert response.content_type == "application/problem+json"
+    body = response.get_json()
+    assert body["status"] == 400 and body["detail"] and body["type"].endswith("/validation")
+    assert isinstance(body["errors"], list) and body["errors"]
+    assert (ready.budget(), ready.ledger()) == before
+
+
+def test_errors_name_the_field(ready: Api) -> None:
+    body = ready.post("/v1/charges", raw=BAD_CHARGES["zero epsilon"]).get_json()
+    assert body["errors"][0]["field"] == "params.epsilon"
+    body = ready.post("/v1/charges", raw=BAD_CHARGES["unknown field"]).get_json()
+    assert body["errors"][0]["field"] == "priority"
+
+
+def test_unknown_dataset_is_404(ready: Api) -> None:
+    response = ready.charge(dataset="nope")
+    assert response.status_code == 404
+    assert response.content_type == "application/problem+json"
+
+
+def test_oversized_body_is_413(ready: Api) -> None:
+    huge = json.dumps({**VALID, "input": {"values": [1.0] * 900_000}})
+    response = ready.post("/v1/charges", raw=huge)
+    assert response.status_code == 413
+    assert response.content_type == "application/problem+json"
+    assert ready.budget()["loss"]["epsilon"] == 0.1
+
+
+BAD_DATASETS = {
+    "bad name": {"name": "Bad Name", "privacy_unit": "record", "budget": {"epsilon": 1}},
+    "unknown unit": {"name": "d", "privacy_unit": "row", "budget": {"epsilon": 1}},
+    "no budget": {"name": "d", "privacy_unit": "record"},
+    "zero budget": {"name": "d", "privacy_unit": "record", "budget": {"epsilon": 0}},
+    "delta one": {"name": "d", "privacy_unit": "record", "accounting": "approx",
+                  "budget": {"epsilon": 1, "delta": 1}},
+    "pure with delta": {"name": "d", "privacy_unit": "record", "accounting": "pure",
+                        "budget": {"epsilon": 1, "delta": 1e-6}},
+    "zcdp without delta": {"name": "d", "privacy_unit": "record", "accounting": "zcdp",
+                           "budget": {"epsilon": 1}},
+    "bounds on record": {"name": "d", "privacy_unit": "record", "max_partitions_per_user": 3,
+                         "budget": {"epsilon": 1}},
+    "bad window": {"name": "d", "privacy_unit": "record", "budget": {"epsilon": 1},
+                   "windows": [{"period": "2d", "epsilon": 1}]},
+    "repeated window": {"name": "d", "privacy_unit": "record", "budget": {"epsilon": 1},
+                        "windows": [{"period": "1d", "epsilon": 1},
+                                    {"period": "1d", "epsilon": 2}]},
+    "k zero": {"name": "d", "privacy_unit": "user", "max_partitions_per_user": 0,
+               "budget": {"epsilon": 1}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DATASETS))
+def test_bad_dataset_is_400(api: Api, case: str) -> None:
+    response = api.post("/v1/datasets", BAD_DATASETS[case])
+    assert response.status_code == 400, response.text
+    assert response.content_type == "application/problem+json"
+    assert api.get("/v1/datasets").get_json()["datasets"] == []
+
+
+def test_authentication_and_roles(api: Api, client: FlaskClient) -> None:
+    api.make_dataset()
+    api.make_dataset("other")
+    assert client.get("/v1/datasets").status_code == 401
+    assert api.as_key("wrong-key").get("/v1/datasets").status_code == 401
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    auditor = api.as_key(api.make_consumer("aud", role="auditor"))
+    assert [d["name"] for d in service.get("/v1/datasets").get_json()["datasets"]] == ["clicks"]
+    assert service.get("/v1/datasets/other").status_code == 403
+    assert service.charge(dataset="other").status_code == 403
+    assert service.charge().status_code == 201
+    assert service.get("/v1/ledger").status_code == 403
+    assert service.post("/v1/datasets", {"name": "x", "privacy_unit": "record",
+                                         "budget": {"epsilon": 1}}).status_code == 403
+    assert auditor.charge().status_code == 403
+    assert auditor.get("/v1/ledger").status_code == 200
+    assert auditor.get("/v1/consumers").status_code == 200
+    assert "api_key" not in json.dumps(auditor.get("/v1/consumers").get_json())
+    assert api.as_key(ADMIN_KEY).get("/v1/datasets/other/budget").status_code == 200
+
+
+def test_revoked_key_is_refused_at_once(api: Api) -> None:
+    api.make_dataset()
+    key = api.make_consumer("svc", datasets=["clicks"])
+    new = api.post("/v1/consumers/svc/keys").get_json()
+    assert api.as_key(new["api_key"]).get("/v1/datasets").status_code == 200
+    assert api.call("DELETE", f"/v1/keys/{new['id']}").status_code == 204
+    assert api.as_key(new["api_key"]).get("/v1/datasets").status_code == 401
+    assert api.as_key(key).get("/v1/datasets").status_code == 200

@@ -1,0 +1,109 @@
+"""The ``accountant`` command, and a real gunicorn server started by ``accountant serve``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from click.testing import CliRunner
+
+from accountant.cli import main
+from tests.conftest import ADMIN_KEY
+
+BIN = Path(sys.executable).parent / "accountant"
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "ACCOUNTANT_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", **extra}
+
+
+def test_every_command_has_help() -> None:
+    runner = CliRunner()
+    for args in ([], ["db"], ["db", "upgrade"], ["db", "downgrade"], ["init"], ["serve"],
+                 ["keys"], ["keys", "create"], ["plugins"], ["plugins", "list"]):
+        result = runner.invoke(main, [*args, "--help"])
+        assert result.exit_code == 0, result.output
+        assert "Usage:" in result.output
+
+
+def test_init_prints_one_admin_key_and_keys_create_works(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    first = subprocess.run([BIN, "init"], env=env, capture_output=True, text=True, check=True)
+    key = first.stdout.strip()
+    assert key.startswith("pba_") and len(key) > 40
+    again = subprocess.run([BIN, "init"], env=env, capture_output=True, text=True, check=True)
+    assert again.stdout == "" and "already exists" in again.stderr
+    made = subprocess.run([BIN, "keys", "create", "--name", "aud", "--role", "auditor"],
+                          env=env, capture_output=True, text=True, check=True)
+    assert made.stdout.strip().startswith("pba_")
+    bad = subprocess.run([BIN, "keys", "create", "--name", "svc", "--role", "service",
+                          "--dataset", "missing"], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "unknown dataset" in bad.stderr
+
+
+def test_the_command_works_from_any_directory(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
+    subprocess.run([BIN, "db", "upgrade"], env=env, cwd=elsewhere, check=True,
+                   capture_output=True)
+    assert (elsewhere / "var" / "accountant.db").exists()
+    subprocess.run([BIN, "db", "downgrade", "base"], env=env, cwd=elsewhere, check=True,
+                   capture_output=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> None:
+    env = _env(tmp_path, ACCOUNTANT_ADMIN_KEY=ADMIN_KEY)
+    subprocess.run([BIN, "db", "upgrade"], env=env, check=True, capture_output=True)
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen([BIN, "serve", "--port", str(port), "--workers", "2"], env=env,
+                              stdout=log, stderr=log, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "no /healthz within 10 s"
+            time.sleep(0.1)
+        workers = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True,
+                                 text=True).stdout.split()
+        assert len(workers) == 2
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        assert requests.get(f"{base}/readyz", timeout=5).status_code == 200
+        created = requests.post(f"{base}/v1/datasets", headers=headers, timeout=5, json={
+            "name": "web", "privacy_unit": "record", "budget": {"epsilon": 1}})
+        assert created.status_code == 201
+        charged = requests.post(f"{base}/v1/charges", headers=headers, timeout=5, json={
+            "dataset": "web", "partitions": ["p"], "mechanism": "laplace",
+            "params": {"epsilon": 0.5, "sensitivity": 1}, "input": {"size": 3}})
+        assert charged.status_code == 201
+        output = charged.json()["output"]
+        assert len(output["noise"]) == 3 and output["grid"] > 0
+        missing = requests.get(f"{base}/v1/nowhere", headers=headers, timeout=5)
+        assert missing.status_code == 404
+        assert missing.headers["Content-Type"] == "application/problem+json"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+        log.close()
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists()

@@ -1,0 +1,116 @@
+"""Each denial scope: status, problem body, ledger entry, and nothing else changed."""
+
+from __future__ import annotations
+
+import time
+
+from tests.conftest import Api
+
+
+def _problem(response: object) -> dict:  # type: ignore[type-arg]
+    assert response.content_type == "application/problem+json"  # type: ignore[attr-defined]
+    return response.get_json()  # type: ignore[attr-defined, no-any-return]
+
+
+def test_dataset_scope_is_409_and_changes_nothing(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1})
+    assert api.charge(epsilon=0.7).status_code == 201
+    before = api.budget()
+    response = api.charge(partitions=["p1", "p2"], epsilon=0.5)
+    assert response.status_code == 409
+    body = _problem(response)
+    assert body["scope"] == "dataset"
+    assert body["limit"] == {"epsilon": 1, "delta": 0}
+    assert body["spent"]["epsilon"] == 0.7
+    assert body["requested"]["epsilon"] == 0.5
+    assert "0.7" in body["detail"] and "0.5" in body["detail"]
+    assert api.budget()["loss"] == before["loss"]
+    assert api.budget()["partitions"]["count"] == 1  # p2 was not created by the denial
+    entries = api.ledger()
+    assert [e["status"] for e in entries] == ["granted", "denied"]
+    assert entries[1]["charge_id"] == body["charge_id"]
+    assert api.get(f"/v1/charges/{body['charge_id']}").get_json()["status"] == "denied"
+
+
+def test_partition_scope_names_the_partition(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10}, partition_budget={"epsilon": 1})
+    assert api.charge(partitions=["a"], epsilon=0.8).status_code == 201
+    response = api.charge(partitions=["b", "a"], epsilon=0.3)
+    assert response.status_code == 409
+    body = _problem(response)
+    assert body["scope"] == "partition"
+    assert body["partition"] == "a"
+    assert body["spent"]["epsilon"] == 0.8
+    assert body["limit"] == {"epsilon": 1, "delta": 0}
+    assert api.charge(partitions=["b"], epsilon=0.3).status_code == 201
+
+
+def test_consumer_quota_is_409(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10})
+    key = api.make_consumer("ads", datasets=["clicks"], quotas={"clicks": {"epsilon": 0.5}})
+    service = api.as_key(key)
+    assert service.charge(epsilon=0.4).status_code == 201
+    response = service.charge(epsilon=0.2)
+    assert response.status_code == 409
+    assert _problem(response)["scope"] == "consumer"
+    # the quota is the consumer's, not the dataset's: the admin may still charge
+    assert api.charge(epsilon=0.2).status_code == 201
+
+
+def test_window_scope_is_429_with_retry_after(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10}, windows=[{"period": "1h", "epsilon": 0.5}])
+    assert api.charge(epsilon=0.4).status_code == 201
+    response = api.charge(epsilon=0.2)
+    assert response.status_code == 429
+    body = _problem(response)
+    assert body["scope"] == "window"
+    remaining = 3600 - int(time.time()) % 3600
+    assert 1 <= int(response.headers["Retry-After"]) <= remaining + 1
+    assert body["resets_at"].endswith(":00:00Z")
+    window = api.budget()["windows"][0]
+    assert window["period"] == "1h" and window["loss"]["epsilon"] == 0.4
+    assert window["end"] == body["resets_at"]
+
+
+def test_window_and_lifetime_together_is_409_naming_the_dataset(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 0.5}, windows=[{"period": "1d", "epsilon": 0.5}])
+    assert api.charge(epsilon=0.4).status_code == 201
+    response = api.charge(epsilon=0.2)
+    assert response.status_code == 409
+    assert _problem(response)["scope"] == "dataset"
+
+
+def test_cost_alone_above_a_window_limit_is_409(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10}, windows=[{"period": "1d", "epsilon": 0.5}])
+    response = api.charge(epsilon=0.6)
+    assert response.status_code == 409
+    body = _problem(response)
+    assert body["scope"] == "window" and "resets_at" in body
+
+
+def test_lowered_limit_blocks_without_refund(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 2})
+    assert api.charge(epsilon=1).status_code == 201
+    response = api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 0.5}, "reason": "audit"})
+    assert response.status_code == 200
+    assert api.budget()["remaining"]["epsilon"] == 0
+    assert api.charge(epsilon=0.1).status_code == 409
+    raised = api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 3}})
+    assert raised.status_code == 200
+    history = api.budget()["limit_history"]
+    assert [(h["old"]["epsilon"], h["new"]["epsilon"]) for h in history] == [
+        ("2", "0.5"), ("0.5", "3")]
+    changes = [e for e in api.ledger() if e["kind"] == "limit_change"]
+    assert len(changes) == 2 and changes[0]["consumer"] == "admin"
+
+
+def test_preview_prices_without_charging(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1})
+    body = {"dataset": "clicks", "partitions": ["a"], "mechanism": "laplace",
+            "params": {"epsilon": 0.4, "sensitivity": 1}}
+    ok = api.post("/v1/charges/preview", body).get_json()
+    assert ok["granted"] is True and ok["remaining_after"]["epsilon"] == 0.6
+    body["params"]["epsilon"] = 1.5
+    refused = api.post("/v1/charges/preview", body).get_json()
+    assert refused["granted"] is False and refused["scope"] == "dataset"
+    assert api.ledger() == [] and api.budget()["loss"]["epsilon"] == 0

@@ -1,0 +1,147 @@
+"""Worked examples of every loss rule of DESIGN.md, through the HTTP API.
+
+Notation: c is the per-release cost, s(p) the spend of partition p, T the
+running total (sum of c * m; m = 1 joint, min(k, |P|) parallel).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from tests.conftest import Api
+
+
+def loss(api: Api, dataset: str = "clicks") -> float:
+    return float(api.budget(dataset)["loss"]["epsilon"])
+
+
+def test_record_unit_is_the_largest_partition_spend(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10})
+    # joint over {a, b} at 0.5: s(a) = s(b) = 0.5, L = max = 0.5
+    assert api.charge(partitions=["a", "b"], epsilon=0.5).status_code == 201
+    assert loss(api) == 0.5
+    # parallel over {a, b, c} at 0.25: s = (0.75, 0.75, 0.25), L = 0.75
+    assert api.charge(partitions=["a", "b", "c"], epsilon=0.25,
+                      release="parallel", input={"values": [1, 2, 3]}).status_code == 201
+    assert loss(api) == 0.75
+    # joint over {c} at 1: s(c) = 1.25 becomes the max
+    assert api.charge(partitions=["c"], epsilon=1).status_code == 201
+    assert loss(api) == 1.25
+    assert api.budget()["partitions"]["max_spent"]["epsilon"] == 1.25
+
+
+def test_partition_unit_composes_in_parallel_like_records(api: Api) -> None:
+    api.make_dataset(privacy_unit="partition", budget={"epsilon": 1})
+    # Four disjoint days at 1.0 each: each partition is its own unit, L = 1.0.
+    for day in ["d1", "d2", "d3", "d4"]:
+        assert api.charge(partitions=[day], epsilon=1).status_code == 201
+    assert loss(api) == 1.0
+    assert api.charge(partitions=["d1"], epsilon=0.1).status_code == 409
+
+
+def test_user_unit_bounded_k_parallel_release(api: Api) -> None:
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 10})
+    # parallel over 5 partitions at 1: m = min(2, 5) = 2, T = 2;
+    # s(p) = 1 for 5 partitions, top-2 sum = 2; L = min(2, 2) = 2
+    body = {"values": [1, 2, 3, 4, 5]}
+    assert api.charge(partitions=list("abcde"), epsilon=1, release="parallel",
+                      input=body).status_code == 201
+    assert loss(api) == 2
+    # joint over {a} at 1: T = 3; s(a) = 2, top-2 = 2 + 1 = 3; L = 3
+    assert api.charge(partitions=["a"], epsilon=1).status_code == 201
+    assert loss(api) == 3
+
+
+def test_user_unit_top_k_is_tighter_than_the_total(api: Api) -> None:
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=1, budget={"epsilon": 10})
+    # k = 1: ten joint releases on ten different partitions at 0.5:
+    # T = 5.0, but a person is in one partition only: top-1 = 0.5; L = 0.5
+    for index in range(10):
+        assert api.charge(partitions=[f"p{index}"], epsilon=0.5).status_code == 201
+    assert loss(api) == 0.5
+
+
+def test_user_unit_total_is_tighter_than_top_k(api: Api) -> None:
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=3, budget={"epsilon": 10})
+    # one joint release over {a, b, c} at 1: s = (1, 1, 1), top-3 = 3 but T = 1; L = 1
+    assert api.charge(partitions=["a", "b", "c"], epsilon=1).status_code == 201
+    assert loss(api) == 1
+
+
+def test_user_unit_unbounded_k_is_the_total(api: Api) -> None:
+    api.make_dataset(privacy_unit="user", budget={"epsilon": 10})
+    # parallel over 4 partitions at 0.5 with unbounded k: m = |P| = 4, T = 2
+    assert api.charge(partitions=list("abcd"), epsilon=0.5, release="parallel",
+                      input={"values": [1, 2, 3, 4]}).status_code == 201
+    # joint over {a, b} at 0.25: m = 1, T = 2.25
+    assert api.charge(partitions=["a", "b"], epsilon=0.25).status_code == 201
+    assert loss(api) == 2.25
+
+
+def test_user_unit_denies_at_exactly_the_limit(api: Api) -> None:
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 1})
+    # parallel over 3 partitions at 0.5: m = 2, T = 1.0, top-2 = 1.0, L = 1.0: fits exactly
+    assert api.charge(partitions=list("abc"), epsilon=0.5, release="parallel",
+                      input={"values": [1, 2, 3]}).status_code == 201
+    # a further 0.001 on a fresh partition d: T = 1.001, top-2 = 1.0 (0.5 + 0.5); L = 1.0
+    assert api.charge(partitions=["d"], epsilon=0.001).status_code == 201
+    assert loss(api) == 1.0
+    # on a: s(a) = 0.5 + 0.001 = 0.501, top-2 = 1.001, T = 1.002: L = 1.001 > 1
+    denied = api.charge(partitions=["a"], epsilon=0.001)
+    assert denied.status_code == 409
+    assert denied.get_json()["scope"] == "dataset"
+
+
+def test_star_charges_every_existing_partition(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 5})
+    assert api.post("/v1/datasets/clicks/partitions",
+                    {"keys": ["x", "y", "z"]}).status_code == 201
+    response = api.charge(partitions="*", epsilon=0.5, release="parallel",
+                          input={"values": [1, 2, 3]})
+    assert response.status_code == 201
+    assert response.get_json()["partitions"] == ["x", "y", "z"]
+    # a partition created later is not touched by the earlier "*"
+    assert api.charge(partitions=["w"], epsilon=0.25).status_code == 201
+    pages = api.get("/v1/datasets/clicks/partitions").get_json()["partitions"]
+    spent = {item["key"]: item["spent"]["epsilon"] for item in pages}
+    assert spent == {"x": 0.5, "y": 0.5, "z": 0.5, "w": 0.25}
+    entry = api.ledger()[0]
+    assert entry["partitions"] == ["x", "y", "z"]
+
+
+def test_star_on_a_dataset_without_partitions_is_refused(api: Api) -> None:
+    api.make_dataset()
+    response = api.charge(partitions="*")
+    assert response.status_code == 400
+    assert api.ledger() == []
+
+
+def test_approx_composes_epsilon_and_delta_separately(api: Api) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 1, "delta": 1e-6})
+    gaussian = {"epsilon": 0.3, "delta": 4e-7, "sensitivity": 1}
+    assert api.charge(mechanism="gaussian", params=gaussian).status_code == 201
+    assert api.charge(mechanism="gaussian", params=gaussian).status_code == 201
+    budget = api.budget()
+    assert budget["loss"] == {"epsilon": 0.6, "delta": 8e-7}
+    assert budget["remaining"]["delta"] == 2e-7
+    # delta would reach 1.2e-6 > 1e-6 although epsilon (0.9) fits
+    denied = api.charge(mechanism="gaussian", params=gaussian)
+    assert denied.status_code == 409
+    assert denied.get_json()["requested"] == {"epsilon": 0.3, "delta": 4e-7}
+
+
+def test_record_level_sensitivity_is_scaled_by_the_contribution_bounds(api: Api) -> None:
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, max_records_per_user=3,
+                     budget={"epsilon": 10})
+    params = {"epsilon": 1, "sensitivity": 1, "sensitivity_unit": "record"}
+    response = api.charge(partitions=["a", "b", "c"], params=params)
+    assert response.status_code == 201
+    # The cost stays epsilon; the noise is calibrated to 1 * r * min(k, |P|) = 6.
+    assert response.get_json()["cost"]["epsilon"] == 1
+    entry = api.ledger()[0]
+    assert Decimal(entry["cost"]["epsilon"]) == 1
+    refused = api.make_dataset("rows")
+    assert refused["privacy_unit"] == "record"
+    response = api.charge(dataset="rows", params=params)
+    assert response.status_code == 400
+    assert response.get_json()["errors"][0]["field"] == "params.sensitivity_unit"

@@ -1,0 +1,82 @@
+"""What the database holds: hashed keys, exact integers, migrations both ways."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from flask import Flask
+from sqlalchemy import create_engine, inspect
+
+from accountant.app import create_app
+from accountant.migrate import downgrade, upgrade
+from tests.conftest import ADMIN_KEY, Api
+
+
+def _db_path(url: str) -> str:
+    return url.removeprefix("sqlite:///")
+
+
+def test_api_keys_are_stored_hashed(api: Api, database_url: str) -> None:
+    key = api.make_consumer("svc", role="auditor")
+    dump = "\n".join(sqlite3.connect(_db_path(database_url)).iterdump())
+    assert key not in dump and ADMIN_KEY not in dump
+    assert key[:12] in dump  # only the display prefix
+
+
+def test_amounts_are_integers_in_the_database(api: Api, database_url: str) -> None:
+    api.make_dataset(budget={"epsilon": 1})
+    for _ in range(10):
+        api.charge(epsilon=0.1)
+    with sqlite3.connect(_db_path(database_url)) as connection:
+        kinds = connection.execute(
+            "SELECT typeof(epsilon), sum(epsilon) FROM tally_spends GROUP BY 1").fetchall()
+        costs = connection.execute(
+            "SELECT typeof(cost_epsilon), sum(cost_epsilon) FROM ledger_entries "
+            "WHERE status = 'granted' GROUP BY 1").fetchall()
+    assert ("integer", 2 * 10**9) in kinds  # lifetime and consumer scopes, 1.0 each
+    assert costs == [("integer", 10**9)]
+
+
+def test_migrations_upgrade_downgrade_upgrade(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    upgrade(url)
+    tables = set(inspect(create_engine(url)).get_table_names())
+    assert {"datasets", "partitions", "tallies", "tally_spends", "ledger_entries",
+            "consumers", "api_keys", "grants", "window_budgets"} <= tables
+    downgrade(url, "base")
+    assert set(inspect(create_engine(url)).get_table_names()) == {"alembic_version"}
+    upgrade(url)
+    assert "ledger_entries" in inspect(create_engine(url)).get_table_names()
+
+
+def test_models_and_migrations_agree(database_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from accountant.models import Base
+
+    with create_engine(database_url).connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    assert differences == []
+
+
+def test_readyz_is_503_until_the_schema_is_at_head(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    app: Flask = create_app({"database_url": url})
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.content_type == "application/problem+json"
+    upgrade(url)
+    assert client.get("/readyz").status_code == 200
+
+
+def test_first_admin_from_the_environment_is_created_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    upgrade(url)
+    for _ in range(3):
+        app = create_app({"database_url": url, "admin_key": ADMIN_KEY})
+    consumers = Api(app.test_client()).get("/v1/consumers").get_json()["consumers"]
+    assert [(c["name"], c["role"]) for c in consumers] == [("admin", "admin")]
