@@ -65,6 +65,19 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def _children(pid: int) -> list[str]:
+    """Process ids whose parent is ``pid`` (read from /proc, field 4 of stat)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(stat.parent.name)
+    return found
+
+
 @pytest.mark.slow
 def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> None:
     env = _env(tmp_path, ACCOUNTANT_ADMIN_KEY=ADMIN_KEY)
@@ -84,8 +97,9 @@ def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> Non
                 pass
             assert time.monotonic() < deadline, "no /healthz within 10 s"
             time.sleep(0.1)
-        workers = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True,
-                                 text=True).stdout.split()
+        while len(workers := _children(server.pid)) < 2:
+            assert time.monotonic() < deadline + 10, f"workers: {workers}"
+            time.sleep(0.1)
         assert len(workers) == 2
         headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
         assert requests.get(f"{base}/readyz", timeout=5).status_code == 200
