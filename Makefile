@@ -18,6 +18,7 @@ serve: $(STAMP)  ## install, migrate ./var/accountant.db, print a first admin ke
 	$(BIN)/accountant init
 	$(BIN)/accountant serve --host 127.0.0.1 --port 8000 --workers 2
 
-test: $(STAMP)  ## lint and run the whole test suite
+test: $(STAMP)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest

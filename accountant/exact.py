@@ -48,7 +48,8 @@ class Component:
 
     @property
     def scale(self) -> int:
-        return 10**self.exponent
+        scale: int = 10**self.exponent
+        return scale
 
     def cost_units(self, value: Number) -> int:
         """Units of a cost: rounded up, so a positive cost is at least one unit."""

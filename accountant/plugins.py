@@ -8,7 +8,7 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 from jsonschema import Draft202012Validator
@@ -70,7 +70,7 @@ class MechanismRegistry:
         for impl in pm.hook.accountant_register_mechanisms.get_hookimpls():
             plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
             try:
-                offered = list(impl.function())
+                offered = list(cast(Iterable[object], impl.function()))
             except Exception as error:
                 self._refuse(plugin_name, None, f"accountant_register_mechanisms raised {error!r}")
                 continue

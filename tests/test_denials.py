@@ -114,3 +114,16 @@ def test_preview_prices_without_charging(api: Api) -> None:
     refused = api.post("/v1/charges/preview", body).get_json()
     assert refused["granted"] is False and refused["scope"] == "dataset"
     assert api.ledger() == [] and api.budget()["loss"]["epsilon"] == 0
+
+
+def test_a_window_budget_added_mid_window_counts_earlier_charges(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10})
+    assert api.charge(partitions=["a", "b"], epsilon=0.3).status_code == 201
+    assert api.charge(partitions=["a"], epsilon=0.2).status_code == 201
+    response = api.patch("/v1/datasets/clicks", {"windows": [{"period": "1d", "epsilon": 0.6}]})
+    assert response.status_code == 200
+    # s(a) = 0.5 in today's window already: a further 0.2 on a breaks 0.6, on b it fits
+    assert api.budget()["windows"][0]["loss"]["epsilon"] == 0.5
+    assert api.charge(partitions=["a"], epsilon=0.2).status_code == 429
+    assert api.charge(partitions=["b"], epsilon=0.2).status_code == 201
+    assert api.budget()["windows"][0]["loss"]["epsilon"] == 0.5

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, or_, select, text, update
+from sqlalchemy import BindParameter, and_, bindparam, insert, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from accountant.accounting import pricing
@@ -263,7 +263,7 @@ def _top_k(session: Session, tally_id: int, name: str, k: int, touched_ids: list
         return list(session.execute(text(base + order), {"t": tally_id, "k": k}).scalars()), []
     if not touched_ids:
         return [], list(session.execute(text(base + order), {"t": tally_id, "k": k}).scalars())
-    expanding = bindparam("p", expanding=True)
+    expanding: BindParameter[list[int]] = bindparam("p", expanding=True)
     inside = session.execute(text(base + " AND partition_id IN :p" + order).bindparams(expanding),
                              {"t": tally_id, "k": k, "p": touched_ids}).scalars()
     outside = session.execute(
@@ -319,16 +319,12 @@ def _apply(session: Session, evaluation: Evaluation, consumer_id: int, now_us: i
         tally_id = scope.tally.id if scope.tally is not None else fresh[scope.key]
         total = scope.state.total.plus(cost.scaled(m))
         highest = max_after(scope.state, cost)
-        updates.append({"tid": tally_id, "te": total.epsilon, "td": total.delta,
-                        "tr": total.rho, "me": highest.epsilon, "md": highest.delta,
-                        "mr": highest.rho})
-    tallies = Tally.__table__
-    session.execute(
-        update(tallies).where(tallies.c.id == bindparam("tid")).values(
-            total_epsilon=bindparam("te"), total_delta=bindparam("td"),
-            total_rho=bindparam("tr"), max_epsilon=bindparam("me"),
-            max_delta=bindparam("md"), max_rho=bindparam("mr")),
-        updates)
+        updates.append({"id": tally_id, "total_epsilon": total.epsilon,
+                        "total_delta": total.delta, "total_rho": total.rho,
+                        "max_epsilon": highest.epsilon, "max_delta": highest.delta,
+                        "max_rho": highest.rho})
+    # ORM bulk UPDATE by primary key: one executemany, no objects loaded.
+    session.execute(update(Tally), updates)
 
 
 def _upsert_spends(session: Session, dataset_id: int, tally_ids: list[int], cost: Amount,

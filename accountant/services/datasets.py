@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -156,12 +156,55 @@ def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], acto
                         None if new_limit is None else describe_limit(new_limit)))
     if "windows" in body:
         old_windows = describe(dataset)["windows"]
+        old_periods = {w.period_seconds for w in dataset.windows}
         _set_windows(dataset, mode, body["windows"])
         changes.append(("window", old_windows, describe(dataset)["windows"]))
+        for budget in dataset.windows:
+            if budget.period_seconds not in old_periods:
+                _rebuild_window(session, dataset, Window.containing(budget.period_seconds,
+                                                                    now / 1e6))
     for scope, old, new in changes:
         ledger.append(session, dataset, actor, kind="limit_change", status="granted",
                       created_at=now, detail={"scope": scope, "old": _plain(old),
                                               "new": _plain(new), "reason": reason})
+
+
+def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
+    """Recompute a window's tally from the ledger, for a window budget added mid-window.
+
+    Window tallies are kept only while a window budget of that period exists,
+    so a newly added one must first count the charges already granted in the
+    current window. This reads the ledger once, at the limit change, never on
+    the charge path.
+    """
+    session.flush()
+    session.execute(delete(Tally).where(
+        Tally.dataset_id == dataset.id, Tally.kind == "window",
+        Tally.period_seconds == window.period, Tally.window_start == window.start,
+    ).execution_options(synchronize_session=False))
+    entries = session.execute(select(LedgerEntry).where(
+        LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "charge",
+        LedgerEntry.status == "granted",
+        LedgerEntry.created_at >= window.start * 1_000_000)).scalars()
+    total, spends = Amount(), dict[str, Amount]()
+    for entry in entries:
+        total = total.plus(entry.cost.scaled(entry.multiplicity))
+        for key in entry.partitions:
+            spends[key] = spends.get(key, Amount()).plus(entry.cost)
+    tally = Tally(dataset_id=dataset.id, kind="window", period_seconds=window.period,
+                  window_start=window.start, total_epsilon=total.epsilon,
+                  total_delta=total.delta, total_rho=total.rho,
+                  max_epsilon=max((a.epsilon for a in spends.values()), default=0),
+                  max_delta=max((a.delta for a in spends.values()), default=0),
+                  max_rho=max((a.rho for a in spends.values()), default=0))
+    session.add(tally)
+    session.flush()
+    ids = {row.key: row.id for row in session.execute(select(Partition.key, Partition.id).where(
+        Partition.dataset_id == dataset.id, Partition.key.in_(list(spends))))}
+    if spends:
+        session.execute(insert(TallySpend), [
+            {"tally_id": tally.id, "partition_id": ids[key], "epsilon": amount.epsilon,
+             "delta": amount.delta, "rho": amount.rho} for key, amount in spends.items()])
 
 
 def _plain(value: Any) -> Any:
@@ -195,7 +238,7 @@ def declare_partitions(session: Session, dataset: Dataset, keys: list[str],
         Partition.dataset_id == dataset.id, Partition.key.in_(keys))).scalars())
     created = [key for key in keys if key not in existing]
     if created:
-        session.execute(Partition.__table__.insert(), [
+        session.execute(insert(Partition), [
             {"dataset_id": dataset.id, "key": key, "created_at": now} for key in created])
     return created, [key for key in keys if key in existing]
 

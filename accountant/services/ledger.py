@@ -82,7 +82,7 @@ class LedgerFilter:
     limit: int = 100
 
 
-def query(filters: LedgerFilter) -> Select[tuple[LedgerEntry, str, str | None]]:
+def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
     """Entries matching ``filters``, oldest first, with their dataset and consumer names."""
     statement = (
         select(LedgerEntry, Dataset.name, Consumer.name)
