@@ -170,6 +170,32 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
 
 
 @main.group()
+def ledger() -> None:
+    """Check the ledger."""
+
+
+@ledger.command("verify")
+def ledger_verify() -> None:
+    """Recompute every dataset's hash chain; exit 1 naming the first bad entry."""
+    from accountant.db import make_engine, make_session_factory
+    from accountant.services import ledger as ledger_service
+
+    sessions = make_session_factory(make_engine(_settings()))
+    with sessions() as session:
+        result = ledger_service.verify(
+            session, progress=lambda n: click.echo(f"  {n} entries checked ...", err=True))
+    if result.ok:
+        click.echo(f"ok: {result.entries} entries in {len(result.heads)} chains")
+        for name, head in sorted(result.heads.items()):
+            click.echo(f"  {name} {head}")
+        return
+    where = "" if result.first_bad is None else \
+        f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
+    click.echo(f"DAMAGED: dataset {result.dataset!r}{where}: {result.reason}", err=True)
+    sys.exit(1)
+
+
+@main.group()
 def plugins() -> None:
     """Inspect mechanism plugins."""
 

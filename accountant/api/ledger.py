@@ -78,3 +78,19 @@ def list_entries() -> Any:
                for entry, _name, consumer in page]
     next_cursor = str(page[-1][0].id) if len(page) == filters.limit else None
     return {"entries": entries, "next_cursor": next_cursor}
+
+
+@bp.get("/v1/ledger/verify")
+def verify() -> Any:
+    principal("admin", "auditor")
+    result = ledger.verify(db())
+    if result.ok:
+        return {"ok": True, "entries": result.entries, "heads": result.heads}
+    bad = None
+    if result.first_bad is not None:
+        names = {d.id: d for d in db().execute(select(Dataset)).scalars()}
+        consumer = db().execute(select(Consumer.name).where(
+            Consumer.id == result.first_bad.consumer_id)).scalar()
+        bad = describe_entry(result.first_bad, names[result.first_bad.dataset_id], consumer)
+    return {"ok": False, "entries": result.entries, "dataset": result.dataset,
+            "reason": result.reason, "first_bad_entry": bad}

@@ -102,3 +102,55 @@ def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
     if filters.until is not None:
         statement = statement.where(LedgerEntry.created_at < filters.until)
     return statement.limit(filters.limit)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The result of recomputing every chain: ok, entries checked, heads, or the first break."""
+
+    ok: bool
+    entries: int
+    heads: dict[str, str]
+    first_bad: LedgerEntry | None = None
+    dataset: str | None = None
+    reason: str | None = None
+
+
+def verify(session: Session, progress: Any = None) -> Verification:
+    """Recompute each dataset's chain from its first entry.
+
+    An edited entry no longer matches its hash; a deleted or reordered one
+    breaks the seq count or the prev_hash link; a deleted last entry leaves
+    the dataset's recorded head pointing past the chain's end.
+    """
+    consumers = dict(session.execute(select(Consumer.id, Consumer.name)).all())
+    checked = 0
+    heads: dict[str, str] = {}
+    for dataset in session.execute(select(Dataset).order_by(Dataset.id)).scalars():
+        expected_prev, expected_seq = GENESIS, 1
+        entries = session.execute(select(LedgerEntry).where(
+            LedgerEntry.dataset_id == dataset.id).order_by(LedgerEntry.seq)).scalars()
+        for entry in entries:
+            consumer = consumers.get(entry.consumer_id) if entry.consumer_id else None
+            problem = None
+            if entry.seq != expected_seq:
+                problem = f"expected seq {expected_seq}, found {entry.seq} (entry missing?)"
+            elif entry.prev_hash != expected_prev:
+                problem = "prev_hash does not match the previous entry's hash"
+            elif chain_hash(entry.prev_hash,
+                            canonical(entry, dataset.name, consumer)) != entry.hash:
+                problem = "the entry's content does not match its hash (edited)"
+            if problem:
+                return Verification(False, checked, heads, entry, dataset.name, problem)
+            expected_prev, expected_seq = entry.hash, entry.seq + 1
+            checked += 1
+            if progress is not None and checked % 10_000 == 0:
+                progress(checked)
+        if dataset.ledger_seq != expected_seq - 1 or (dataset.ledger_head or GENESIS) != \
+                expected_prev:
+            return Verification(False, checked, heads, None, dataset.name,
+                                f"the chain ends at seq {expected_seq - 1} but the dataset "
+                                f"records {dataset.ledger_seq} entries (entries deleted?)")
+        if dataset.ledger_seq:
+            heads[dataset.name] = expected_prev
+    return Verification(True, checked, heads)

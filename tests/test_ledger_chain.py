@@ -1,0 +1,73 @@
+"""The hash chain catches edited, deleted and reordered entries, directly in the database."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Api
+
+BIN = Path(sys.executable).parent / "accountant"
+
+
+@pytest.fixture
+def busy(api: Api) -> Api:
+    api.make_dataset(budget={"epsilon": 10})
+    api.make_dataset("other", budget={"epsilon": 1})
+    for index in range(5):
+        api.charge(partitions=[f"p{index}"], epsilon=0.1)
+    api.charge(dataset="other", epsilon=2)  # denied, also chained
+    api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 9}})
+    return api
+
+
+def _sql(database_url: str, statement: str) -> None:
+    with sqlite3.connect(database_url.removeprefix("sqlite:///")) as connection:
+        connection.execute(statement)
+
+
+def test_an_intact_ledger_verifies(busy: Api, database_url: str) -> None:
+    body = busy.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is True and body["entries"] == 7
+    assert set(body["heads"]) == {"clicks", "other"}
+    entries = busy.ledger(dataset="clicks")
+    assert body["heads"]["clicks"] == entries[-1]["hash"]
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
+    result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and "ok: 7 entries" in result.stdout
+
+
+TAMPERING = {
+    "edited cost": "UPDATE ledger_entries SET cost_epsilon = 1 WHERE dataset_id = 1 AND seq = 3",
+    "edited status": "UPDATE ledger_entries SET status = 'denied' WHERE dataset_id = 1 AND seq = 1",
+    "edited partitions": "UPDATE ledger_entries SET partitions = '[\"zz\"]' WHERE seq = 2 "
+                         "AND dataset_id = 1",
+    "deleted middle": "DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 2",
+    "deleted last": "DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 6",
+    "reordered": "UPDATE ledger_entries SET seq = CASE seq WHEN 2 THEN 3 ELSE 2 END "
+                 "WHERE dataset_id = 1 AND seq IN (2, 3)",
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERING))
+def test_tampering_is_caught(busy: Api, database_url: str, case: str) -> None:
+    if case == "reordered":
+        _sql(database_url, "UPDATE ledger_entries SET seq = -seq WHERE dataset_id = 1 "
+                           "AND seq IN (2, 3)")
+        _sql(database_url, "UPDATE ledger_entries SET seq = CASE seq WHEN -2 THEN 3 ELSE 2 END "
+                           "WHERE dataset_id = 1 AND seq IN (-2, -3)")
+    else:
+        _sql(database_url, TAMPERING[case])
+    body = busy.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False
+    assert body["dataset"] == "clicks" and body["reason"]
+    if case != "deleted last":
+        assert body["first_bad_entry"]["dataset"] == "clicks"
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
+    result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "DAMAGED" in result.stderr
