@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, request
@@ -12,7 +13,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from werkzeug.exceptions import HTTPException
 
 from accountant import logging as structured_logging
-from accountant.api import charges, consumers, datasets, ledger, meta
+from accountant import signing
+from accountant.api import charges, consumers, datasets, ledger, meta, receipts
 from accountant.api.common import Runtime, close_db
 from accountant.config import Settings, load_settings
 from accountant.db import begin_write, make_engine, make_session_factory
@@ -22,6 +24,7 @@ from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
 from accountant.randomness import RandomSource
 from accountant.services.consumers import ensure_first_admin
+from accountant.services.receipts import register as register_key
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +46,30 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
         registry=MechanismRegistry(pm, refusals),
         random=random or RandomSource(),
         head_revision=head_revision(),
+        signer=signing.load_or_create(Path(settings.signing_key_file)),
     )
     app.extensions["accountant_engine"] = engine
-    for blueprint in (meta.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp):
+    for blueprint in (meta.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp, receipts.bp):
         app.register_blueprint(blueprint)
     app.teardown_appcontext(close_db)
     _register_error_handlers(app)
+    _register_signing_key(app)
     if settings.admin_key:
         bootstrap_admin(app, settings.admin_key)
     return app
+
+
+def _register_signing_key(app: Flask) -> None:
+    """Record the current public key so its receipts verify after a rotation."""
+    runtime: Runtime = app.extensions["accountant"]
+    with runtime.sessions() as session:
+        try:
+            begin_write(session)
+            register_key(session, runtime.signer, time.time_ns() // 1000)
+            session.commit()
+        except (OperationalError, IntegrityError) as error:
+            session.rollback()  # no schema yet, or another worker registered it first
+            log.info("signing key not registered yet", extra={"error": type(error).__name__})
 
 
 def bootstrap_admin(app: Flask, key: str) -> None:

@@ -24,6 +24,8 @@ class Settings:
     database_url: str = ""
     #: If set and no admin exists yet, an admin named "admin" is created with this key.
     admin_key: str | None = None
+    #: The receipt-signing private key (PEM); created with mode 0600 when missing.
+    signing_key_file: str = ""
     #: Largest request body in bytes (413 above it).
     max_body_bytes: int = 4 * 1024 * 1024
     #: Largest input or output vector (400 above it).
@@ -61,6 +63,8 @@ def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
     values.update(overrides or {})
     if not values.get("database_url"):
         values["database_url"] = default_database_url()
+    if not values.get("signing_key_file"):
+        values["signing_key_file"] = str(Path.cwd() / "var" / "signing-key.pem")
     settings = Settings(**values)
     _validate(settings)
     return settings

@@ -25,8 +25,14 @@ def database_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def app(database_url: str) -> Flask:
-    return create_app({"database_url": database_url, "admin_key": ADMIN_KEY})
+def signing_key_file(tmp_path: Path) -> str:
+    return str(tmp_path / "signing-key.pem")
+
+
+@pytest.fixture
+def app(database_url: str, signing_key_file: str) -> Flask:
+    return create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
+                       "signing_key_file": signing_key_file})
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from accountant.errors import (
 from accountant.exact import Amount
 from accountant.mechanism import Mechanism
 from accountant.models import Consumer, Dataset, LedgerEntry
-from accountant.services import charges, datasets
+from accountant.services import charges, datasets, receipts
 from accountant.services.charges import ChargeRequest, Evaluation
 from accountant.services.consumers import Principal
 
@@ -89,15 +89,21 @@ def create() -> Any:
         raise _denial_problem(evaluation, evaluation.denial, result.charge_id)
     # Only now, with the cost durably recorded, does the mechanism run.
     output = request.mechanism.run(evaluation.priced.run_params, data, runtime().random)
+    cost = _report(evaluation, evaluation.priced.cost)
+    receipt = receipts.receipt(
+        runtime().signer, charge_id=result.charge_id, dataset=evaluation.dataset.name,
+        partitions=evaluation.partitions, mechanism=request.mechanism.name, cost=cost,
+        output=output, issued_at=result.created_at // 1_000_000)
     return {
         "charge_id": result.charge_id,
         "dataset": evaluation.dataset.name,
         "mechanism": request.mechanism.name,
         "release": request.release,
         "partitions": evaluation.partitions,
-        "cost": _report(evaluation, evaluation.priced.cost),
+        "cost": cost,
         "output": output,
         "remaining": _report(evaluation, evaluation.remaining),
+        "receipt": receipt,
         "created_at": isoformat(result.created_at / 1e6),
     }, 201
 

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flask import current_app, g, request
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,6 +27,7 @@ class Runtime:
     registry: MechanismRegistry
     random: RandomSource
     head_revision: str
+    signer: Ed25519PrivateKey
 
 
 def runtime() -> Runtime:

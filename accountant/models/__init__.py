@@ -7,9 +7,10 @@ from accountant.models.consumer import ApiKey, Consumer, Grant
 from accountant.models.dataset import Dataset, WindowBudget
 from accountant.models.ledger import LedgerEntry
 from accountant.models.partition import Partition
+from accountant.models.signing_key import SigningKey
 from accountant.models.tally import Tally, TallySpend
 
 __all__ = [
-    "ApiKey", "Base", "Consumer", "Dataset", "Grant", "LedgerEntry", "Partition", "Tally",
-    "TallySpend", "WindowBudget",
+    "ApiKey", "Base", "Consumer", "Dataset", "Grant", "LedgerEntry", "Partition", "SigningKey",
+    "Tally", "TallySpend", "WindowBudget",
 ]

@@ -1,0 +1,41 @@
+"""Receipt keys in the database and the claims a receipt carries."""
+
+from __future__ import annotations
+
+import hashlib
+from decimal import Decimal
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from accountant.models import SigningKey
+from accountant.signing import canonical_json, public_jwk, sign
+
+
+def register(session: Session, private: Ed25519PrivateKey, now: int) -> None:
+    """Keep the public half of the current key (idempotent; the caller commits)."""
+    jwk = public_jwk(private.public_key())
+    if session.get(SigningKey, jwk["kid"]) is None:
+        session.add(SigningKey(kid=jwk["kid"], public_jwk=jwk, created_at=now))
+
+
+def jwks(session: Session, private: Ed25519PrivateKey) -> list[dict[str, str]]:
+    """Every verification key: the current one first, then older ones."""
+    current = public_jwk(private.public_key())
+    stored = session.execute(select(SigningKey).order_by(SigningKey.created_at.desc())).scalars()
+    return [current] + [dict(k.public_jwk) for k in stored if k.kid != current["kid"]]
+
+
+def output_sha256(output: Any) -> str:
+    """SHA-256 of the output as JSON with sorted keys and no spaces (Python's json.dumps)."""
+    return hashlib.sha256(canonical_json(output)).hexdigest()
+
+
+def receipt(private: Ed25519PrivateKey, *, charge_id: str, dataset: str, partitions: list[str],
+            mechanism: str, cost: dict[str, Decimal], output: Any, issued_at: int) -> str:
+    claims = {"charge_id": charge_id, "dataset": dataset, "partitions": partitions,
+              "mechanism": mechanism, "cost": {k: float(v) for k, v in cost.items()},
+              "output_sha256": output_sha256(output), "iat": issued_at}
+    return sign(private, claims)

@@ -1,0 +1,106 @@
+"""Receipts: JWS compact tokens signed with Ed25519 (RFC 7515, RFC 8037), verifiable offline.
+
+The private key lives in ``ACCOUNTANT_SIGNING_KEY_FILE``. When the file is
+missing, the first process to start creates it: the key is written to a
+temporary file with mode 0600 and hard-linked into place, which either
+succeeds once or fails because another process won; the losers read the
+winner's key, so every worker signs with the same key. Public keys are kept
+in the database, so receipts signed before a rotation still verify.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+log = logging.getLogger(__name__)
+
+
+class ReceiptError(ValueError):
+    """A token that is not a valid receipt; the message says why."""
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64url(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str).encode()
+
+
+def load_or_create(path: Path) -> Ed25519PrivateKey:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pem = Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption())
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".signing-")
+        try:
+            os.fchmod(descriptor, 0o600)
+            os.write(descriptor, pem)
+            os.fsync(descriptor)
+            os.close(descriptor)
+            os.link(temporary, path)
+            log.warning("created a new receipt-signing key; back it up and keep it secret",
+                        extra={"path": str(path)})
+        except FileExistsError:
+            pass  # another process created it first; use theirs
+        finally:
+            os.unlink(temporary)
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} does not hold an Ed25519 private key")
+    return key
+
+
+def public_jwk(public: Ed25519PublicKey) -> dict[str, str]:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw), "alg": "EdDSA", "use": "sig",
+            "kid": b64url(hashlib.sha256(raw).digest()[:12])}
+
+
+def sign(private: Ed25519PrivateKey, claims: dict[str, Any]) -> str:
+    header = {"alg": "EdDSA", "kid": public_jwk(private.public_key())["kid"], "typ": "JWT"}
+    signing_input = f"{b64url(canonical_json(header))}.{b64url(canonical_json(claims))}"
+    return f"{signing_input}.{b64url(private.sign(signing_input.encode()))}"
+
+
+def verify(token: str, jwks: list[dict[str, str]]) -> dict[str, Any]:
+    """The claims of ``token`` if one of ``jwks`` signed it; else ``ReceiptError``."""
+    parts = token.split(".") if isinstance(token, str) else []
+    if len(parts) != 3:
+        raise ReceiptError("not a JWS compact serialisation (three dot-separated parts)")
+    try:
+        header = json.loads(unb64url(parts[0]))
+        claims = json.loads(unb64url(parts[1]))
+        signature = unb64url(parts[2])
+    except (ValueError, UnicodeDecodeError):
+        raise ReceiptError("the token's parts are not base64url JSON") from None
+    if not isinstance(header, dict) or header.get("alg") != "EdDSA":
+        raise ReceiptError("the token is not signed with EdDSA")
+    key = next((k for k in jwks if k["kid"] == header.get("kid")), None)
+    if key is None:
+        raise ReceiptError(f"unknown key id {header.get('kid')!r}")
+    public = Ed25519PublicKey.from_public_bytes(unb64url(key["x"]))
+    try:
+        public.verify(signature, f"{parts[0]}.{parts[1]}".encode())
+    except InvalidSignature:
+        raise ReceiptError("the signature does not match the token") from None
+    if not isinstance(claims, dict):
+        raise ReceiptError("the claims are not a JSON object")
+    return claims

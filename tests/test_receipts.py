@@ -1,0 +1,73 @@
+"""Signed receipts: offline verification with the public key alone, rotation, tampering."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from flask.testing import FlaskClient
+
+from accountant.app import create_app
+from tests.conftest import ADMIN_KEY, Api
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _verify_offline(token: str, jwks: dict) -> dict:  # type: ignore[type-arg]
+    """What any holder of the public key can do, with no code from the service."""
+    header_b64, claims_b64, signature_b64 = token.split(".")
+    header = json.loads(_unb64(header_b64))
+    assert header["alg"] == "EdDSA"
+    jwk = next(k for k in jwks["keys"] if k["kid"] == header["kid"])
+    public = Ed25519PublicKey.from_public_bytes(_unb64(jwk["x"]))
+    public.verify(_unb64(signature_b64), f"{header_b64}.{claims_b64}".encode())
+    return json.loads(_unb64(claims_b64))  # type: ignore[no-any-return]
+
+
+def test_a_receipt_verifies_offline_and_binds_the_output(api: Api, client: FlaskClient) -> None:
+    api.make_dataset()
+    charged = api.charge(partitions=["a", "b"], epsilon=0.25, input={"values": [3.0, 4.0]})
+    body = charged.get_json()
+    jwks = client.get("/v1/receipts/public-key").get_json()  # no API key needed
+    claims = _verify_offline(body["receipt"], jwks)
+    assert claims["charge_id"] == body["charge_id"]
+    assert claims["dataset"] == "clicks" and claims["partitions"] == ["a", "b"]
+    assert claims["mechanism"] == "laplace" and claims["cost"]["epsilon"] == 0.25
+    digest = hashlib.sha256(json.dumps(body["output"], sort_keys=True,
+                                       separators=(",", ":")).encode()).hexdigest()
+    assert claims["output_sha256"] == digest
+    online = api.post("/v1/receipts/verify", {"receipt": body["receipt"]}).get_json()
+    assert online["valid"] is True and online["charge_id"] == body["charge_id"]
+
+
+def test_a_tampered_receipt_is_invalid(api: Api) -> None:
+    api.make_dataset()
+    token = api.charge().get_json()["receipt"]
+    header, claims, signature = token.split(".")
+    forged = json.loads(_unb64(claims)) | {"cost": {"epsilon": 0.0001, "delta": 0}}
+    forged_b64 = base64.urlsafe_b64encode(json.dumps(forged).encode()).rstrip(b"=").decode()
+    for bad in (f"{header}.{forged_b64}.{signature}", "not-a-token", token[:-4] + "AAAA"):
+        result = api.post("/v1/receipts/verify", {"receipt": bad}).get_json()
+        assert result["valid"] is False and result["reason"]
+
+
+def test_the_key_file_is_private_and_old_receipts_verify_after_rotation(
+        api: Api, database_url: str, signing_key_file: str) -> None:
+    api.make_dataset()
+    old_receipt = api.charge().get_json()["receipt"]
+    assert stat.S_IMODE(os.stat(signing_key_file).st_mode) == 0o600
+    rotated = Path(signing_key_file).with_name("rotated.pem")
+    app = create_app({"database_url": database_url, "signing_key_file": str(rotated)})
+    new_api = Api(app.test_client(), ADMIN_KEY)
+    new_receipt = new_api.charge().get_json()["receipt"]
+    keys = new_api.client.get("/v1/receipts/public-key").get_json()["keys"]
+    assert len(keys) == 2
+    for token in (old_receipt, new_receipt):
+        assert new_api.post("/v1/receipts/verify", {"receipt": token}).get_json()["valid"]
