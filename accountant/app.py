@@ -40,13 +40,15 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     engine = make_engine(settings)
     pm, refusals = make_plugin_manager(settings.disabled_plugins, extra_plugins)
+    signer = signing.load_or_create(Path(settings.signing_key_file))
     app.extensions["accountant"] = Runtime(
         settings=settings,
         sessions=make_session_factory(engine),
         registry=MechanismRegistry(pm, refusals),
         random=random or RandomSource(),
         head_revision=head_revision(),
-        signer=signing.load_or_create(Path(settings.signing_key_file)),
+        signer=signer,
+        noise_secret=signing.derive_secret(signer, b"accountant noise v1"),
     )
     app.extensions["accountant_engine"] = engine
     for blueprint in (meta.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp, receipts.bp):

@@ -60,6 +60,10 @@ class WindowExhausted(ProblemError):
     status, slug, title = 429, "window-exhausted", "Window budget exhausted until the window resets"
 
 
+class IdempotencyKeyReused(ProblemError):
+    status, slug, title = 422, "idempotency-key-reused", "Idempotency key reused with another body"
+
+
 class PayloadTooLarge(ProblemError):
     status, slug, title = 413, "payload-too-large", "Request body too large"
 

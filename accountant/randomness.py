@@ -7,6 +7,8 @@ section 1). A seeded source exists only for tests that ask for one by name.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 
 import numpy as np
@@ -23,6 +25,27 @@ class RandomSource:
         """Doubles uniform on (0, 1]: 53 random bits, never zero (so ``log`` is finite)."""
         bits = self.uint64(n) >> np.uint64(11)
         return (bits.astype(np.float64) + 1.0) * (2.0**-53)
+
+
+class KeyedRandomSource(RandomSource):
+    """The random words of one charge: SHAKE-256 keyed by a secret and the charge id.
+
+    A keyed XOF is a pseudorandom generator as strong as its key (FIPS 202),
+    so the words are as unpredictable as ``os.urandom`` to anyone without the
+    secret. Because they are a function of (secret, charge id), a retried
+    request regenerates exactly the same noise, and the database never has
+    to hold noise (which, beside a published value, would reveal the true
+    statistic). Each call draws the next block of the stream.
+    """
+
+    def __init__(self, secret: bytes, charge_id: str) -> None:
+        self._seed = hmac.new(secret, charge_id.encode(), hashlib.sha256).digest()
+        self._calls = 0
+
+    def uint64(self, n: int) -> npt.NDArray[np.uint64]:
+        block = hashlib.shake_256(self._seed + self._calls.to_bytes(8, "big")).digest(8 * n)
+        self._calls += 1
+        return np.frombuffer(block, dtype=np.uint64).copy()
 
 
 class SeededRandomSource(RandomSource):

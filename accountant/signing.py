@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -66,6 +67,13 @@ def load_or_create(path: Path) -> Ed25519PrivateKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} does not hold an Ed25519 private key")
     return key
+
+
+def derive_secret(private: Ed25519PrivateKey, purpose: bytes) -> bytes:
+    """A secret for ``purpose`` derived from the signing key (HMAC-SHA256 as a PRF)."""
+    raw = private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                                serialization.NoEncryption())
+    return hmac.new(raw, purpose, hashlib.sha256).digest()
 
 
 def public_jwk(public: Ed25519PublicKey) -> dict[str, str]:

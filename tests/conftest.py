@@ -94,12 +94,13 @@ class Api:
 
     def charge(self, dataset: str = "clicks", partitions: Any = ("p1",), epsilon: Any = 0.1,
                release: str = "joint", mechanism: str = "laplace", **extra: Any) -> Any:
+        headers = extra.pop("headers", None)
         params = extra.pop("params", {"epsilon": epsilon, "sensitivity": 1})
         body = {"dataset": dataset,
                 "partitions": partitions if isinstance(partitions, str) else list(partitions),
                 "release": release, "mechanism": mechanism, "params": params,
                 "input": extra.pop("input", {"values": [10.0]}), **extra}
-        return self.post("/v1/charges", body)
+        return self.post("/v1/charges", body, headers=headers)
 
     def budget(self, dataset: str = "clicks") -> dict[str, Any]:
         response = self.get(f"/v1/datasets/{dataset}/budget")

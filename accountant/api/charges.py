@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, Response, request
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from accountant.accounting.pricing import Denial
 from accountant.accounting.windows import isoformat
@@ -17,15 +19,17 @@ from accountant.db import begin_write
 from accountant.errors import (
     BudgetExhausted,
     Forbidden,
+    IdempotencyKeyReused,
     NotFound,
     ProblemError,
     WindowExhausted,
     field_error,
 )
 from accountant.exact import Amount
+from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
-from accountant.models import Consumer, Dataset, LedgerEntry
-from accountant.services import charges, datasets, receipts
+from accountant.models import Consumer, Dataset, IdempotencyKey, LedgerEntry
+from accountant.services import charges, datasets, idempotency, receipts
 from accountant.services.charges import ChargeRequest, Evaluation
 from accountant.services.consumers import Principal
 
@@ -75,46 +79,97 @@ def _check_vector_limits(data: dict[str, Any]) -> None:
 def create() -> Any:
     caller = principal("admin", "service")
     body = json_body(schemas.CHARGE)
-    request, data = _request(body, caller)
-    session = db()
-    begin_write(session)
-    try:
-        result = charges.charge(session, request, now_us())
-        session.commit()
-    except Exception:
-        session.rollback()
-        raise
+    key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
+    charge_request, data = _request(body, caller)
+    fingerprint = idempotency.fingerprint(body)
+    for attempt in (1, 2):
+        session = db()
+        begin_write(session)
+        try:
+            outcome = _charge_once(session, charge_request, key, fingerprint)
+            session.commit()
+            break
+        except IntegrityError:
+            # PostgreSQL only: a duplicate with the same key on another dataset committed
+            # between our read and our insert; everything rolled back, so read it again.
+            session.rollback()
+            if key is None or attempt == 2:
+                raise
+        except Exception:
+            session.rollback()
+            raise
+    return _respond(outcome, charge_request.mechanism, data)
+
+
+def _charge_once(session: Session, charge_request: ChargeRequest, key: str | None,
+                 fingerprint: str) -> IdempotencyKey:
+    """Lock the dataset, replay a known key, or charge and remember the response."""
+    dataset = datasets.find(session, charge_request.dataset, lock=True)
+    consumer_id = charge_request.principal.consumer_id
+    if key is not None:
+        # Read only after the lock: a duplicate that waited for it sees the first one's row.
+        stored = idempotency.find(session, consumer_id, key)
+        if stored is not None:
+            if stored.request_hash != fingerprint:
+                raise IdempotencyKeyReused(
+                    f"idempotency key {key!r} was first used with a different request; "
+                    "use a new key for a new request")
+            return stored
+    result = charges.charge(session, dataset, charge_request, now_us())
     evaluation = result.evaluation
     if evaluation.denial is not None:
-        raise _denial_problem(evaluation, evaluation.denial, result.charge_id)
-    # Only now, with the cost durably recorded, does the mechanism run.
-    output = request.mechanism.run(evaluation.priced.run_params, data, runtime().random)
-    cost = _report(evaluation, evaluation.priced.cost)
-    receipt = receipts.receipt(
-        runtime().signer, charge_id=result.charge_id, dataset=evaluation.dataset.name,
-        partitions=evaluation.partitions, mechanism=request.mechanism.name, cost=cost,
-        output=output, issued_at=result.created_at // 1_000_000)
-    return {
-        "charge_id": result.charge_id,
-        "dataset": evaluation.dataset.name,
-        "mechanism": request.mechanism.name,
-        "release": request.release,
-        "partitions": evaluation.partitions,
-        "cost": cost,
-        "output": output,
-        "remaining": _report(evaluation, evaluation.remaining),
-        "receipt": receipt,
-        "created_at": isoformat(result.created_at / 1e6),
-    }, 201
+        problem = _denial_problem(evaluation, evaluation.denial, result.charge_id)
+        status, body, headers = problem.status, problem.body(), problem.headers
+    else:
+        status, headers = 201, {}
+        body = {
+            "charge_id": result.charge_id,
+            "dataset": evaluation.dataset.name,
+            "mechanism": charge_request.mechanism.name,
+            "release": charge_request.release,
+            "partitions": evaluation.partitions,
+            "cost": _report(evaluation, evaluation.priced.cost),
+            "remaining": _report(evaluation, evaluation.remaining),
+            "created_at": isoformat(result.created_at / 1e6),
+            "iat": result.created_at // 1_000_000,
+            "run_params": idempotency.encode_params(evaluation.priced.run_params),
+        }
+    return idempotency.remember(session, consumer_id, key, fingerprint, result.charge_id,
+                                status, body, headers, now_us())
+
+
+def _respond(outcome: IdempotencyKey, mechanism: Mechanism, data: Any) -> Response:
+    """The response of a charge, first time or replay alike (the noise is regenerated)."""
+    stored = dict(outcome.body)
+    if outcome.status != 201:
+        response = Response(dumps(stored), status=outcome.status,
+                            mimetype="application/problem+json")
+    else:
+        # Only now, with the cost durably recorded, does the mechanism run.
+        params = idempotency.decode_params(stored.pop("run_params"))
+        issued_at = stored.pop("iat")
+        output = mechanism.run(params, data, runtime().random_for(outcome.charge_id))
+        receipt = receipts.receipt(
+            runtime().signer, charge_id=outcome.charge_id, dataset=stored["dataset"],
+            partitions=stored["partitions"], mechanism=stored["mechanism"],
+            cost=stored["cost"], output=output, issued_at=issued_at)
+        body = {**{k: stored[k] for k in ("charge_id", "dataset", "mechanism", "release",
+                                          "partitions", "cost")},
+                "output": output, "remaining": stored["remaining"], "receipt": receipt,
+                "created_at": stored["created_at"]}
+        response = Response(dumps(body), status=201, mimetype="application/json")
+    for name, value in outcome.headers.items():
+        response.headers[name] = value
+    return response
 
 
 @bp.post("/v1/charges/preview")
 def preview() -> Any:
     caller = principal("admin", "service", "auditor")
     body = json_body(schemas.PREVIEW)
-    request, _ = _request(body, caller)
-    dataset = datasets.find(db(), request.dataset)
-    evaluation = charges.evaluate(db(), dataset, request, time.time())
+    charge_request, _ = _request(body, caller)
+    dataset = datasets.find(db(), charge_request.dataset)
+    evaluation = charges.evaluate(db(), dataset, charge_request, time.time())
     denial = evaluation.denial
     return {
         "granted": denial is None,

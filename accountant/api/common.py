@@ -15,7 +15,7 @@ from accountant.config import Settings
 from accountant.errors import ValidationProblem
 from accountant.jsonio import JSONInputError, loads
 from accountant.plugins import MechanismRegistry
-from accountant.randomness import RandomSource
+from accountant.randomness import KeyedRandomSource, RandomSource
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,11 @@ class Runtime:
     random: RandomSource
     head_revision: str
     signer: Ed25519PrivateKey
+    noise_secret: bytes
+
+    def random_for(self, charge_id: str) -> RandomSource:
+        """The random source of one charge: replaying the charge replays its noise."""
+        return KeyedRandomSource(self.noise_secret, charge_id)
 
 
 def runtime() -> Runtime:

@@ -5,12 +5,23 @@ from __future__ import annotations
 from accountant.models.base import Base
 from accountant.models.consumer import ApiKey, Consumer, Grant
 from accountant.models.dataset import Dataset, WindowBudget
+from accountant.models.idempotency import IdempotencyKey
 from accountant.models.ledger import LedgerEntry
 from accountant.models.partition import Partition
 from accountant.models.signing_key import SigningKey
 from accountant.models.tally import Tally, TallySpend
 
 __all__ = [
-    "ApiKey", "Base", "Consumer", "Dataset", "Grant", "LedgerEntry", "Partition", "SigningKey",
-    "Tally", "TallySpend", "WindowBudget",
+    "ApiKey",
+    "Base",
+    "Consumer",
+    "Dataset",
+    "Grant",
+    "IdempotencyKey",
+    "LedgerEntry",
+    "Partition",
+    "SigningKey",
+    "Tally",
+    "TallySpend",
+    "WindowBudget",
 ]

@@ -142,9 +142,10 @@ def evaluate(session: Session, dataset: Dataset, request: ChargeRequest, now: fl
                       scopes, ids, all_partitions, never)
 
 
-def charge(session: Session, request: ChargeRequest, now_us: int) -> ChargeResult:
-    """Evaluate and record one charge; the caller commits, then runs the mechanism."""
-    dataset = datasets.find(session, request.dataset, lock=True)
+def charge(session: Session, dataset: Dataset, request: ChargeRequest,
+           now_us: int) -> ChargeResult:
+    """Evaluate and record one charge on the locked ``dataset``; the caller commits, then
+    runs the mechanism."""
     if not request.principal.may_charge(dataset.id):
         raise Forbidden(f"{request.principal.name!r} (role {request.principal.role}) may not "
                         f"charge dataset {dataset.name!r}; ask an admin for a grant")

@@ -1,0 +1,82 @@
+"""Idempotency keys: the same key and body replay the first response; another body is a 422.
+
+What is kept. The row holds the first response without its output: the
+output is regenerated on replay from the charge's keyed random source
+(``KeyedRandomSource``), so the database never holds noise, and a retry can
+never draw fresh noise (which would let a caller average it away).
+
+How long. Rows are kept as long as the ledger: a key is never forgotten, so
+a retry however late can neither charge twice nor draw new noise. A row is
+about 1 KB; clients that want to reuse key strings should not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from accountant.errors import field_error
+from accountant.models import IdempotencyKey
+
+
+def key_of(body: dict[str, Any], header: str | None) -> str | None:
+    """The request's key, from the header or the ``idempotency_key`` field (not both unequal)."""
+    field = body.get("idempotency_key")
+    if header is not None and field is not None and header != field:
+        raise field_error("idempotency_key", "differs from the Idempotency-Key header; send one")
+    key = header if header is not None else field
+    if key is not None and not (1 <= len(key) <= 255 and key.isprintable()):
+        raise field_error("idempotency_key", "must be 1-255 printable characters")
+    return key
+
+
+def fingerprint(body: Mapping[str, Any]) -> str:
+    """SHA-256 of the request body without its key, numbers as their exact decimal text."""
+    content = {k: v for k, v in body.items() if k != "idempotency_key"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":"),
+                                     default=str).encode()).hexdigest()
+
+
+def find(session: Session, consumer_id: int, key: str) -> IdempotencyKey | None:
+    return session.execute(select(IdempotencyKey).where(
+        IdempotencyKey.consumer_id == consumer_id, IdempotencyKey.key == key)).scalar()
+
+
+def remember(session: Session, consumer_id: int, key: str | None, request_hash: str,
+             charge_id: str, status: int, body: dict[str, Any], headers: dict[str, str],
+             now: int) -> IdempotencyKey:
+    """The response record; stored only when the request carried a key."""
+    row = IdempotencyKey(consumer_id=consumer_id, key=key or "", request_hash=request_hash,
+                         charge_id=charge_id, status=status, body=_plain(body),
+                         headers=headers, created_at=now)
+    if key is not None:
+        session.add(row)
+        session.flush()  # a concurrent duplicate fails here, before commit
+    return row
+
+
+def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: {"decimal": str(v)} if isinstance(v, Decimal) else v for k, v in params.items()}
+
+
+def decode_params(stored: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: Decimal(v["decimal"]) if isinstance(v, dict) and set(v) == {"decimal"} else v
+            for k, v in stored.items()}
+
+
+def _plain(value: Any) -> Any:
+    """Decimals as JSON numbers' exact text cannot be stored in a JSON column; use floats,
+    which is what the response carries anyway."""
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
