@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from accountant import logging as structured_logging
 from accountant import signing
-from accountant.api import charges, consumers, datasets, ledger, meta, receipts
+from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
 from accountant.api.common import Runtime, close_db
 from accountant.config import Settings, load_settings
 from accountant.db import begin_write, make_engine, make_session_factory
@@ -51,7 +51,8 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
         noise_secret=signing.derive_secret(signer, b"accountant noise v1"),
     )
     app.extensions["accountant_engine"] = engine
-    for blueprint in (meta.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp, receipts.bp):
+    for blueprint in (meta.bp, openapi.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp,
+                      receipts.bp):
         app.register_blueprint(blueprint)
     app.teardown_appcontext(close_db)
     _register_error_handlers(app)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint, Response, request, stream_with_context
 from sqlalchemy import select
 
 from accountant.accounting.modes import MODES
@@ -44,7 +48,7 @@ def _moment(name: str) -> int | None:
     return int(moment.timestamp() * 1_000_000)
 
 
-def parse_filter() -> ledger.LedgerFilter:
+def parse_filter(default_limit: int = 100, max_limit: int = 1000) -> ledger.LedgerFilter:
     session = db()
     dataset_id = consumer_id = None
     if name := request.args.get("dataset"):
@@ -58,10 +62,10 @@ def parse_filter() -> ledger.LedgerFilter:
     status = request.args.get("status") or None
     if status not in (None, "granted", "denied"):
         raise field_error("status", "must be granted or denied")
-    limit_raw = request.args.get("limit", "100")
+    limit_raw = request.args.get("limit", str(default_limit))
     cursor_raw = request.args.get("cursor") or "0"
-    if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= 1000:
-        raise field_error("limit", "must be an integer from 1 to 1000")
+    if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= max_limit:
+        raise field_error("limit", f"must be an integer from 1 to {max_limit}")
     if not cursor_raw.isdigit() or len(cursor_raw) > 18:
         raise field_error("cursor", "must be a next_cursor from an earlier page")
     return ledger.LedgerFilter(dataset_id, consumer_id, status, _moment("since"),
@@ -94,3 +98,54 @@ def verify() -> Any:
         bad = describe_entry(result.first_bad, names[result.first_bad.dataset_id], consumer)
     return {"ok": False, "entries": result.entries, "dataset": result.dataset,
             "reason": result.reason, "first_bad_entry": bad}
+
+
+EXPORT_FIELDS = ["id", "seq", "kind", "charge_id", "dataset", "consumer", "status", "mechanism",
+                 "release", "partitions", "cost", "detail", "created_at", "prev_hash", "hash"]
+
+
+@bp.get("/v1/ledger/export")
+def export() -> Any:
+    """The filtered entries as CSV or JSON Lines, streamed page by page (constant memory)."""
+    principal("admin", "auditor")
+    kind = request.args.get("format", "jsonl")
+    if kind not in ("csv", "jsonl"):
+        raise field_error("format", "must be csv or jsonl")
+    filters = parse_filter(default_limit=2**62, max_limit=2**62)
+    session = db()
+    datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
+
+    def rows() -> Iterator[dict[str, Any]]:
+        after, left = filters.after_id, filters.limit
+        while left > 0:
+            page_filter = ledger.LedgerFilter(
+                filters.dataset_id, filters.consumer_id, filters.status, filters.since,
+                filters.until, after, min(1000, left))
+            page = session.execute(ledger.query(page_filter)).all()
+            session.rollback()  # end each page's read transaction; never hold a snapshot
+            for entry, _name, consumer in page:
+                yield describe_entry(entry, datasets[entry.dataset_id], consumer)
+            if len(page) < page_filter.limit:
+                return
+            after, left = page[-1][0].id, left - len(page)
+
+    def lines() -> Iterator[str]:
+        if kind == "jsonl":
+            for row in rows():
+                yield json.dumps(row, default=float, separators=(",", ":")) + "\n"
+            return
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=EXPORT_FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows():
+            writer.writerow({k: json.dumps(v, default=float) if isinstance(v, dict | list)
+                             else v for k, v in row.items()})
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+        yield buffer.getvalue()
+
+    mimetype = "text/csv" if kind == "csv" else "application/x-ndjson"
+    response = Response(stream_with_context(lines()), mimetype=mimetype)
+    response.headers["Content-Disposition"] = f"attachment; filename=ledger.{kind}"
+    return response

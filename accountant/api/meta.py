@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from flask import Blueprint
-from sqlalchemy import text
+from flask import Blueprint, Response
+from sqlalchemy import func, select, text
 
 from accountant.api.auth import principal
 from accountant.api.common import db, runtime
 from accountant.errors import Unavailable
+from accountant.models import Dataset, LedgerEntry
 
 bp = Blueprint("meta", __name__)
 
@@ -54,3 +55,27 @@ def mechanisms() -> Any:
          "plugin": m.plugin}
         for m in runtime().registry.all()
     ]}
+
+
+def _label(value: str | None) -> str:
+    return (value or "").replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@bp.get("/metrics")
+def metrics() -> Any:
+    """Prometheus text format. Charge counts come from the ledger, so every worker and host
+    reports the same monotonic totals."""
+    rows = db().execute(
+        select(Dataset.name, LedgerEntry.mechanism, LedgerEntry.status, func.count())
+        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
+        .where(LedgerEntry.kind == "charge")
+        .group_by(Dataset.name, LedgerEntry.mechanism, LedgerEntry.status)).all()
+    lines = ["# HELP accountant_charges_total Charges by dataset, mechanism and outcome.",
+             "# TYPE accountant_charges_total counter"]
+    for dataset, mechanism, outcome, count in sorted(rows, key=lambda r: tuple(map(str, r))):
+        lines.append(f'accountant_charges_total{{dataset="{_label(dataset)}",'
+                     f'mechanism="{_label(mechanism)}",outcome="{_label(outcome)}"}} {count}')
+    lines += ["# HELP accountant_mechanisms Registered mechanisms.",
+              "# TYPE accountant_mechanisms gauge",
+              f"accountant_mechanisms {len(runtime().registry.all())}"]
+    return Response("\n".join(lines) + "\n", mimetype="text/plain; version=0.0.4")
