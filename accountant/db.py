@@ -17,6 +17,7 @@ dataset row (see ``services.charges``).
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from accountant.config import Settings
 
 WRITE = "accountant_write"
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def dispose_all() -> None:
+    """Close every pooled connection of every engine this process made (at shutdown)."""
+    for engine in list(_ENGINES):
+        engine.dispose()
 
 
 def ensure_sqlite_directory(database_url: str) -> None:
@@ -42,8 +50,9 @@ def make_engine(settings: Settings) -> Engine:
         ensure_sqlite_directory(settings.database_url)
         engine = create_engine(url, connect_args={"timeout": settings.lock_timeout_ms / 1000})
         _configure_sqlite(engine, settings)
+        _ENGINES.add(engine)
         return engine
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=settings.pool_size,
         max_overflow=settings.pool_size,
@@ -51,6 +60,8 @@ def make_engine(settings: Settings) -> Engine:
         connect_args={"options": f"-c synchronous_commit=on "
                                  f"-c lock_timeout={settings.lock_timeout_ms}"},
     )
+    _ENGINES.add(engine)
+    return engine
 
 
 def _configure_sqlite(engine: Engine, settings: Settings) -> None:

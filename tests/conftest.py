@@ -1,8 +1,11 @@
-"""Fixtures: a real SQLite file per test, migrated by Alembic, and a Flask client."""
+"""Fixtures: a real database per test (a SQLite file, and a PostgreSQL database when
+``ACCOUNTANT_TEST_POSTGRES_URL`` names a server), migrated by Alembic, and a Flask client."""
 
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,18 +13,79 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
 
 from accountant.app import create_app
+from accountant.db import dispose_all
 from accountant.migrate import upgrade
 
 ADMIN_KEY = "test-admin-key-" + "k" * 32
+POSTGRES_URL = os.environ.get("ACCOUNTANT_TEST_POSTGRES_URL")
+BACKENDS = ["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"]
+_TEMPLATE = f"accountant_template_{os.getpid()}"
 
 
-@pytest.fixture
-def database_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'accountant.db'}"
-    upgrade(url)
-    return url
+def _admin_engine() -> Any:
+    assert POSTGRES_URL is not None
+    return create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str | None]:
+    """A migrated database that each test's database is cloned from."""
+    if POSTGRES_URL is None:
+        yield None
+        return
+    with _admin_engine().connect() as connection:
+        connection.execute(text(f"DROP DATABASE IF EXISTS {_TEMPLATE}"))
+        connection.execute(text(f"CREATE DATABASE {_TEMPLATE}"))
+    upgrade(make_url(POSTGRES_URL).set(database=_TEMPLATE).render_as_string(False))
+    yield _TEMPLATE
+    with _admin_engine().connect() as connection:
+        connection.execute(text(f"DROP DATABASE IF EXISTS {_TEMPLATE} WITH (FORCE)"))
+
+
+@pytest.fixture(autouse=True)
+def _close_connections() -> Iterator[None]:
+    yield
+    dispose_all()
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path,
+                 postgres_template: str | None) -> Iterator[str]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'accountant.db'}"
+        upgrade(url)
+        yield url
+        return
+    assert POSTGRES_URL is not None
+    name = f"accountant_test_{uuid.uuid4().hex[:12]}"
+    with _admin_engine().connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {name} TEMPLATE {postgres_template}"))
+    yield make_url(POSTGRES_URL).set(database=name).render_as_string(False)
+    with _admin_engine().connect() as connection:
+        connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+def run_sql(database_url: str, statement: str) -> list[Any]:
+    """Run one statement directly on the database, as an intruder or an operator would."""
+    engine = create_engine(database_url, poolclass=NullPool)
+    with engine.begin() as connection:
+        result = connection.execute(text(statement))
+        rows = list(result) if result.returns_rows else []
+    engine.dispose()
+    return rows
+
+
+def dump(database_url: str) -> str:
+    """Every row of every table, as text."""
+    from accountant.models import Base
+
+    return "\n".join(repr(row) for table in Base.metadata.sorted_tables
+                     for row in run_sql(database_url, f"SELECT * FROM {table.name}"))
 
 
 @pytest.fixture

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ADMIN_KEY, Api
+from tests.conftest import ADMIN_KEY, Api, run_sql
 
 WORKERS = 4
 ATTEMPTS = 40  # per worker: 160 attempts against room for exactly 50
@@ -62,11 +60,8 @@ def test_processes_grant_exactly_what_the_budget_allows(api: Api, database_url: 
     assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))
     assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(entries))
     # The running totals equal the granted ledger entries, partition by partition.
-    path = database_url.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as connection:
-        hot = connection.execute(
-            "SELECT s.epsilon FROM tally_spends s JOIN tallies t ON t.id = s.tally_id "
-            "JOIN partitions p ON p.id = s.partition_id "
-            "WHERE t.kind = 'lifetime' AND p.key = 'hot'").fetchone()[0]
+    hot = run_sql(database_url,
+                  "SELECT s.epsilon FROM tally_spends s JOIN tallies t ON t.id = s.tally_id "
+                  "JOIN partitions p ON p.id = s.partition_id "
+                  "WHERE t.kind = 'lifetime' AND p.key = 'hot'")[0][0]
     assert hot == 50 * 100_000_000
-    assert Path(path).exists()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import multiprocessing
-import sqlite3
 from typing import Any
 
 import pytest
 
-from tests.conftest import ADMIN_KEY, Api
+from tests.conftest import ADMIN_KEY, Api, dump
 
 
 def _keyed(api: Api, key: str, epsilon: float = 0.1, **extra: Any) -> Any:
@@ -69,9 +68,9 @@ def test_raw_noise_is_replayed_but_never_stored(api: Api, database_url: str) -> 
     again = _keyed(api, "raw", input={"size": 5})
     noise = first.get_json()["output"]["noise"]
     assert again.get_json()["output"]["noise"] == noise and len(set(noise)) > 1
-    dump = "\n".join(sqlite3.connect(database_url.removeprefix("sqlite:///")).iterdump())
+    everything = dump(database_url)
     for value in noise:
-        assert repr(value) not in dump
+        assert repr(value) not in everything
 
 
 def _retry_at_once(database_url: str, signing_key_file: str, start: Any, results: Any) -> None:

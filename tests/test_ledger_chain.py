@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Api
+from tests.conftest import Api, run_sql
 
 BIN = Path(sys.executable).parent / "accountant"
 
@@ -27,8 +26,7 @@ def busy(api: Api) -> Api:
 
 
 def _sql(database_url: str, statement: str) -> None:
-    with sqlite3.connect(database_url.removeprefix("sqlite:///")) as connection:
-        connection.execute(statement)
+    run_sql(database_url, statement)
 
 
 def test_an_intact_ledger_verifies(busy: Api, database_url: str) -> None:

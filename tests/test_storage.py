@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from flask import Flask
@@ -10,32 +9,26 @@ from sqlalchemy import create_engine, inspect
 
 from accountant.app import create_app
 from accountant.migrate import downgrade, upgrade
-from tests.conftest import ADMIN_KEY, Api
-
-
-def _db_path(url: str) -> str:
-    return url.removeprefix("sqlite:///")
+from tests.conftest import ADMIN_KEY, Api, dump, run_sql
 
 
 def test_api_keys_are_stored_hashed(api: Api, database_url: str) -> None:
     key = api.make_consumer("svc", role="auditor")
-    dump = "\n".join(sqlite3.connect(_db_path(database_url)).iterdump())
-    assert key not in dump and ADMIN_KEY not in dump
-    assert key[:12] in dump  # only the display prefix
+    everything = dump(database_url)
+    assert key not in everything and ADMIN_KEY not in everything
+    assert key[:12] in everything  # only the display prefix
 
 
 def test_amounts_are_integers_in_the_database(api: Api, database_url: str) -> None:
     api.make_dataset(budget={"epsilon": 1})
     for _ in range(10):
         api.charge(epsilon=0.1)
-    with sqlite3.connect(_db_path(database_url)) as connection:
-        kinds = connection.execute(
-            "SELECT typeof(epsilon), sum(epsilon) FROM tally_spends GROUP BY 1").fetchall()
-        costs = connection.execute(
-            "SELECT typeof(cost_epsilon), sum(cost_epsilon) FROM ledger_entries "
-            "WHERE status = 'granted' GROUP BY 1").fetchall()
-    assert ("integer", 2 * 10**9) in kinds  # lifetime and consumer scopes, 1.0 each
-    assert costs == [("integer", 10**9)]
+    spends = run_sql(database_url, "SELECT epsilon FROM tally_spends")
+    costs = run_sql(database_url, "SELECT cost_epsilon FROM ledger_entries "
+                                  "WHERE status = 'granted'")
+    assert all(type(row[0]) is int for row in spends + costs)
+    assert sum(row[0] for row in spends) == 2 * 10**9  # lifetime and consumer scopes, 1.0 each
+    assert sum(row[0] for row in costs) == 10**9
 
 
 def test_migrations_upgrade_downgrade_upgrade(tmp_path: Path) -> None:
