@@ -195,6 +195,25 @@ def ledger_verify() -> None:
     sys.exit(1)
 
 
+@ledger.command("rebuild-totals")
+@click.option("--check", "check_only", is_flag=True, required=True,
+              help="Only compare the rebuilt totals with the stored ones (required).")
+def ledger_rebuild_totals(check_only: bool) -> None:
+    """Recompute every scope's totals from the ledger; exit 1 on any difference."""
+    from accountant.db import make_engine, make_session_factory
+    from accountant.services import totals
+
+    sessions = make_session_factory(make_engine(_settings()))
+    with sessions() as session:
+        replayed, differences = totals.check(session)
+    for diff in differences:
+        click.echo(f"DIFFERENT {diff.dataset} {diff.scope} {diff.what}: stored {diff.stored}, "
+                   f"ledger says {diff.rebuilt}", err=True)
+    if differences:
+        sys.exit(1)
+    click.echo(f"ok: the totals equal the {replayed} granted ledger entries")
+
+
 @main.group()
 def plugins() -> None:
     """Inspect mechanism plugins."""

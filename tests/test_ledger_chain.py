@@ -69,3 +69,23 @@ def test_tampering_is_caught(busy: Api, database_url: str, case: str) -> None:
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
     result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
     assert result.returncode == 1 and "DAMAGED" in result.stderr
+
+
+def test_totals_rebuilt_from_the_ledger_match_and_edits_are_reported(
+        api: Api, database_url: str) -> None:
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 10},
+                     windows=[{"period": "1d", "epsilon": 5}])
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    api.charge(partitions=["a", "b", "c"], release="parallel", epsilon=0.5,
+               input={"values": [1, 2, 3]})
+    service.charge(partitions=["a"], epsilon=0.25)
+    api.charge(partitions=["b"], epsilon=20)  # denied: not in the totals
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
+    command = [BIN, "ledger", "rebuild-totals", "--check"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "2 granted ledger entries" in result.stdout
+    run_sql(database_url, "UPDATE tally_spends SET epsilon = epsilon - 1 WHERE partition_id = "
+                          "(SELECT id FROM partitions WHERE key = 'a')")
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "s(a)" in result.stderr
