@@ -1,0 +1,182 @@
+"""Faults: a worker killed mid-stream, and a database that goes away and comes back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import ADMIN_KEY, POSTGRES_URL, Api
+from tests.test_cli import _children, _free_port
+
+BIN = Path(sys.executable).parent / "accountant"
+HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def _wait_ready(base: str, deadline: float) -> None:
+    while True:
+        try:
+            if requests.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        assert time.monotonic() < deadline, "service not ready"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_stream_loses_nothing(
+        api: Api, database_url: str, signing_key_file: str, tmp_path: Path) -> None:
+    api.make_dataset("stream", budget={"epsilon": 1000})
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
+           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file}
+    port = _free_port()
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen([BIN, "serve", "--port", str(port), "--workers", "2",
+                               "--threads", "2"], env=env, stdout=log, stderr=log,
+                              start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    seen: list[tuple[int, str | None]] = []
+    stop = threading.Event()
+
+    def client(number: int) -> None:
+        session = requests.Session()
+        index = 0
+        while not stop.is_set() and index < 400:
+            key = f"c{number}-{index}"
+            try:
+                reply = session.post(f"{base}/v1/charges", headers={
+                    **HEADERS, "Idempotency-Key": key}, timeout=10, json={
+                    "dataset": "stream", "partitions": [f"p{index % 7}"],
+                    "mechanism": "laplace", "params": {"epsilon": 0.01, "sensitivity": 1},
+                    "input": {"values": [1.0]}})
+            except requests.ConnectionError:
+                continue  # the worker died under us: retry with the same key
+            seen.append((reply.status_code, reply.json().get("charge_id")))
+            index += 1
+
+    try:
+        _wait_ready(base, time.monotonic() + 15)
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        victims = _children(server.pid)
+        assert victims
+        os.kill(int(victims[0]), signal.SIGKILL)
+        time.sleep(1.0)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=20)
+        log.close()
+    granted = {charge_id for status, charge_id in seen if status == 201}
+    assert granted and {status for status, _ in seen} == {201}
+    ledger = {entry["charge_id"] for entry in api.ledger(dataset="stream")}
+    assert granted <= ledger
+    assert len(ledger) == len(granted)  # retries with the same key never charged twice
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    check = subprocess.run([BIN, "ledger", "rebuild-totals", "--check"], env=env,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+class _Proxy:
+    """A TCP relay to the database server that the test can cut and restore."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.open = True
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open:
+                client.close()
+                continue
+            upstream = socket.create_connection(self.target)
+            self.sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                end.close()
+
+    def cut(self) -> None:
+        self.open = False
+        for connection in self.sockets:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            connection.close()
+        self.sockets.clear()
+
+    def restore(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+@pytest.mark.skipif(POSTGRES_URL is None, reason="needs a PostgreSQL server to cut off")
+def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
+        database_url: str, signing_key_file: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    from accountant.app import create_app
+
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the database is cut at the network; SQLite has none")
+    url = make_url(database_url)
+    proxy = _Proxy((url.host or "127.0.0.1", url.port or 5432))
+    try:
+        proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(False)
+        app = create_app({"database_url": proxied, "admin_key": ADMIN_KEY,
+                          "signing_key_file": signing_key_file, "lock_timeout_ms": 2000})
+        api = Api(app.test_client())
+        api.make_dataset(budget={"epsilon": 1})
+        assert api.charge(epsilon=0.1).status_code == 201
+        proxy.cut()
+        outcomes: list[Any] = [api.charge(epsilon=0.1) for _ in range(3)]
+        assert {r.status_code for r in outcomes} == {503}
+        assert all(r.content_type == "application/problem+json" for r in outcomes)
+        assert api.client.get("/readyz").status_code == 503
+        proxy.restore()
+        assert api.charge(epsilon=0.1).status_code == 201
+        assert api.client.get("/readyz").status_code == 200
+        assert api.budget()["loss"]["epsilon"] == 0.2  # nothing half-written meanwhile
+        assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    finally:
+        proxy.close()
