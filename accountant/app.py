@@ -113,6 +113,9 @@ def _register_error_handlers(app: Flask) -> None:
         problem.status = error.code or 500
         problem.slug = error.name.lower().replace(" ", "-")
         problem.title = error.name
+        for name, value in error.get_headers():
+            if name == "Allow":
+                problem.headers["Allow"] = value
         if error.code == 413:
             limit = app.config["MAX_CONTENT_LENGTH"]
             problem.detail = f"the request body is larger than {limit} bytes; send less data"

@@ -176,7 +176,8 @@ class Api:
         cursor = ""
         while True:
             params = "&".join(f"{k}={v}" for k, v in {**query, "limit": "1000"}.items())
-            response = self.get(f"/v1/ledger?{params}&cursor={cursor}")
+            page = f"&cursor={cursor}" if cursor else ""
+            response = self.get(f"/v1/ledger?{params}{page}")
             assert response.status_code == 200, response.get_json()
             body = response.get_json()
             entries += body["entries"]

@@ -167,3 +167,11 @@ def test_revoked_key_is_refused_at_once(api: Api) -> None:
     assert api.call("DELETE", f"/v1/keys/{new['id']}").status_code == 204
     assert api.as_key(new["api_key"]).get("/v1/datasets").status_code == 401
     assert api.as_key(key).get("/v1/datasets").status_code == 200
+
+
+def test_a_zcdp_delta_below_the_resolution_is_refused(api: Api) -> None:
+    response = api.post("/v1/datasets", {"name": "z", "privacy_unit": "record",
+                                         "accounting": "zcdp",
+                                         "budget": {"epsilon": 1, "delta": 1e-300}})
+    assert response.status_code == 400
+    assert response.get_json()["errors"][0]["field"] == "budget.delta"

@@ -127,3 +127,11 @@ def test_a_window_budget_added_mid_window_counts_earlier_charges(api: Api) -> No
     assert api.charge(partitions=["a"], epsilon=0.2).status_code == 429
     assert api.charge(partitions=["b"], epsilon=0.2).status_code == 201
     assert api.budget()["windows"][0]["loss"]["epsilon"] == 0.5
+
+
+def test_patching_windows_may_repeat_an_existing_period(api: Api) -> None:
+    api.make_dataset(windows=[{"period": "1d", "epsilon": 0.5}])
+    response = api.patch("/v1/datasets/clicks", {"windows": [{"period": "1d", "epsilon": 0.7},
+                                                             {"period": "1h", "epsilon": 0.2}]})
+    assert response.status_code == 200, response.get_json()
+    assert [w["period"] for w in api.budget()["windows"]] == ["1h", "1d"]

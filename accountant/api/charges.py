@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from flask import Blueprint, Response, request
@@ -233,8 +234,9 @@ def _denial_problem(evaluation: Evaluation, denial: Denial, charge_id: str) -> P
     return BudgetExhausted(reason, extra=extra)
 
 
-@bp.get("/v1/charges/<charge_id>")
-def show(charge_id: str) -> Any:
+@bp.get("/v1/charges/<uuid:charge_uuid>")
+def show(charge_uuid: uuid.UUID) -> Any:
+    charge_id = str(charge_uuid)
     caller = principal("admin", "service", "auditor")
     row = db().execute(
         select(LedgerEntry, Dataset, Consumer.name)

@@ -96,7 +96,7 @@ def list_partitions(name: str) -> Any:
 
 def _int_arg(name: str, default: int, low: int, high: int) -> int:
     raw = request.args.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     if not raw.isdigit() or not low <= int(raw) <= high:
         raise field_error(name, f"must be an integer from {low} to {high}")

@@ -55,18 +55,26 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
     ("POST", "/v1/receipts/verify"): ("Verify a receipt", VERIFY, 200, [400, 401, 413]),
 }
 
+_SLUG_QUERY: dict[str, Any] = {"type": "string", "pattern": schemas.SLUG}
+_TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
+_CURSOR: dict[str, Any] = {"type": "string", "pattern": "^[0-9]{1,18}$"}
+_FILTERS = [("dataset", _SLUG_QUERY), ("consumer", _SLUG_QUERY),
+            ("status", {"enum": ["granted", "denied"]}), ("since", _TIME), ("until", _TIME)]
 _QUERY: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    "/v1/ledger": [(n, {"type": "string"}) for n in
-                   ("dataset", "consumer", "status", "since", "until", "limit", "cursor")],
-    "/v1/ledger/export": [(n, {"type": "string"}) for n in
-                          ("format", "dataset", "consumer", "status", "since", "until")],
-    "/v1/datasets/{name}/partitions": [("limit", {"type": "string"}),
-                                       ("cursor", {"type": "string"})],
+    "/v1/ledger": [*_FILTERS, ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+                   ("cursor", _CURSOR)],
+    "/v1/ledger/export": [("format", {"enum": ["csv", "jsonl"]}), *_FILTERS],
+    "/v1/datasets/{name}/partitions": [
+        ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}), ("cursor", _CURSOR)],
+}
+_CONTENT: dict[str, list[str]] = {
+    "/metrics": ["text/plain"],
+    "/v1/ledger/export": ["text/csv", "application/x-ndjson"],
 }
 
 
 def flask_path(path: str) -> str:
-    return path.replace("{", "<").replace("}", ">")
+    return path.replace("{charge_id}", "<uuid:charge_uuid>").replace("{", "<").replace("}", ">")
 
 
 def document() -> dict[str, Any]:
@@ -78,7 +86,9 @@ def document() -> dict[str, Any]:
                            .replace("{", "").replace("}", "").replace(".", "_"),
             "responses": {str(success): {"description": "success"} if success == 204 else {
                 "description": "success",
-                "content": {"application/json": {"schema": _OBJECT}}}},
+                "content": {kind: {"schema": _OBJECT if kind.endswith("json") else
+                                   {"type": "string"}}
+                            for kind in _CONTENT.get(path, ["application/json"])}}},
         }
         for status in errors:
             operation["responses"][str(status)] = {

@@ -14,7 +14,7 @@ from accountant.signing import ReceiptError, verify
 bp = Blueprint("receipts", __name__)
 
 VERIFY: dict[str, Any] = {
-    "type": "object", "properties": {"receipt": {"type": "string", "maxLength": 1_000_000}},
+    "type": "object", "properties": {"receipt": {"type": "string", "maxLength": 100_000}},
     "required": ["receipt"], "additionalProperties": False,
 }
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from accountant.accounting.loss import LossRule, ScopeState, loss_now
 from accountant.accounting.modes import MODES, Mode, limit_of
@@ -59,6 +59,7 @@ def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
     if session.execute(select(Dataset.id).where(Dataset.name == body["name"])).first():
         raise Conflict(f"a dataset named {body['name']!r} exists; choose another name")
     lifetime = _limit(mode, budget, budget.get("delta"), "budget")
+    _check_zcdp_delta(mode, lifetime)
     if mode.name == "approx" and lifetime.delta is None:
         lifetime = Limit(lifetime.epsilon, 0, None)
     dataset = Dataset(
@@ -79,6 +80,12 @@ def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
     return dataset
 
 
+def _check_zcdp_delta(mode: Mode, limit: Limit) -> None:
+    """A zcdp budget's delta must be representable: at least 1e-18, the delta unit."""
+    if mode.name == "zcdp" and not limit.delta:
+        raise field_error("budget.delta", "a zcdp budget needs delta of at least 1e-18")
+
+
 def _set_partition_limit(dataset: Dataset, mode: Mode, stated: dict[str, Any] | None) -> None:
     if stated is None:
         dataset.has_partition_limit = False
@@ -97,6 +104,9 @@ def _set_windows(dataset: Dataset, mode: Mode, windows: list[dict[str, Any]]) ->
     if len(set(periods)) != len(periods):
         raise field_error("windows", "each period may appear once")
     dataset.windows.clear()
+    session = object_session(dataset)
+    if session is not None:
+        session.flush()  # delete the old rows before inserting a window of the same period
     for index, stated in enumerate(windows):
         amounts = {k: v for k, v in stated.items() if k != "period"}
         limit = _limit(mode, amounts, dataset_delta(dataset), f"windows.{index}")
@@ -145,6 +155,7 @@ def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], acto
         if mode.name == "zcdp" and not stated.get("delta"):
             raise field_error("budget.delta", "a zcdp budget needs 0 < delta < 1")
         limit = _limit(mode, stated, stated.get("delta"), "budget")
+        _check_zcdp_delta(mode, limit)
         dataset.limit_epsilon, dataset.limit_delta, dataset.limit_rho = (
             limit.epsilon, limit.delta if limit.delta is not None else 0, limit.rho)
         changes.append(("dataset", old, describe_limit(dataset.limit)))
