@@ -1,0 +1,114 @@
+"""Access control: every /v1 route for every role, on a granted and a non-granted dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from accountant.api.openapi import OPERATIONS
+from tests.conftest import Api
+
+ROLES = ["anonymous", "admin", "auditor", "service", "outsider"]  # outsider: service, no grant
+
+Setup = Callable[[Api], tuple[str, str, Any]]  # -> method, path, body
+
+CHARGE = {"partitions": ["p"], "mechanism": "laplace",
+          "params": {"epsilon": 0.1, "sensitivity": 1}, "input": {"values": [1.0]}}
+
+
+def _route(method: str, path: str, body: Any = None) -> Setup:
+    return lambda api: (method, path, body)
+
+
+def _charge_id(api: Api) -> str:
+    return str(api.charge().get_json()["charge_id"])
+
+
+ROUTES: dict[str, tuple[Setup, dict[str, int]]] = {
+    "mechanisms": (_route("GET", "/v1/mechanisms"),
+                   {"admin": 200, "auditor": 200, "service": 200, "outsider": 200}),
+    "create dataset": (_route("POST", "/v1/datasets", {
+        "name": "new", "privacy_unit": "record", "budget": {"epsilon": 1}}),
+        {"admin": 201, "auditor": 403, "service": 403, "outsider": 403}),
+    "list datasets": (_route("GET", "/v1/datasets"),
+                      {"admin": 200, "auditor": 200, "service": 200, "outsider": 200}),
+    "show dataset": (_route("GET", "/v1/datasets/clicks"),
+                     {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
+    "patch dataset": (_route("PATCH", "/v1/datasets/clicks", {"budget": {"epsilon": 2}}),
+                      {"admin": 200, "auditor": 403, "service": 403, "outsider": 403}),
+    "declare partitions": (_route("POST", "/v1/datasets/clicks/partitions", {"keys": ["x"]}),
+                           {"admin": 201, "auditor": 403, "service": 201, "outsider": 403}),
+    "budget": (_route("GET", "/v1/datasets/clicks/budget"),
+               {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
+    "partitions": (_route("GET", "/v1/datasets/clicks/partitions"),
+                   {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
+    "create consumer": (_route("POST", "/v1/consumers", {"name": "third", "role": "auditor"}),
+                        {"admin": 201, "auditor": 403, "service": 403, "outsider": 403}),
+    "list consumers": (_route("GET", "/v1/consumers"),
+                       {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
+    "issue key": (_route("POST", "/v1/consumers/svc/keys"),
+                  {"admin": 201, "auditor": 403, "service": 403, "outsider": 403}),
+    "revoke key": (lambda api: ("DELETE", "/v1/keys/" + api.post(
+        "/v1/consumers/aud/keys").get_json()["id"], None),
+        {"admin": 204, "auditor": 403, "service": 403, "outsider": 403}),
+    "charge": (_route("POST", "/v1/charges", {"dataset": "clicks", **CHARGE}),
+               {"admin": 201, "auditor": 403, "service": 201, "outsider": 403}),
+    "preview": (_route("POST", "/v1/charges/preview", {"dataset": "clicks", **CHARGE}),
+                {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
+    "show charge": (lambda api: ("GET", f"/v1/charges/{_charge_id(api)}", None),
+                    {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
+    "ledger": (_route("GET", "/v1/ledger"),
+               {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
+    "export": (_route("GET", "/v1/ledger/export?format=csv"),
+               {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
+    "verify ledger": (_route("GET", "/v1/ledger/verify"),
+                      {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
+    "verify receipt": (_route("POST", "/v1/receipts/verify", {"receipt": "x.y.z"}),
+                       {"admin": 200, "auditor": 200, "service": 200, "outsider": 200}),
+    "public key": (_route("GET", "/v1/receipts/public-key"),
+                   {"anonymous": 200, "admin": 200, "auditor": 200, "service": 200,
+                    "outsider": 200}),
+}
+
+
+def test_the_matrix_covers_every_v1_route() -> None:
+    documented = {path for _, path in OPERATIONS if path.startswith("/v1/")}
+    exercised = {"/v1/mechanisms", "/v1/datasets", "/v1/datasets/{name}",
+                 "/v1/datasets/{name}/partitions", "/v1/datasets/{name}/budget",
+                 "/v1/consumers", "/v1/consumers/{name}/keys", "/v1/keys/{key_id}",
+                 "/v1/charges", "/v1/charges/preview", "/v1/charges/{charge_id}", "/v1/ledger",
+                 "/v1/ledger/export", "/v1/ledger/verify", "/v1/receipts/verify",
+                 "/v1/receipts/public-key"}
+    assert documented == exercised
+    assert len(ROUTES) == sum(1 for _, path in OPERATIONS if path.startswith("/v1/"))
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_access(api: Api, route: str, role: str) -> None:
+    api.make_dataset()
+    api.make_dataset("other")
+    keys = {
+        "admin": api.key,
+        "auditor": api.make_consumer("aud", role="auditor"),
+        "service": api.make_consumer("svc", datasets=["clicks"]),
+        "outsider": api.make_consumer("out", datasets=["other"]),
+        "anonymous": "",
+    }
+    setup, expected = ROUTES[route]
+    method, path, body = setup(api)
+    caller = api.as_key(keys[role])
+    headers = {} if role != "anonymous" else {"Authorization": ""}
+    response = caller.call(method, path, body, headers=headers)
+    assert response.status_code == expected.get(role, 401), response.text
+    if response.status_code >= 400:
+        assert response.content_type == "application/problem+json"
+
+
+def test_a_service_reads_its_own_charges(api: Api) -> None:
+    api.make_dataset()
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    charge_id = service.charge().get_json()["charge_id"]
+    assert service.get(f"/v1/charges/{charge_id}").status_code == 200
