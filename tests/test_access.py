@@ -112,3 +112,15 @@ def test_a_service_reads_its_own_charges(api: Api) -> None:
     service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
     charge_id = service.charge().get_json()["charge_id"]
     assert service.get(f"/v1/charges/{charge_id}").status_code == 200
+
+
+def test_no_key_reaches_the_logs(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    api.make_dataset()
+    key = api.make_consumer("svc", datasets=["clicks"])
+    service = api.as_key(key)
+    service.charge()
+    service.charge(epsilon=50)  # a denial
+    api.as_key(key + "x").get("/v1/datasets")  # an unknown key
+    service.post("/v1/charges", raw="{broken")
+    captured = capsys.readouterr()
+    assert key not in captured.out + captured.err
