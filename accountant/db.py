@@ -17,7 +17,6 @@ dataset row (see ``services.charges``).
 
 from __future__ import annotations
 
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from accountant.config import Settings
 
 WRITE = "accountant_write"
-_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+#: Every engine this process made, held until ``dispose_all`` so none is garbage-collected
+#: with connections still open (a process normally makes one).
+_ENGINES: list[Engine] = []
 
 
 def dispose_all() -> None:
     """Close every pooled connection of every engine this process made (at shutdown)."""
-    for engine in list(_ENGINES):
-        engine.dispose()
+    while _ENGINES:
+        _ENGINES.pop().dispose()
 
 
 def ensure_sqlite_directory(database_url: str) -> None:
@@ -50,7 +51,7 @@ def make_engine(settings: Settings) -> Engine:
         ensure_sqlite_directory(settings.database_url)
         engine = create_engine(url, connect_args={"timeout": settings.lock_timeout_ms / 1000})
         _configure_sqlite(engine, settings)
-        _ENGINES.add(engine)
+        _ENGINES.append(engine)
         return engine
     engine = create_engine(
         url,
@@ -60,7 +61,7 @@ def make_engine(settings: Settings) -> Engine:
         connect_args={"options": f"-c synchronous_commit=on "
                                  f"-c lock_timeout={settings.lock_timeout_ms}"},
     )
-    _ENGINES.add(engine)
+    _ENGINES.append(engine)
     return engine
 
 

@@ -6,8 +6,10 @@ from pathlib import Path
 
 from flask import Flask
 from sqlalchemy import create_engine, inspect
+from sqlalchemy.pool import NullPool
 
 from accountant.app import create_app
+from accountant.db import dispose_all
 from accountant.migrate import downgrade, upgrade
 from tests.conftest import ADMIN_KEY, Api, dump, run_sql
 
@@ -31,16 +33,21 @@ def test_amounts_are_integers_in_the_database(api: Api, database_url: str) -> No
     assert sum(row[0] for row in costs) == 10**9
 
 
-def test_migrations_upgrade_downgrade_upgrade(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    upgrade(url)
-    tables = set(inspect(create_engine(url)).get_table_names())
+def _tables(url: str) -> set[str]:
+    engine = create_engine(url, poolclass=NullPool)
+    names = set(inspect(engine).get_table_names())
+    engine.dispose()
+    return names
+
+
+def test_migrations_downgrade_to_empty_and_upgrade_again(database_url: str) -> None:
     assert {"datasets", "partitions", "tallies", "tally_spends", "ledger_entries",
-            "consumers", "api_keys", "grants", "window_budgets"} <= tables
-    downgrade(url, "base")
-    assert set(inspect(create_engine(url)).get_table_names()) == {"alembic_version"}
-    upgrade(url)
-    assert "ledger_entries" in inspect(create_engine(url)).get_table_names()
+            "consumers", "api_keys", "grants", "window_budgets", "signing_keys",
+            "idempotency_keys"} <= _tables(database_url)
+    downgrade(database_url, "base")
+    assert _tables(database_url) == {"alembic_version"}
+    upgrade(database_url)
+    assert "ledger_entries" in _tables(database_url)
 
 
 def test_models_and_migrations_agree(database_url: str) -> None:
@@ -49,7 +56,7 @@ def test_models_and_migrations_agree(database_url: str) -> None:
 
     from accountant.models import Base
 
-    with create_engine(database_url).connect() as connection:
+    with create_engine(database_url, poolclass=NullPool).connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     assert differences == []
 
@@ -71,5 +78,6 @@ def test_first_admin_from_the_environment_is_created_once(tmp_path: Path) -> Non
     upgrade(url)
     for _ in range(3):
         app = create_app({"database_url": url, "admin_key": ADMIN_KEY})
+        dispose_all()
     consumers = Api(app.test_client()).get("/v1/consumers").get_json()["consumers"]
     assert [(c["name"], c["role"]) for c in consumers] == [("admin", "admin")]

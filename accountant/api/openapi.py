@@ -65,7 +65,8 @@ _QUERY: dict[str, list[tuple[str, dict[str, Any]]]] = {
                    ("cursor", _CURSOR)],
     "/v1/ledger/export": [("format", {"enum": ["csv", "jsonl"]}), *_FILTERS],
     "/v1/datasets/{name}/partitions": [
-        ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}), ("cursor", _CURSOR)],
+        ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+        ("cursor", {"type": "string", "pattern": "^[0-9]{1,9}$"})],
 }
 _CONTENT: dict[str, list[str]] = {
     "/metrics": ["text/plain"],
