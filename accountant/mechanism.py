@@ -44,6 +44,7 @@ class PrivacyContext:
 
 CostFunction = Callable[[Mapping[str, Any], PrivacyContext], Cost]
 RunFunction = Callable[[Mapping[str, Any], Mapping[str, Any], RandomSource], dict[str, Any]]
+InputCheck = Callable[[Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,9 @@ class Mechanism:
     the ``params`` and ``input`` objects. ``accounting`` lists the modes the
     mechanism supports. ``has_sensitivity`` tells the core whether the caller
     states a sensitivity (record-level sensitivity is then scaled by the core)
-    or whether the cost itself must be scaled for group privacy.
+    or whether the cost itself must be scaled for group privacy. ``check_input``,
+    if given, refuses an input its schema cannot describe by raising ``ValueError``; it
+    runs before anything is charged.
     """
 
     name: str
@@ -65,4 +68,5 @@ class Mechanism:
     cost: CostFunction
     run: RunFunction
     has_sensitivity: bool = True
+    check_input: InputCheck | None = None
     plugin: str = field(default="", compare=False)

@@ -1,4 +1,4 @@
-"""Schemas shared by the built-in additive mechanisms."""
+"""Schemas shared by the built-in mechanisms."""
 
 from __future__ import annotations
 
@@ -6,18 +6,34 @@ from typing import Any
 
 #: Inputs are bounded so that every value is a finite double.
 FINITE_NUMBER: dict[str, Any] = {"type": "number", "minimum": -1e300, "maximum": 1e300}
+#: Integer inputs stay far from int64 overflow once noise is added.
+BOUNDED_INTEGER: dict[str, Any] = {"type": "integer", "minimum": -(2**52), "maximum": 2**52}
 POSITIVE_EPSILON: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1000000}
+DELTA: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
 SENSITIVITY: dict[str, Any] = {
     "type": "number", "exclusiveMinimum": 0, "maximum": 1e15,
     "description": "add/remove sensitivity at the dataset's privacy unit",
 }
 
-ADDITIVE_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "values": {"type": "array", "items": FINITE_NUMBER, "minItems": 1},
-        "size": {"type": "integer", "minimum": 1},
-    },
-    "oneOf": [{"required": ["values"]}, {"required": ["size"]}],
-    "additionalProperties": False,
-}
+
+def additive_input(item: dict[str, Any]) -> dict[str, Any]:
+    """``{"values": [...]}`` to noise, or ``{"size": n}`` for raw noise."""
+    return {
+        "type": "object",
+        "properties": {
+            "values": {"type": "array", "items": item, "minItems": 1},
+            "size": {"type": "integer", "minimum": 1},
+        },
+        "oneOf": [{"required": ["values"]}, {"required": ["size"]}],
+        "additionalProperties": False,
+    }
+
+
+ADDITIVE_INPUT = additive_input(FINITE_NUMBER)
+INTEGER_INPUT = additive_input(BOUNDED_INTEGER)
+
+
+def epsilon_params(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    properties = {"epsilon": POSITIVE_EPSILON, "sensitivity": SENSITIVITY, **(extra or {})}
+    return {"type": "object", "properties": properties, "required": ["epsilon", "sensitivity"],
+            "additionalProperties": False}

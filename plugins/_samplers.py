@@ -1,32 +1,34 @@
-"""Integer noise on a power-of-two grid, vectorised with numpy, from a CSPRNG.
+"""Noise on a power-of-two grid for real-valued mechanisms, and rational parameters for the
+exact integer samplers of ``_exact``.
 
-Real-valued mechanisms follow Google's "Secure Noise Generation" design
+Real-valued mechanisms follow Google's "Secure Noise Generation"
 (differential-privacy/common_docs/Secure_Noise_Generation.pdf): the input is
 rounded to a multiple of a power of two g no larger than scale * 2^-40, and
 integer noise times g is added, so every output lies on the grid and its low
-bits carry nothing about the input (the attack of Mironov, CCS 2012, needs
-the porous set of doubles that textbook samplers produce). Rounding moves two
+bits carry nothing about the input (Mironov, CCS 2012, exploits the porous
+set of doubles that textbook samplers produce). Rounding moves two
 neighbouring inputs apart by at most g, so the noise is calibrated to the
-sensitivity ceil(Δ/g) + 1 in grid units: the slack goes into the noise scale,
-never into the charged cost.
+sensitivity ceil(Δ/g) + 1 in grid units: the slack goes into the noise
+scale, never into the charged cost.
 
-The integer samplers draw geometric variables by inversion of the
-exponential tail, floor(-t ln U), on uniforms built from ``os.urandom`` bits:
-the discrete Laplace is the difference of two such geometrics, and the
-discrete Gaussian is the rejection sampler of Canonne, Kamath and Steinke
-(NeurIPS 2020, Algorithm 3) on top of it. The acceptance tests evaluate
-exp() in double precision, a relative error of about 2^-52 in each
-probability; only integers leave these functions.
+The grid Laplace is exact (``_exact.discrete_laplace``). The grid Gaussian
+has sigma near 2^40 grid units, beyond what int64 can hold squared, so its
+proposal is the exact discrete Laplace and only its acceptance test,
+exp(-(|y| - sigma^2/t)^2 / (2 sigma^2)) against a uniform double, is
+computed in binary64 (a relative error near 2^-52 in each acceptance
+probability). Integer Gaussians small enough for int64 are sampled exactly.
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
 from accountant.randomness import RandomSource
+from accountant_plugins import _exact
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -53,25 +55,35 @@ def snap(values: FloatArray, grid: float) -> FloatArray:
     return snapped
 
 
-def _geometric(source: RandomSource, t: float, n: int) -> IntArray:
-    """n draws with P(G >= g) = exp(-g / t) for g = 0, 1, 2, ..."""
-    return np.floor(-t * np.log(source.uniform(n))).astype(np.int64)
+def laplace_ratio(scale: Fraction) -> tuple[int, int]:
+    """(s, t) with t/s >= ``scale`` and both small enough for ``_exact``: the scale itself
+    when it fits, else rounded up (more noise, never less) to a multiple of 2^-k."""
+    if scale.denominator < 2**50 and scale.numerator < 2**50:
+        return scale.denominator, scale.numerator
+    for k in range(40, -1, -1):
+        t = math.ceil(scale * 2**k)
+        if t < 2**50:
+            return 2**k, t
+    raise ValueError(f"Laplace scale {float(scale)} is too large")
 
 
-def discrete_laplace(source: RandomSource, t: float, n: int) -> IntArray:
-    """n draws with P(Z = z) proportional to exp(-|z| / t), the two-sided geometric."""
-    difference: IntArray = _geometric(source, t, n) - _geometric(source, t, n)
-    return difference
+def discrete_gaussian(source: RandomSource, sigma2: Fraction, n: int) -> IntArray:
+    """n draws of the discrete Gaussian with variance parameter at least ``sigma2``: exact when
+    sigma^2, rounded up to a multiple of 2^-k, fits int64; else with a binary64 acceptance."""
+    for k in range(20, -1, -1):
+        p = math.ceil(sigma2 * 2**k)
+        if _exact.fits_exactly(p, 2**k):
+            return _exact.discrete_gaussian(source, p, 2**k, n)
+    return _large_discrete_gaussian(source, math.sqrt(float(sigma2)) * (1 + 2**-40), n)
 
 
-def discrete_gaussian(source: RandomSource, sigma: float, n: int) -> IntArray:
-    """n draws with P(Z = z) proportional to exp(-z^2 / (2 sigma^2)) (CKS20, Algorithm 3)."""
+def _large_discrete_gaussian(source: RandomSource, sigma: float, n: int) -> IntArray:
     t = math.floor(sigma) + 1
     out = np.empty(n, dtype=np.int64)
     filled = 0
     while filled < n:
-        want = max(16, int((n - filled) * 1.6))
-        y = discrete_laplace(source, t, want)
+        want = max(64, int((n - filled) * 1.6))
+        y = _exact.discrete_laplace(source, 1, t, want)
         excess = np.abs(y) - sigma * sigma / t
         accept = source.uniform(want) <= np.exp(-(excess * excess) / (2 * sigma * sigma))
         taken = y[accept][: n - filled]
@@ -83,3 +95,7 @@ def discrete_gaussian(source: RandomSource, sigma: float, n: int) -> IntArray:
 def as_floats(values: list[object]) -> FloatArray:
     """Input numbers (parsed as decimals) as doubles; the schema bounds them to be finite."""
     return np.array([float(v) for v in values], dtype=np.float64)  # type: ignore[arg-type]
+
+
+def as_ints(values: list[object]) -> IntArray:
+    return np.array([int(v) for v in values], dtype=np.int64)  # type: ignore[call-overload]

@@ -11,8 +11,11 @@
   rho = Δ² / (2σ²) (Bun and Steinke 2016, Proposition 1.6).
 
 Noise is a discrete Gaussian on the grid g <= σ * 2^-40 with the sensitivity
-ceil(Δ/g) + 1 in grid units and σ scaled by the same factor, so the privacy
-ratio Δ/σ is preserved (Canonne, Kamath and Steinke 2020, Theorem 4).
+ceil(Δ/g) + 1 in grid units and σ scaled by the same factor, so the ratio
+Δ/σ that fixes the privacy of the discrete Gaussian is preserved (Canonne,
+Kamath and Steinke 2020, Theorem 4 for zCDP; its approximate-DP profile is
+at least as good as the continuous one's at integer sensitivity, Theorem 7
+and Section 5).
 """
 
 from __future__ import annotations
@@ -26,14 +29,14 @@ from accountant import hookimpl
 from accountant.mechanism import Cost, Mechanism, PrivacyContext
 from accountant.randomness import RandomSource
 from accountant_plugins import _samplers
-from accountant_plugins._common import ADDITIVE_INPUT, POSITIVE_EPSILON, SENSITIVITY
+from accountant_plugins._common import ADDITIVE_INPUT, DELTA, POSITIVE_EPSILON, SENSITIVITY
 
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": 1e15}
 PARAMS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "epsilon": POSITIVE_EPSILON,
-        "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "delta": DELTA,
         "sigma": _POSITIVE,
         "rho": {"type": "number", "exclusiveMinimum": 0, "maximum": 1000000},
         "sensitivity": SENSITIVITY,
@@ -109,11 +112,12 @@ def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
     sigma = sigma_of(params)
     grid = _samplers.grid_for(sigma)
     grid_sigma = sigma / sensitivity * _samplers.grid_sensitivity(sensitivity, grid)
+    sigma2 = Fraction(grid_sigma) ** 2
     if "size" in data:
-        noise = _samplers.discrete_gaussian(source, grid_sigma, int(data["size"]))
+        noise = _samplers.discrete_gaussian(source, sigma2, int(data["size"]))
         return {"noise": (noise * grid).tolist(), "grid": grid}
     values = _samplers.snap(_samplers.as_floats(list(data["values"])), grid)
-    noise = _samplers.discrete_gaussian(source, grid_sigma, values.size)
+    noise = _samplers.discrete_gaussian(source, sigma2, values.size)
     return {"values": (values + noise * grid).tolist()}
 
 

@@ -58,6 +58,11 @@ def _request(body: dict[str, Any], caller: Principal) -> tuple[ChargeRequest, An
     if data is not None:
         schemas.validate(dict(mechanism.input_schema), data, "input")
         _check_vector_limits(data)
+        if mechanism.check_input is not None:
+            try:
+                mechanism.check_input(data)
+            except ValueError as error:
+                raise field_error("input", str(error)) from None
     partitions = body["partitions"]
     limit = runtime().settings.max_partitions_per_charge
     if isinstance(partitions, list) and len(partitions) > limit:
