@@ -232,3 +232,34 @@ def plugins_list() -> None:
         click.echo(f"REFUSED {refusal.plugin} {refusal.mechanism or ''}: {refusal.reason}")
     if registry.refusals:
         sys.exit(1)
+
+
+@plugins.command("audit")
+@click.argument("name")
+@click.option("--samples", default=1_000_000, show_default=True, type=click.IntRange(1000),
+              help="Outputs drawn per neighbouring input (selections use at most 20000).")
+@click.option("--alpha", default=1e-3, show_default=True, type=click.FloatRange(1e-12, 0.5),
+              help="False-alarm probability for an honest mechanism.")
+def plugins_audit(name: str, samples: int, alpha: float) -> None:
+    """Empirically test mechanism NAME on neighbouring inputs; exit 1 if its epsilon is
+    provably larger than it declares."""
+    from accountant.audit import audit
+    from accountant.plugins import MechanismRegistry, make_plugin_manager
+
+    registry = MechanismRegistry(*make_plugin_manager(_settings().disabled_plugins))
+    mechanism = registry.get(name)
+    if mechanism is None:
+        known = ", ".join(m.name for m in registry.all())
+        raise click.ClickException(f"no mechanism {name!r}; registered: {known}")
+    started = time.monotonic()
+    findings = audit(mechanism, samples=samples, alpha=alpha,
+                     progress=lambda message: click.echo(message, err=True))
+    for finding in findings:
+        verdict = "pass" if finding.passed else "FAIL"
+        click.echo(f"{verdict} {name} {finding.label}: epsilon >= "
+                   f"{finding.epsilon_lower_bound:.4f} with confidence {1 - alpha:g} "
+                   f"(declared {finding.declared_epsilon:g}, delta {finding.declared_delta:g}, "
+                   f"{finding.samples} samples per side, event {finding.event})")
+    click.echo(f"audited in {time.monotonic() - started:.1f} s", err=True)
+    if not all(finding.passed for finding in findings):
+        sys.exit(1)
