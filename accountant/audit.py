@@ -105,17 +105,30 @@ def _draw(mechanism: Mechanism, configuration: Configuration, data: Mapping[str,
                      for _ in range(samples)], dtype=np.float64)
 
 
-def _events(a: Floats, b: Floats) -> list[tuple[str, Callable[[Floats], npt.NDArray[np.bool_]]]]:
+@dataclass(frozen=True)
+class Event:
+    """{y == c}, {y >= c} or {y <= c}."""
+
+    relation: str
+    threshold: float
+
+    def __str__(self) -> str:
+        return f"y {self.relation} {self.threshold:g}"
+
+    def count(self, outputs: Floats) -> int:
+        if self.relation == "==":
+            return int(np.count_nonzero(outputs == self.threshold))
+        if self.relation == ">=":
+            return int(np.count_nonzero(outputs >= self.threshold))
+        return int(np.count_nonzero(outputs <= self.threshold))
+
+
+def _events(a: Floats, b: Floats) -> list[Event]:
     pooled = np.concatenate([a, b])
     distinct = np.unique(pooled)
-    events: list[tuple[str, Callable[[Floats], npt.NDArray[np.bool_]]]] = []
-    if distinct.size <= 64:
-        for v in distinct:
-            events.append((f"y == {v:g}", lambda y, v=v: y == v))
-    cuts = np.unique(np.quantile(pooled, np.linspace(0.001, 0.999, 199)))
-    for c in cuts:
-        events.append((f"y >= {c:g}", lambda y, c=c: y >= c))
-        events.append((f"y <= {c:g}", lambda y, c=c: y <= c))
+    events = [Event("==", float(v)) for v in distinct] if distinct.size <= 64 else []
+    for c in np.unique(np.quantile(pooled, np.linspace(0.001, 0.999, 199))):
+        events += [Event(">=", float(c)), Event("<=", float(c))]
     return events
 
 
@@ -151,20 +164,17 @@ def audit(mechanism: Mechanism, *, samples: int = 1_000_000, alpha: float = 1e-3
         b = _draw(mechanism, configuration, configuration.second, n, source)
         half = n // 2
         say(f"[{number}/{len(cases)}] choosing an event on {half} outputs per side ...")
-        best = (-math.inf, "none", None, False)
-        for name, event in _events(a[:half], b[:half]):
-            hits_a, hits_b = int(event(a[:half]).sum()), int(event(b[:half]).sum())
-            for swapped, (x, y) in enumerate(((hits_a, hits_b), (hits_b, hits_a))):
+        best_score, best, swapped = -math.inf, Event("==", math.nan), False
+        for event in _events(a[:half], b[:half]):
+            hits_a, hits_b = event.count(a[:half]), event.count(b[:half])
+            for flip, (x, y) in enumerate(((hits_a, hits_b), (hits_b, hits_a))):
                 score = _bound(x, y, half, delta, 0.05)  # conservative: punishes rare events
-                if score > best[0]:
-                    best = (score, name, event, bool(swapped))
-        _, name, event, swapped = best
-        if event is None:
-            findings.append(Finding(configuration.label, epsilon, delta, -math.inf, "none", n))
-            continue
+                if score > best_score:
+                    best_score, best, swapped = score, event, bool(flip)
+        name = str(best)
         first, second = (b, a) if swapped else (a, b)
-        hits_first = int(event(first[half:]).sum())
-        hits_second = int(event(second[half:]).sum())
+        hits_first = best.count(first[half:])
+        hits_second = best.count(second[half:])
         lower = _bound(hits_first, hits_second, n - half, delta, alpha / len(cases))
         direction = "x' vs x" if swapped else "x vs x'"
         findings.append(Finding(configuration.label, epsilon, delta, lower,
