@@ -8,10 +8,11 @@ STAMP  := $(VENV)/.installed
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tests/example_plugin/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e tests/example_plugin  # a third-party plugin, as users add them
 	touch $(STAMP)
 
 serve: $(STAMP)  ## install, migrate ./var/accountant.db, print a first admin key, serve on :8000

@@ -13,7 +13,7 @@ PLUGINS = Path(__file__).parent.parent / "plugins"
 
 
 def test_every_builtin_module_is_an_entry_point() -> None:
-    modules = {p.stem for p in PLUGINS.glob("*.py") if not p.stem.startswith("_")}
+    modules = {p.stem for p in PLUGINS.glob("*.py") if not p.stem.startswith("_")} - {"samplers"}
     points = {ep.name: ep.value for ep in importlib.metadata.entry_points(
         group=ENTRY_POINT_GROUP) if ep.value.startswith("accountant_plugins.")}
     assert set(points) == modules
@@ -55,3 +55,12 @@ def test_the_registry_refuses_bad_mechanisms_and_keeps_the_rest() -> None:
     assert "cost" in refused["no_cost"]
     assert "accounting" in refused["odd_mode"]
     assert any("not a Mechanism" in r.reason for r in registry.refusals)
+
+
+def test_every_hook_is_documented() -> None:
+    from accountant import hookspecs
+
+    docs = (PLUGINS.parent / "docs" / "plugins.md").read_text()
+    hooks = [name for name in dir(hookspecs) if name.startswith("accountant_")]
+    assert hooks and all(f"`{name}(" in docs for name in hooks)
+    assert all(getattr(hookspecs, name).__doc__ for name in hooks)

@@ -1,0 +1,21 @@
+"""The samplers plugin authors may build on: exact on integers, fed by the accountant's source.
+
+Third-party mechanisms should draw noise only through these (or equally
+careful code of their own): never ``numpy.random`` or ``random``, never a
+textbook floating-point Laplace or Gaussian.
+"""
+
+from __future__ import annotations
+
+from accountant_plugins._exact import bernoulli_exp, discrete_laplace, uniform_below
+from accountant_plugins._samplers import (
+    as_floats,
+    discrete_gaussian,
+    grid_for,
+    grid_sensitivity,
+    laplace_ratio,
+    snap,
+)
+
+__all__ = ["as_floats", "bernoulli_exp", "discrete_gaussian", "discrete_laplace", "grid_for",
+           "grid_sensitivity", "laplace_ratio", "snap", "uniform_below"]
