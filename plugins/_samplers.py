@@ -94,8 +94,8 @@ def _large_discrete_gaussian(source: RandomSource, sigma: float, n: int) -> IntA
 
 def as_floats(values: list[object]) -> FloatArray:
     """Input numbers (parsed as decimals) as doubles; the schema bounds them to be finite."""
-    return np.array([float(v) for v in values], dtype=np.float64)  # type: ignore[arg-type]
+    return np.asarray(values, dtype=np.float64)
 
 
 def as_ints(values: list[object]) -> IntArray:
-    return np.array([int(v) for v in values], dtype=np.int64)  # type: ignore[call-overload]
+    return np.asarray(values, dtype=np.int64)

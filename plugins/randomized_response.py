@@ -78,8 +78,8 @@ def respond(source: RandomSource, truth: np.ndarray, k: int, epsilon: Fraction) 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     epsilon = Fraction(params["epsilon"])
     if "categories" not in data:
-        truth = np.array([1 if v else 0 for v in data["values"]], dtype=np.int64)
-        return {"values": [bool(v) for v in respond(source, truth, 2, epsilon)]}
+        truth = np.asarray(data["values"], dtype=bool).astype(np.int64)
+        return {"values": (respond(source, truth, 2, epsilon) == 1).tolist()}
     categories = list(data["categories"])
     position = {c: i for i, c in enumerate(categories)}
     truth = np.array([position[v] for v in data["values"]], dtype=np.int64)

@@ -152,3 +152,12 @@ def test_randomized_response_keeps_at_the_stated_rate() -> None:
         kept = int((randomized_response.respond(source, truth, k, epsilon) == 0).sum())
         p = math.exp(float(epsilon)) / (math.exp(float(epsilon)) + k - 1)
         assert stats.binomtest(kept, truth.size, p).pvalue > 1e-4
+
+
+def test_grid_gaussian_follows_the_normal_law() -> None:
+    source = SeededRandomSource(23)
+    noise = np.array(gaussian.run({"sigma": 4, "sensitivity": 1}, {"size": 200_000},
+                                  source)["noise"])
+    # sigma is inflated by the grid slack (ceil(1/g) + 1) g, a factor 1 + 2^-40 or so
+    assert stats.kstest(noise / 4, "norm").pvalue > 1e-4
+    assert abs(noise.std() / 4 - 1) < 0.01
