@@ -17,6 +17,7 @@ from accountant import signing
 from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
 from accountant.api.common import Runtime, close_db
 from accountant.config import Settings, load_settings
+from accountant.dashboard import views as dashboard
 from accountant.db import begin_write, make_engine, make_session_factory
 from accountant.errors import Conflict, ProblemError, Unavailable
 from accountant.jsonio import DecimalJSONProvider, dumps
@@ -52,8 +53,12 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
     )
     app.extensions["accountant_engine"] = engine
     for blueprint in (meta.bp, openapi.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp,
-                      receipts.bp):
+                      receipts.bp, dashboard.bp):
         app.register_blueprint(blueprint)
+    app.secret_key = signing.derive_secret(signer, b"accountant dashboard session v1")
+    app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
+                      SESSION_COOKIE_NAME="accountant_session",
+                      PERMANENT_SESSION_LIFETIME=8 * 3600)
     app.teardown_appcontext(close_db)
     _register_error_handlers(app)
     _register_signing_key(app)

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -39,9 +39,9 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
 _RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
-def _moment(name: str) -> int | None:
+def _moment(args: Mapping[str, str], name: str) -> int | None:
     """An RFC 3339 time parameter in microseconds, None when absent; anything else is a 400."""
-    raw = request.args.get(name)
+    raw = args.get(name)
     if raw is None:
         return None
     text = raw.upper()
@@ -54,34 +54,35 @@ def _moment(name: str) -> int | None:
     return int(moment.timestamp() * 1_000_000)
 
 
-def parse_filter(default_limit: int = 100, max_limit: int = 1000) -> ledger.LedgerFilter:
+def parse_filter(args: Mapping[str, str], default_limit: int = 100,
+                 max_limit: int = 1000) -> ledger.LedgerFilter:
     session = db()
     dataset_id = consumer_id = None
-    if (name := request.args.get("dataset")) is not None:
+    if (name := args.get("dataset")) is not None:
         dataset_id = session.execute(select(Dataset.id).where(Dataset.name == name)).scalar()
         if dataset_id is None:
             raise NotFound(f"no dataset named {name!r}")
-    if (name := request.args.get("consumer")) is not None:
+    if (name := args.get("consumer")) is not None:
         consumer_id = session.execute(select(Consumer.id).where(Consumer.name == name)).scalar()
         if consumer_id is None:
             raise NotFound(f"no consumer named {name!r}")
-    status = request.args.get("status")
+    status = args.get("status")
     if status not in (None, "granted", "denied"):
         raise field_error("status", "must be granted or denied")
-    limit_raw = request.args.get("limit", str(default_limit))
-    cursor_raw = request.args.get("cursor", "0")
+    limit_raw = args.get("limit", str(default_limit))
+    cursor_raw = args.get("cursor", "0")
     if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= max_limit:
         raise field_error("limit", f"must be an integer from 1 to {max_limit}")
     if not cursor_raw.isdigit() or len(cursor_raw) > 18:
         raise field_error("cursor", "must be a next_cursor from an earlier page")
-    return ledger.LedgerFilter(dataset_id, consumer_id, status, _moment("since"),
-                               _moment("until"), int(cursor_raw), int(limit_raw))
+    return ledger.LedgerFilter(dataset_id, consumer_id, status, _moment(args, "since"),
+                               _moment(args, "until"), int(cursor_raw), int(limit_raw))
 
 
 @bp.get("/v1/ledger")
 def list_entries() -> Any:
     principal("admin", "auditor")
-    filters = parse_filter()
+    filters = parse_filter(request.args)
     datasets = {d.id: d for d in db().execute(select(Dataset)).scalars()}
     page = db().execute(ledger.query(filters)).all()
     entries = [describe_entry(entry, datasets[entry.dataset_id], consumer)
@@ -114,10 +115,14 @@ EXPORT_FIELDS = ["id", "seq", "kind", "charge_id", "dataset", "consumer", "statu
 def export() -> Any:
     """The filtered entries as CSV or JSON Lines, streamed page by page (constant memory)."""
     principal("admin", "auditor")
-    kind = request.args.get("format", "jsonl")
+    return stream_export(request.args)
+
+
+def stream_export(args: Mapping[str, str]) -> Response:
+    kind = args.get("format", "jsonl")
     if kind not in ("csv", "jsonl"):
         raise field_error("format", "must be csv or jsonl")
-    filters = parse_filter(default_limit=2**62, max_limit=2**62)
+    filters = parse_filter(args, default_limit=2**62, max_limit=2**62)
     session = db()
     datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
 

@@ -1,0 +1,1 @@
+"""The compliance dashboard: server-rendered pages for auditors and admins."""

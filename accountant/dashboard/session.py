@@ -1,0 +1,78 @@
+"""Dashboard sign-in: an API key of role auditor or admin, kept as a signed HttpOnly cookie.
+
+The cookie holds only the key's id (Flask's session, signed with a secret
+derived from the receipt-signing key). Every page re-reads that key, so a
+revoked key signs its sessions out at once. Forms carry a CSRF token bound to
+the session.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar, cast
+
+from flask import abort, redirect, request, session, url_for
+from sqlalchemy import select
+
+from accountant.api.common import db
+from accountant.models import ApiKey, Consumer
+from accountant.services.consumers import Principal, authenticate
+
+F = TypeVar("F", bound=Callable[..., Any])
+ROLES = ("admin", "auditor")
+
+
+def current() -> Principal | None:
+    """The signed-in principal, or None (also when its key has been revoked since)."""
+    key_id = session.get("key_id")
+    if not isinstance(key_id, str):
+        return None
+    row = db().execute(
+        select(ApiKey.id, Consumer.id, Consumer.name, Consumer.role)
+        .join(Consumer, Consumer.id == ApiKey.consumer_id)
+        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))).first()
+    if row is None or row[3] not in ROLES:
+        session.clear()
+        return None
+    return Principal(row[1], row[2], row[3], row[0])
+
+
+def sign_in(key: str) -> tuple[Principal | None, str | None]:
+    """(principal, None) on success, else (None, the reason to show)."""
+    principal = authenticate(db(), key.strip())
+    if principal is None:
+        return None, "Unknown or revoked API key."
+    if principal.role not in ROLES:
+        return None, "Only auditor and admin keys can sign in to the dashboard."
+    session.clear()
+    session["key_id"] = principal.key_id
+    session["csrf"] = secrets.token_urlsafe(24)
+    return principal, None
+
+
+def csrf_token() -> str:
+    token = session.get("csrf")
+    if not isinstance(token, str):
+        token = session["csrf"] = secrets.token_urlsafe(24)
+    return token
+
+
+def check_csrf() -> None:
+    sent = request.form.get("csrf", "")
+    expected = session.get("csrf")
+    if not isinstance(expected, str) or not sent or not hmac.compare_digest(sent, expected):
+        abort(400, "the form expired or did not come from this site; reload the page")
+
+
+def signed_in(view: F) -> F:
+    """Redirect to the sign-in page unless an auditor or admin is signed in."""
+    @wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        who = current()
+        if who is None:
+            return redirect(url_for("dashboard.sign_in_page", next=request.path), code=303)
+        return view(who, *args, **kwargs)
+    return cast(F, wrapper)

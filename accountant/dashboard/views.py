@@ -1,0 +1,207 @@
+"""Dashboard pages. Every figure comes from the same services as the API, aggregated in SQL."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from flask import Blueprint, redirect, render_template, request, session, url_for
+from sqlalchemy import func, select
+
+from accountant.accounting.windows import isoformat
+from accountant.api import ledger as ledger_api
+from accountant.api.common import db, runtime
+from accountant.dashboard import charts
+from accountant.dashboard.session import check_csrf, csrf_token, sign_in, signed_in
+from accountant.errors import NotFound, ProblemError
+from accountant.exact import COMPONENTS
+from accountant.models import Consumer, Dataset, LedgerEntry, Partition, Tally, TallySpend
+from accountant.services import datasets
+from accountant.services import ledger as ledger_service
+from accountant.services.consumers import Principal
+
+bp = Blueprint("dashboard", __name__, url_prefix="/dashboard",
+               template_folder=str(Path(__file__).parent / "templates"),
+               static_folder=str(Path(__file__).parent / "static"))
+DAY_US = 86_400 * 1_000_000
+
+
+def _page(template: str, who: Principal | None, **context: Any) -> str:
+    return render_template(template, who=who, csrf=csrf_token(), **context)
+
+
+def _measure(dataset: Dataset) -> str:
+    return "rho" if dataset.accounting == "zcdp" else "epsilon"
+
+
+def _state(used_pct: float) -> str:
+    return "exhausted" if used_pct >= 100 else "warn" if used_pct >= 80 else "ok"
+
+
+def _pct(loss: float, limit: float) -> float:
+    return round(100 * loss / limit, 1) if limit > 0 else (100.0 if loss > 0 else 0.0)
+
+
+@bp.get("/sign-in")
+def sign_in_page() -> Any:
+    return _page("sign_in.html", None, error=None, next=request.args.get("next", ""))
+
+
+@bp.post("/sign-in")
+def sign_in_submit() -> Any:
+    check_csrf()
+    who, error = sign_in(request.form.get("api_key", ""))
+    if who is None:
+        status = 403 if error and "auditor" in error else 401
+        return _page("sign_in.html", None, error=error,
+                     next=request.form.get("next", "")), status
+    target = request.form.get("next", "")
+    if not target.startswith("/dashboard"):  # never redirect to another site
+        target = url_for("dashboard.overview")
+    return redirect(target, code=303)
+
+
+@bp.post("/sign-out")
+@signed_in
+def sign_out(who: Principal) -> Any:
+    check_csrf()
+    session.clear()
+    return redirect(url_for("dashboard.sign_in_page"), code=303)
+
+
+@bp.get("")
+@bp.get("/")
+@signed_in
+def overview(who: Principal) -> Any:
+    rows = []
+    now = time.time()
+    for dataset in db().execute(select(Dataset).order_by(Dataset.name)).scalars():
+        report = datasets.budget_report(db(), dataset, now)
+        measure = _measure(dataset)
+        loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
+        used = _pct(loss, limit)
+        windows = []
+        worst = used
+        for window in report["windows"]:
+            w_limit = float(window["limit"].get(measure, 0))
+            w_loss = float(window["loss"][measure])
+            w_used = _pct(w_loss, w_limit) if measure in window["limit"] else 0.0
+            worst = max(worst, w_used)
+            windows.append({"period": window["period"], "loss": f"{w_loss:g}",
+                            "limit": f"{w_limit:g}", "used_pct": w_used})
+        rows.append({"name": dataset.name, "unit": dataset.privacy_unit,
+                     "accounting": dataset.accounting, "loss": f"{loss:g}",
+                     "limit": f"{limit:g}", "measure": measure, "used_pct": used,
+                     "windows": windows, "state": _state(worst)})
+    return _page("overview.html", who, rows=rows)
+
+
+@bp.get("/datasets/<name>")
+@signed_in
+def dataset(who: Principal, name: str) -> Any:
+    try:
+        found = datasets.find(db(), name)
+    except NotFound:
+        return _page("overview.html", who, rows=[]), 404
+    report = datasets.budget_report(db(), found, time.time())
+    measure = _measure(found)
+    unit = COMPONENTS["rho" if measure == "rho" else "epsilon"]
+    column = getattr(LedgerEntry, f"cost_{measure}")
+    since = (time.time_ns() // 1000 // DAY_US - 29) * DAY_US
+    day = LedgerEntry.created_at // DAY_US
+    granted = (LedgerEntry.dataset_id == found.id) & (LedgerEntry.kind == "charge") & \
+        (LedgerEntry.status == "granted")
+    per_day = db().execute(select(day, func.sum(column * LedgerEntry.multiplicity))
+                           .where(granted).group_by(day).order_by(day)).all()
+    running, cumulative, daily_map = 0.0, [], {}
+    for bucket, total in per_day:
+        value = float(unit.to_decimal(int(total or 0)))
+        running += value
+        label = isoformat(int(bucket) * 86_400)[:10]
+        cumulative.append((label, running))
+        daily_map[int(bucket)] = value
+    first_day = since // DAY_US
+    daily = [(isoformat((first_day + i) * 86_400)[:10], daily_map.get(first_day + i, 0.0))
+             for i in range(30)]
+    loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
+    lifetime = db().execute(select(Tally.id).where(Tally.dataset_id == found.id,
+                                                   Tally.kind == "lifetime")).scalar_one()
+    spend = getattr(TallySpend, measure)
+    order = Partition.key if request.args.get("sort") == "key" else spend.desc()
+    top = db().execute(select(Partition.key, spend).join(
+        TallySpend, (TallySpend.partition_id == Partition.id) & (TallySpend.tally_id == lifetime))
+        .order_by(order).limit(20)).all()
+    shares = db().execute(select(Consumer.name, getattr(Tally, f"total_{measure}")).join(
+        Consumer, Consumer.id == Tally.consumer_id).where(
+        Tally.dataset_id == found.id, Tally.kind == "consumer")).all()
+    whole = sum(int(total) for _, total in shares) or 1
+    recent_rows = db().execute(ledger_service.query(ledger_service.LedgerFilter(
+        dataset_id=found.id, limit=20))
+                               .order_by(None).order_by(LedgerEntry.id.desc())).all()
+    recent = [{**ledger_api.describe_entry(entry, found, consumer),
+               "cost": entry_cost(entry, measure)} for entry, _name, consumer in recent_rows]
+    used = _pct(loss, limit)
+    return _page(
+        "dataset.html", who, name=name, report=report, measure=measure, loss=f"{loss:g}",
+        limit=f"{limit:g}", used_pct=used, state=_state(used),
+        cumulative=charts.line(cumulative, limit, f"cumulative charged {measure}"),
+        daily=charts.bars(daily, f"{measure} charged per day"),
+        partitions=[{"key": key, "spent": f"{float(unit.to_decimal(int(value))):g}"}
+                    for key, value in top],
+        consumers=[{"name": consumer, "total": f"{float(unit.to_decimal(int(total))):g}",
+                    "share": round(100 * int(total) / whole, 1)} for consumer, total in shares],
+        recent=recent)
+
+
+def entry_cost(entry: LedgerEntry, measure: str) -> str:
+    unit = COMPONENTS["rho" if measure == "rho" else "epsilon"]
+    return f"{float(unit.to_decimal(getattr(entry, f'cost_{measure}'))):g}"
+
+
+def _filters() -> dict[str, str]:
+    return {k: v for k in ("dataset", "consumer", "status", "since", "until")
+            if (v := request.args.get(k, ""))}
+
+
+@bp.get("/ledger", endpoint="ledger")
+@signed_in
+def ledger_page(who: Principal) -> Any:
+    filters = _filters()
+    error, entries, next_cursor = None, [], None
+    try:
+        parsed = ledger_api.parse_filter({**filters, **_paging()}, default_limit=50)
+        names = {d.id: d for d in db().execute(select(Dataset)).scalars()}
+        page = db().execute(ledger_service.query(parsed)).all()
+        for entry, _name, consumer in page:
+            found = names[entry.dataset_id]
+            entries.append({**ledger_api.describe_entry(entry, found, consumer),
+                            "cost": entry_cost(entry, _measure(found))})
+        next_cursor = str(page[-1][0].id) if len(page) == parsed.limit else None
+    except ProblemError as problem:
+        error = problem.detail
+    # Verifying reads every entry, so it runs when asked, not on every page view.
+    verification = {"ok": None, "entries": 0, "reason": ""}
+    if request.args.get("verify"):
+        result = ledger_service.verify(db())
+        verification = {"ok": result.ok, "entries": result.entries,
+                        "reason": result.reason or ""}
+    return _page("ledger.html", who, entries=entries, args=request.args, filters=filters,
+                 next_cursor=next_cursor, error=error, verification=verification)
+
+
+def _paging() -> dict[str, str]:
+    return {k: v for k in ("cursor",) if (v := request.args.get(k, ""))}
+
+
+@bp.get("/ledger/export")
+@signed_in
+def export(who: Principal) -> Any:
+    return ledger_api.stream_export({**_filters(), "format": request.args.get("format", "csv")})
+
+
+@bp.get("/mechanisms")
+@signed_in
+def mechanisms(who: Principal) -> Any:
+    registry = runtime().registry
+    return _page("mechanisms.html", who, mechanisms=registry.all(), refusals=registry.refusals)

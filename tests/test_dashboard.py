@@ -1,0 +1,100 @@
+"""The dashboard through HTTP: sign-in rules, the cookie, the pages and their numbers."""
+
+from __future__ import annotations
+
+import re
+
+from flask.testing import FlaskClient
+
+from tests.conftest import ADMIN_KEY, Api
+
+
+def _csrf(html: str) -> str:
+    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert match, html
+    return match.group(1)
+
+
+def _sign_in(client: FlaskClient, key: str) -> tuple[int, str]:
+    page = client.get("/dashboard/sign-in").get_data(as_text=True)
+    response = client.post("/dashboard/sign-in", data={"api_key": key, "csrf": _csrf(page)})
+    return response.status_code, response.headers.get("Location", "")
+
+
+def test_without_a_session_the_dashboard_redirects_to_sign_in(client: FlaskClient) -> None:
+    for path in ("/dashboard", "/dashboard/ledger", "/dashboard/mechanisms"):
+        response = client.get(path)
+        assert response.status_code in (302, 303)
+        assert "/dashboard/sign-in" in response.headers["Location"]
+    form = client.get("/dashboard/sign-in").get_data(as_text=True)
+    assert "<form" in form and 'name="api_key"' in form
+
+
+def test_auditors_and_admins_sign_in_services_cannot(api: Api, client: FlaskClient) -> None:
+    api.make_dataset()
+    service = api.make_consumer("svc", datasets=["clicks"])
+    auditor = api.make_consumer("aud", role="auditor")
+    assert _sign_in(client, service)[0] == 403
+    assert client.get("/dashboard").status_code == 303
+    assert _sign_in(client, "not-a-key")[0] == 401
+    status, location = _sign_in(client, auditor)
+    assert status == 303 and location.rstrip("/").endswith("/dashboard")
+    cookie = client.get_cookie("accountant_session")
+    assert cookie is not None and cookie.http_only and cookie.same_site == "Lax"
+    assert auditor not in cookie.value
+    assert client.get("/dashboard").status_code == 200
+
+
+def test_a_form_without_its_token_is_refused(client: FlaskClient) -> None:
+    response = client.post("/dashboard/sign-in", data={"api_key": ADMIN_KEY})
+    assert response.status_code == 400
+    assert client.get("/dashboard").status_code == 303
+    client.get("/dashboard/sign-in")  # a session with a token exists now; a wrong one fails
+    forged = client.post("/dashboard/sign-in", data={"api_key": ADMIN_KEY, "csrf": "forged"})
+    assert forged.status_code == 400
+
+
+def test_revoking_the_key_ends_its_session(api: Api, client: FlaskClient) -> None:
+    new = api.post("/v1/consumers/admin/keys").get_json()
+    assert _sign_in(client, new["api_key"])[0] == 303
+    assert client.get("/dashboard").status_code == 200
+    assert api.call("DELETE", f"/v1/keys/{new['id']}").status_code == 204
+    assert client.get("/dashboard").status_code == 303
+
+
+def test_pages_show_the_api_numbers(api: Api, client: FlaskClient) -> None:
+    api.make_dataset(budget={"epsilon": 1}, windows=[{"period": "1d", "epsilon": 0.9}])
+    api.make_dataset("spent", privacy_unit="partition", budget={"epsilon": 0.5})
+    for _ in range(3):
+        api.charge(partitions=["a"], epsilon=0.25)
+    api.charge(dataset="spent", partitions=["d1"], epsilon=0.5)
+    api.charge(dataset="spent", partitions=["d1"], epsilon=0.1)  # denied
+    _sign_in(client, ADMIN_KEY)
+    overview = client.get("/dashboard").get_data(as_text=True)
+    budget = api.budget()
+    clicks = re.search(r'data-dataset="clicks".*?</tr>', overview, re.S).group(0)  # type: ignore[union-attr]
+    assert f'<span class="loss">{budget["loss"]["epsilon"]:g}</span>' in clicks
+    assert f'<span class="limit">{budget["limit"]["epsilon"]:g}</span>' in clicks
+    assert "above 80%" in clicks  # 0.75 of the window's 0.9 is 83%
+    spent = re.search(r'data-dataset="spent".*?</tr>', overview, re.S).group(0)  # type: ignore[union-attr]
+    assert "exhausted" in spent and "not a person" in spent
+    page = client.get("/dashboard/datasets/clicks").get_data(as_text=True)
+    assert page.count("<svg") == 2 and "limit 1" in page
+    assert "<td>a</td><td>0.75</td>" in page
+    ledger = client.get("/dashboard/ledger?dataset=spent").get_data(as_text=True)
+    assert ledger.count('class="denied"') == 1 and "verify now" in ledger
+    verified = client.get("/dashboard/ledger?verify=1").get_data(as_text=True)
+    assert "verified" in verified
+    export = client.get("/dashboard/ledger/export?format=jsonl&dataset=clicks")
+    assert export.status_code == 200 and len(export.get_data(as_text=True).splitlines()) == 3
+    mechanisms = client.get("/dashboard/mechanisms").get_data(as_text=True)
+    assert "laplace" in mechanisms and "randomized_response" in mechanisms
+    for html in (overview, page, ledger, mechanisms):
+        assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing from another host
+
+
+def test_sign_out(client: FlaskClient) -> None:
+    _sign_in(client, ADMIN_KEY)
+    page = client.get("/dashboard").get_data(as_text=True)
+    assert client.post("/dashboard/sign-out", data={"csrf": _csrf(page)}).status_code == 303
+    assert client.get("/dashboard").status_code == 303
