@@ -26,9 +26,9 @@ HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 def _wait_ready(base: str, deadline: float) -> None:
     while True:
         try:
-            if requests.get(f"{base}/readyz", timeout=1).status_code == 200:
+            if requests.get(f"{base}/readyz", timeout=5).status_code == 200:
                 return
-        except requests.ConnectionError:
+        except requests.RequestException:
             pass
         assert time.monotonic() < deadline, "service not ready"
         time.sleep(0.1)
