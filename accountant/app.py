@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from accountant import logging as structured_logging
 from accountant import signing
+from accountant.alerts import AlertDispatcher
 from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
 from accountant.api.common import Runtime, close_db
 from accountant.config import Settings, load_settings
@@ -50,6 +51,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
         head_revision=head_revision(),
         signer=signer,
         noise_secret=signing.derive_secret(signer, b"accountant noise v1"),
+        alerts=AlertDispatcher(pm, settings),
     )
     app.extensions["accountant_engine"] = engine
     for blueprint in (meta.bp, openapi.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp,

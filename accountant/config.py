@@ -43,10 +43,16 @@ class Settings:
     pool_size: int = 5
     #: Log level of the service's structured logs.
     log_level: str = "INFO"
+    #: Utilisation thresholds, in percent, whose crossing raises a budget alert.
+    alert_thresholds: tuple[int, ...] = (50, 80, 100)
+    #: Where the built-in webhook alert plugin POSTs alerts (unset: no webhook).
+    alert_webhook_url: str | None = None
+    #: The webhook's timeout per attempt, in milliseconds (3 attempts with backoff).
+    alert_webhook_timeout_ms: int = 2000
 
 
 _INT_FIELDS = {"max_body_bytes", "max_vector_length", "max_partitions_per_charge",
-               "lock_timeout_ms", "pool_size"}
+               "lock_timeout_ms", "pool_size", "alert_webhook_timeout_ms"}
 
 
 def default_database_url() -> str:
@@ -78,6 +84,12 @@ def _parse(name: str, raw: str) -> Any:
             raise ConfigError(f"{PREFIX}{name.upper()} must be an integer, got {raw!r}") from None
     if name == "disabled_plugins":
         return tuple(part.strip() for part in raw.split(",") if part.strip())
+    if name == "alert_thresholds":
+        try:
+            return tuple(sorted(int(part) for part in raw.split(",") if part.strip()))
+        except ValueError:
+            raise ConfigError(f"{PREFIX}ALERT_THRESHOLDS must be percents like 50,80,100, "
+                              f"got {raw!r}") from None
     return raw
 
 
@@ -90,3 +102,5 @@ def _validate(settings: Settings) -> None:
     for name in _INT_FIELDS:
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+    if any(not 0 < t <= 1000 for t in settings.alert_thresholds):
+        raise ConfigError(f"{PREFIX}ALERT_THRESHOLDS must be percents between 1 and 1000")

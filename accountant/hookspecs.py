@@ -6,9 +6,15 @@ in ``plugins/`` too) and implement hooks with ``from accountant import hookimpl`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pluggy
 
 from accountant.mechanism import Mechanism
+
+if TYPE_CHECKING:
+    from accountant.alerts import BudgetAlert
+    from accountant.config import Settings
 
 PROJECT = "accountant"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -25,4 +31,19 @@ def accountant_register_mechanisms() -> list[Mechanism]:  # type: ignore[empty-b
     checks it (unique name, valid JSON Schemas, a callable cost and run,
     known accounting modes) and refuses the plugin's mechanisms that fail,
     logging why, without stopping the service.
+    """
+
+
+@hookspec
+def accountant_budget_alert(alert: BudgetAlert, settings: Settings) -> None:
+    """React to a budget scope crossing a utilisation threshold.
+
+    Called after a granted charge is committed, once for each scope (the
+    dataset's lifetime, a partition, the consumer's quota, a window) whose
+    utilisation went from below a configured threshold (``settings.alert_thresholds``,
+    default 50, 80 and 100 percent) to at or above it. Charges on a dataset are
+    serialised, so each crossing is reported by exactly one charge. Not
+    first-result: every plugin is called. Return nothing; an exception is
+    logged and never fails the charge. Implementations must not block: do
+    network work on a thread of your own (as the built-in webhook plugin does).
     """

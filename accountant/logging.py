@@ -27,8 +27,10 @@ class JSONFormatter(logging.Formatter):
 
 
 def configure(level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JSONFormatter())
+    """Add one JSON handler to the root logger (once), leaving any other handler in place."""
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    if not any(isinstance(h.formatter, JSONFormatter) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JSONFormatter())
+        root.addHandler(handler)
     root.setLevel(level.upper())

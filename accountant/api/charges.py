@@ -6,13 +6,14 @@ import time
 import uuid
 from typing import Any
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, Response, g, request
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from accountant.accounting.pricing import Denial
 from accountant.accounting.windows import isoformat
+from accountant.alerts import crossings
 from accountant.api import schemas
 from accountant.api.auth import principal
 from accountant.api.common import db, json_body, now_us, runtime
@@ -104,12 +105,14 @@ def create() -> Any:
         except Exception:
             session.rollback()
             raise
+    runtime().alerts.fire(g.pop("alerts", []))  # after the commit, never failing the charge
     return _respond(outcome, charge_request.mechanism, data)
 
 
 def _charge_once(session: Session, charge_request: ChargeRequest, key: str | None,
                  fingerprint: str) -> IdempotencyKey:
     """Lock the dataset, replay a known key, or charge and remember the response."""
+    g.alerts = []  # only the attempt that commits may raise alerts
     dataset = datasets.find(session, charge_request.dataset, lock=True)
     consumer_id = charge_request.principal.consumer_id
     if key is not None:
@@ -123,6 +126,11 @@ def _charge_once(session: Session, charge_request: ChargeRequest, key: str | Non
             return stored
     result = charges.charge(session, dataset, charge_request, now_us())
     evaluation = result.evaluation
+    if evaluation.granted:
+        g.alerts = crossings(
+            evaluation.checks, evaluation.mode.components, runtime().settings.alert_thresholds,
+            dataset=dataset.name, consumer=charge_request.principal.name,
+            charge_id=result.charge_id, at=result.created_at / 1e6)
     if evaluation.denial is not None:
         problem = _denial_problem(evaluation, evaluation.denial, result.charge_id)
         status, body, headers = problem.status, problem.body(), problem.headers

@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flask import current_app, g, request
 from sqlalchemy.orm import Session, sessionmaker
 
+from accountant.alerts import AlertDispatcher
 from accountant.api import schemas
 from accountant.config import Settings
 from accountant.errors import ValidationProblem
@@ -29,6 +30,7 @@ class Runtime:
     head_revision: str
     signer: Ed25519PrivateKey
     noise_secret: bytes
+    alerts: AlertDispatcher
 
     def random_for(self, charge_id: str) -> RandomSource:
         """The random source of one charge: replaying the charge replays its noise."""

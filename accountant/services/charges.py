@@ -78,6 +78,7 @@ class Evaluation:
     partition_ids: dict[str, int]
     all_partitions: bool
     never_fits: bool = False
+    checks: tuple[pricing.ScopeCheck, ...] = ()
 
     @property
     def granted(self) -> bool:
@@ -139,7 +140,7 @@ def evaluate(session: Session, dataset: Dataset, request: ChargeRequest, now: fl
     never = denial is not None and denial.limit.is_exceeded_by(
         loss_after(rule, ScopeState(), cost, m, names), names)
     return Evaluation(dataset, mode, keys, priced, denial, checks[0].after, checks[0].spent,
-                      scopes, ids, all_partitions, never)
+                      scopes, ids, all_partitions, never, tuple(checks))
 
 
 def charge(session: Session, dataset: Dataset, request: ChargeRequest,

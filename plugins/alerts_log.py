@@ -1,0 +1,16 @@
+"""Budget alerts as structured warnings in the service log."""
+
+from __future__ import annotations
+
+import logging
+
+from accountant import hookimpl
+from accountant.alerts import BudgetAlert
+from accountant.config import Settings
+
+log = logging.getLogger("accountant.alerts")
+
+
+@hookimpl
+def accountant_budget_alert(alert: BudgetAlert, settings: Settings) -> None:
+    log.warning("budget threshold crossed", extra={"alert": alert.as_json()})
