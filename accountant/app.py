@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from werkzeug.exceptions import HTTPException
 
@@ -22,6 +22,7 @@ from accountant.dashboard import views as dashboard
 from accountant.db import begin_write, make_engine, make_session_factory
 from accountant.errors import Conflict, ProblemError, Unavailable
 from accountant.jsonio import DecimalJSONProvider, dumps
+from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, outcome_of
 from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
 from accountant.randomness import RandomSource
@@ -62,6 +63,17 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
                       SESSION_COOKIE_NAME="accountant_session",
                       PERMANENT_SESSION_LIFETIME=8 * 3600)
     app.teardown_appcontext(close_db)
+
+    @app.before_request
+    def _start_clock() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    def _observe(response: Response) -> Response:
+        if request.endpoint == "charges.create" and "started" in g:
+            CHARGE_SECONDS.labels(outcome_of(response.status_code)).observe(
+                time.perf_counter() - g.started)
+        return response
     _register_error_handlers(app)
     _register_signing_key(app)
     if settings.admin_key:
@@ -135,6 +147,7 @@ def _register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(OperationalError)
     def _on_database(error: OperationalError) -> Response:
+        DATABASE_ERRORS.inc()
         log.error("database unavailable", extra={"path": request.path,
                                                  "error": str(error.orig)[:200]})
         return _problem(Unavailable("the database is unavailable; retry with the same "

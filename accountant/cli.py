@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -106,6 +109,10 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     from gunicorn.app.base import BaseApplication
 
     settings = _settings()
+    # Latency metrics from every worker are summed through files in this folder; it must be
+    # set before any worker imports prometheus_client, and be empty at start.
+    metrics_dir = tempfile.mkdtemp(prefix="accountant-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     if settings.admin_key:
         from accountant.app import create_app
 
@@ -120,6 +127,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
             }
             for key, value in options.items():
                 self.cfg.set(key, value)
+            self.cfg.set("child_exit", _mark_dead)
 
         def load(self) -> Any:
             from accountant.wsgi import app
@@ -127,7 +135,17 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
             return app
 
     click.echo(f"serving on http://{host}:{port} with {workers} workers", err=True)
-    _Server().run()
+    try:
+        _Server().run()
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _mark_dead(_server: Any, worker: Any) -> None:
+    """gunicorn hook: drop a dead worker's live gauges from the multiprocess metrics."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
 @main.group()

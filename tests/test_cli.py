@@ -112,6 +112,9 @@ def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> Non
         assert charged.status_code == 201
         output = charged.json()["output"]
         assert len(output["noise"]) == 3 and output["grid"] > 0
+        for _ in range(6):  # any worker answers the scrape; each reports every worker's count
+            metrics = requests.get(f"{base}/metrics", timeout=5).text
+            assert 'accountant_charge_duration_seconds_count{outcome="granted"} 1.0' in metrics
         missing = requests.get(f"{base}/v1/nowhere", headers=headers, timeout=5)
         assert missing.status_code == 404
         assert missing.headers["Content-Type"] == "application/problem+json"

@@ -6,8 +6,14 @@ import csv
 import io
 import json
 
+from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import select
 
+from accountant.db import begin_write
+from accountant.exact import Amount
+from accountant.models import LedgerEntry
+from accountant.services import datasets, ledger
 from tests.conftest import Api
 
 
@@ -44,3 +50,51 @@ def test_metrics_count_charges_by_outcome(api: Api, client: FlaskClient) -> None
             in text)
     assert ('accountant_charges_total{dataset="other",mechanism="laplace",outcome="granted"} 1'
             in text)
+
+
+def test_metrics_report_latency_and_utilisation(api: Api, client: FlaskClient) -> None:
+    api.make_dataset(budget={"epsilon": 1}, partition_budget={"epsilon": 0.5},
+                     windows=[{"period": "1d", "epsilon": 0.8}])
+    text = client.get("/metrics").get_data(as_text=True)
+    before = _count(text, 'accountant_charge_duration_seconds_count{outcome="granted"}')
+    api.charge(partitions=["a"], epsilon=0.4)
+    api.charge(partitions=["a"], epsilon=0.4)  # denied by the partition limit
+    text = client.get("/metrics").get_data(as_text=True)
+    assert _count(text, 'accountant_charge_duration_seconds_count{outcome="granted"}') == \
+        before + 1
+    assert 'accountant_budget_utilisation{dataset="clicks",scope="dataset"} 0.4' in text
+    assert 'accountant_budget_utilisation{dataset="clicks",scope="partition"} 0.8' in text
+    assert 'accountant_budget_utilisation{dataset="clicks",scope="window_1d"} 0.5' in text
+    assert "accountant_database_errors_total" in text
+    assert "partition=" not in text and "key=" not in text  # bounded label sets
+
+
+def _count(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_ten_thousand_entry_export_round_trips(api: Api, app: Flask) -> None:
+    api.make_dataset(budget={"epsilon": 1000})
+    sessions = app.extensions["accountant"].sessions
+    with sessions() as session:
+        begin_write(session)
+        dataset = datasets.find(session, "clicks", lock=True)
+        for index in range(10_000):
+            ledger.append(session, dataset, None, kind="charge", status="granted",
+                          created_at=1_795_000_000_000_000 + index, charge_id=f"c-{index:05d}",
+                          mechanism="laplace", release="joint", partitions=[f"p{index % 97}"],
+                          cost=Amount(epsilon=1_000_000))
+        session.commit()
+        stored = [(row.id, row.hash) for row in session.execute(
+            select(LedgerEntry.id, LedgerEntry.hash).order_by(LedgerEntry.id))]
+    lines = api.get("/v1/ledger/export?format=jsonl").text.splitlines()
+    exported = [json.loads(line) for line in lines]
+    assert [(e["id"], e["hash"]) for e in exported] == stored and len(stored) == 10_000
+    assert exported[1234]["partitions"] == ["p70"] and exported[1234]["cost"]["epsilon"] == 0.001
+    rows = list(csv.DictReader(io.StringIO(api.get("/v1/ledger/export?format=csv").text)))
+    assert [(int(r["id"]), r["hash"]) for r in rows] == stored
+    assert api.get("/v1/ledger/verify").get_json() == {
+        "ok": True, "entries": 10_000, "heads": {"clicks": stored[-1][1]}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 from flask import Blueprint, Response
@@ -11,7 +12,9 @@ from sqlalchemy import func, select, text
 from accountant.api.auth import principal
 from accountant.api.common import db, runtime
 from accountant.errors import Unavailable
+from accountant.metrics import process_metrics
 from accountant.models import Dataset, LedgerEntry
+from accountant.services import datasets
 
 bp = Blueprint("meta", __name__)
 
@@ -78,4 +81,29 @@ def metrics() -> Any:
     lines += ["# HELP accountant_mechanisms Registered mechanisms.",
               "# TYPE accountant_mechanisms gauge",
               f"accountant_mechanisms {len(runtime().registry.all())}"]
-    return Response("\n".join(lines) + "\n", mimetype="text/plain; version=0.0.4")
+    lines += _utilisation_lines()
+    text = "\n".join(lines) + "\n" + process_metrics().decode()
+    return Response(text, mimetype="text/plain; version=0.0.4")
+
+
+def _utilisation_lines() -> list[str]:
+    """Loss over limit for each dataset's lifetime, largest partition and current windows."""
+    lines = ["# HELP accountant_budget_utilisation Loss divided by limit (1 is exhausted).",
+             "# TYPE accountant_budget_utilisation gauge"]
+    now = time.time()
+    for dataset in db().execute(select(Dataset).order_by(Dataset.name)).scalars():
+        report = datasets.budget_report(db(), dataset, now)
+        measure = "rho" if dataset.accounting == "zcdp" else "epsilon"
+        scopes = [("dataset", report["loss"], report["limit"])]
+        if "partition_limit" in report:
+            scopes.append(("partition", report["partitions"]["max_spent"],
+                           report["partition_limit"]))
+        scopes += [(f"window_{w['period']}", w["loss"], w["limit"]) for w in report["windows"]]
+        for scope, loss, limit in scopes:
+            if measure not in limit:
+                continue
+            bound = float(limit[measure])
+            ratio = float(loss[measure]) / bound if bound > 0 else float(loss[measure] > 0)
+            lines.append(f'accountant_budget_utilisation{{dataset="{_label(dataset.name)}",'
+                         f'scope="{scope}"}} {ratio:.6g}')
+    return lines

@@ -1,0 +1,38 @@
+"""Prometheus metrics that span every gunicorn worker.
+
+Counts and utilisation are read from the database at scrape time (the same
+for every worker and host). Latencies and database errors are per-process
+measurements, so they use prometheus_client's multiprocess mode: under
+``accountant serve`` every worker writes to files in
+``PROMETHEUS_MULTIPROC_DIR`` and a scrape of any worker sums them all. Label
+sets stay bounded: dataset, scope, mechanism, outcome; never a partition or a key.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+
+CHARGE_SECONDS = Histogram(
+    "accountant_charge_duration_seconds", "Time to answer POST /v1/charges, by outcome.",
+    ["outcome"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+DATABASE_ERRORS = Counter("accountant_database_errors_total",
+                          "Requests answered 503 because the database failed.")
+
+
+def outcome_of(status: int) -> str:
+    if status == 201:
+        return "granted"
+    if status in (409, 429):
+        return "denied"
+    return "refused" if status < 500 else "error"
+
+
+def process_metrics() -> bytes:
+    """The latency and error metrics of this process, or of all workers in multiprocess mode."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+    return generate_latest()
