@@ -114,16 +114,16 @@ def dataset(who: Principal, name: str) -> Any:
         (LedgerEntry.status == "granted")
     per_day = db().execute(select(day, func.sum(column * LedgerEntry.multiplicity))
                            .where(granted).group_by(day).order_by(day)).all()
-    running, cumulative, daily_map = 0.0, [], {}
-    for bucket, total in per_day:
-        value = float(unit.to_decimal(int(total or 0)))
-        running += value
-        label = isoformat(int(bucket) * 86_400)[:10]
-        cumulative.append((label, running))
-        daily_map[int(bucket)] = value
     first_day = since // DAY_US
-    daily = [(isoformat((first_day + i) * 86_400)[:10], daily_map.get(first_day + i, 0.0))
-             for i in range(30)]
+    daily_map = {int(bucket): float(unit.to_decimal(int(total or 0)))
+                 for bucket, total in per_day}
+    running = sum(v for bucket, v in daily_map.items() if bucket < first_day)
+    daily, cumulative = [], [(isoformat((first_day - 1) * 86_400)[:10], running)]
+    for i in range(30):
+        label, value = isoformat((first_day + i) * 86_400)[:10], daily_map.get(first_day + i, 0.0)
+        running += value
+        daily.append((label, value))
+        cumulative.append((label, running))
     loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
     lifetime = db().execute(select(Tally.id).where(Tally.dataset_id == found.id,
                                                    Tally.kind == "lifetime")).scalar_one()
