@@ -133,12 +133,17 @@ def stream_export(args: Mapping[str, str]) -> Response:
                 filters.dataset_id, filters.consumer_id, filters.status, filters.since,
                 filters.until, after, min(1000, left))
             page = session.execute(ledger.query(page_filter)).all()
-            session.rollback()  # end each page's read transaction; never hold a snapshot
-            for entry, _name, consumer in page:
-                yield describe_entry(entry, datasets[entry.dataset_id], consumer)
-            if len(page) < page_filter.limit:
+            described = [describe_entry(entry, datasets[entry.dataset_id], consumer)
+                         for entry, _name, consumer in page]
+            last_id = page[-1][0].id if page else after
+            # End each page's read transaction (never hold a snapshot for a whole download),
+            # and forget its objects so memory stays flat.
+            session.rollback()
+            session.expunge_all()
+            yield from described
+            if len(described) < page_filter.limit:
                 return
-            after, left = page[-1][0].id, left - len(page)
+            after, left = last_id, left - len(described)
 
     def lines() -> Iterator[str]:
         if kind == "jsonl":
