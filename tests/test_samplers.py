@@ -77,3 +77,10 @@ def test_uniform_below_is_uniform() -> None:
     draws = _exact.uniform_below(SeededRandomSource(14), np.full(100_000, 7, dtype=np.int64))
     counts = np.bincount(draws, minlength=7)
     assert counts.size == 7 and stats.chisquare(counts).pvalue > ALPHA
+
+
+def test_the_scalar_path_follows_the_same_law() -> None:
+    source = SeededRandomSource(15)
+    samples = np.concatenate([_exact.discrete_laplace(source, 3, 7, 20) for _ in range(5_000)])
+    pmf = _normalised({k: math.exp(-abs(k) * 3 / 7) for k in range(-60, 61)})
+    assert _chi_square(samples, {k: v for k, v in pmf.items() if abs(k) <= 20}) > ALPHA
