@@ -1,0 +1,100 @@
+"""History must not slow the hot path: charge latency on an empty database against one with
+10^6 ledger entries and 10^5 partitions (with spends in every scope), measured in one run.
+
+    python bench/history.py [--entries 1000000] [--partitions 100000] [--charges 1500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ADMIN_KEY = "bench-admin-key-" + "b" * 32
+
+
+def make_app(folder: Path, name: str) -> tuple[Any, str]:
+    from accountant.app import create_app
+    from accountant.migrate import upgrade
+
+    url = f"sqlite:///{folder / name}.db"
+    upgrade(url)
+    app = create_app({"database_url": url, "admin_key": ADMIN_KEY, "log_level": "WARNING",
+                      "signing_key_file": str(folder / "key.pem")})
+    client = app.test_client()
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    client.post("/v1/datasets", headers=headers, json={
+        "name": "bench", "privacy_unit": "record", "budget": {"epsilon": 1000000}})
+    client.post("/v1/datasets/bench/partitions", headers=headers,
+                json={"keys": [f"p{i}" for i in range(100)]})
+    return client, url.removeprefix("sqlite:///")
+
+
+def fill(path: str, entries: int, partitions: int) -> None:
+    """History written straight into the tables, as years of charges would leave it."""
+    with sqlite3.connect(path) as db:
+        db.executemany("INSERT INTO partitions (dataset_id, key, created_at) VALUES (1, ?, 0)",
+                       ((f"old-{i}",) for i in range(partitions)))
+        db.execute("INSERT INTO tallies (dataset_id, kind, consumer_id, period_seconds, "
+                   "window_start, total_epsilon, total_delta, total_rho, max_epsilon, "
+                   "max_delta, max_rho) VALUES (1, 'consumer', 1, 0, 0, 0, 0, 0, 0, 0, 0)")
+        ids = [row[0] for row in db.execute("SELECT id FROM partitions")]
+        for tally in (1, 2):
+            db.executemany("INSERT OR IGNORE INTO tally_spends VALUES (?, ?, ?, 0, 0)",
+                           ((tally, pid, random.randrange(10**9)) for pid in ids))
+        for start in range(0, entries, 100_000):
+            db.executemany(
+                "INSERT INTO ledger_entries (seq, kind, charge_id, dataset_id, consumer_id, "
+                "status, mechanism, release, partitions, params, cost_epsilon, cost_delta, "
+                "cost_rho, multiplicity, detail, created_at, prev_hash, hash) VALUES "
+                "(?, 'charge', ?, 1, 1, 'granted', 'laplace', 'joint', '[\"old\"]', '{}', "
+                "1000, 0, 0, 1, '{}', ?, '', '')",
+                ((start + i + 1000, f"old-{start + i}", start + i)
+                 for i in range(min(100_000, entries - start))))
+            print(f"    {start + 100_000} entries ...", file=sys.stderr)
+        db.execute("UPDATE datasets SET ledger_seq = ledger_seq + ?", (entries + 1000,))
+
+
+def charge(client: Any, index: int) -> float:
+    body = {"dataset": "bench", "partitions": [f"p{index % 100}"], "mechanism": "laplace",
+            "params": {"epsilon": 0.01, "sensitivity": 1}, "input": {"values": [1.0]}}
+    started = time.perf_counter()
+    response = client.post("/v1/charges", json=body,
+                           headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    elapsed = time.perf_counter() - started
+    assert response.status_code == 201, response.get_data(as_text=True)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=100_000)
+    parser.add_argument("--charges", type=int, default=1500)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        empty, _ = make_app(folder, "empty")
+        full, path = make_app(folder, "full")
+        print(f"  writing {args.entries} ledger entries, {args.partitions} partitions ...",
+              file=sys.stderr)
+        fill(path, args.entries, args.partitions)
+        samples: dict[str, list[float]] = {"empty": [], "history": []}
+        for index in range(args.charges):  # interleaved, so both see the same machine
+            samples["empty"].append(charge(empty, index))
+            samples["history"].append(charge(full, index))
+        for label, values in samples.items():
+            print(f"{label:8} median {statistics.median(values) * 1000:.3f} ms, "
+                  f"p99 {sorted(values)[int(0.99 * len(values))] * 1000:.3f} ms")
+        ratio = statistics.median(samples["history"]) / statistics.median(samples["empty"])
+        print(f"history/empty median ratio: {ratio:.2f} (goal: at most 1.3)")
+
+
+if __name__ == "__main__":
+    main()
