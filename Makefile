@@ -3,23 +3,28 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The example third-party plugin is installed for the tests only, outside the service's venv.
+TEST_PLUGINS := $(CURDIR)/.test-plugins
 
 .PHONY: help serve test
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml tests/example_plugin/pyproject.toml
+$(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
-	$(BIN)/pip install --quiet -e tests/example_plugin  # a third-party plugin, as users add them
 	touch $(STAMP)
+
+$(TEST_PLUGINS): $(STAMP) tests/example_plugin/pyproject.toml tests/example_plugin/accountant_example/*.py
+	rm -rf $(TEST_PLUGINS)
+	$(BIN)/pip install --quiet --no-deps --target $(TEST_PLUGINS) tests/example_plugin
 
 serve: $(STAMP)  ## install, migrate ./var/accountant.db, print a first admin key, serve on :8000
 	$(BIN)/accountant init
 	$(BIN)/accountant serve --host 127.0.0.1 --port 8000 --workers 2
 
-test: $(STAMP)  ## lint, type-check and run the whole test suite
+test: $(STAMP) $(TEST_PLUGINS)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	PYTHONPATH=$(TEST_PLUGINS) $(BIN)/python -m pytest
