@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BindParameter, and_, bindparam, insert, or_, select, text, update
+from sqlalchemy import BindParameter, and_, bindparam, insert, or_, select, text
 from sqlalchemy.orm import Session
 
 from accountant.accounting import pricing
@@ -56,10 +56,19 @@ class ChargeRequest:
     principal: Principal
 
 
+@dataclass(frozen=True)
+class _TallyRow:
+    """A scope's row as read in the charge transaction: plain values, no ORM object."""
+
+    id: int
+    total: Amount
+    max_spend: Amount
+
+
 @dataclass
 class _Scope:
     key: Key
-    tally: Tally | None
+    tally: _TallyRow | None
     state: ScopeState = field(default_factory=ScopeState)
 
 
@@ -221,9 +230,14 @@ def _read_scopes(session: Session, dataset: Dataset, rule: LossRule,
                   and_(Tally.kind == "consumer", Tally.consumer_id == consumer_id)]
     conditions += [and_(Tally.kind == "window", Tally.period_seconds == w.period,
                         Tally.window_start == w.start) for w in windows]
-    found = {(t.kind, t.consumer_id, t.period_seconds, t.window_start): t
-             for t in session.execute(select(Tally).where(
-                 Tally.dataset_id == dataset.id, or_(*conditions))).scalars()}
+    found = {(row.kind, row.consumer_id, row.period_seconds, row.window_start): _TallyRow(
+                 row.id, Amount(row.total_epsilon, row.total_delta, row.total_rho),
+                 Amount(row.max_epsilon, row.max_delta, row.max_rho))
+             for row in session.execute(select(
+                 Tally.id, Tally.kind, Tally.consumer_id, Tally.period_seconds,
+                 Tally.window_start, Tally.total_epsilon, Tally.total_delta, Tally.total_rho,
+                 Tally.max_epsilon, Tally.max_delta, Tally.max_rho).where(
+                 Tally.dataset_id == dataset.id, or_(*conditions)))}
     scopes = [_Scope(key, found.get(key)) for key in keys]
     existing = [s for s in scopes if s.tally is not None]
     touched_max: dict[int, Amount] = {}
@@ -321,12 +335,15 @@ def _apply(session: Session, evaluation: Evaluation, consumer_id: int, now_us: i
         tally_id = scope.tally.id if scope.tally is not None else fresh[scope.key]
         total = scope.state.total.plus(cost.scaled(m))
         highest = max_after(scope.state, cost)
-        updates.append({"id": tally_id, "total_epsilon": total.epsilon,
-                        "total_delta": total.delta, "total_rho": total.rho,
-                        "max_epsilon": highest.epsilon, "max_delta": highest.delta,
-                        "max_rho": highest.rho})
-    # ORM bulk UPDATE by primary key: one executemany, no objects loaded.
-    session.execute(update(Tally), updates)
+        updates.append({"tid": tally_id, "te": total.epsilon, "td": total.delta,
+                        "tr": total.rho, "me": highest.epsilon, "md": highest.delta,
+                        "mr": highest.rho})
+    session.execute(_UPDATE_TALLY, updates)  # one executemany, no ORM objects
+
+
+_UPDATE_TALLY = text(
+    "UPDATE tallies SET total_epsilon = :te, total_delta = :td, total_rho = :tr, "
+    "max_epsilon = :me, max_delta = :md, max_rho = :mr WHERE id = :tid")
 
 
 def _upsert_spends(session: Session, dataset_id: int, tally_ids: list[int], cost: Amount,

@@ -12,8 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, insert, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from accountant.exact import Amount
 from accountant.models import Consumer, Dataset, LedgerEntry
@@ -65,9 +66,16 @@ def append(session: Session, dataset: Dataset, consumer: Actor | None, *, kind: 
     )
     entry.hash = chain_hash(entry.prev_hash,
                             canonical(entry, dataset.name, consumer.name if consumer else None))
-    dataset.ledger_seq = entry.seq
-    dataset.ledger_head = entry.hash
-    session.add(entry)
+    # Plain INSERT and UPDATE statements: cheaper than the unit of work on the hot path. The
+    # dataset row's new head is written here and recorded as committed state on the object.
+    columns = LedgerEntry.__table__.columns
+    session.execute(insert(LedgerEntry), [
+        {c.key: getattr(entry, c.key) for c in columns if c.key != "id"}])
+    session.execute(update(Dataset).where(Dataset.id == dataset.id).values(
+        ledger_seq=entry.seq, ledger_head=entry.hash).execution_options(
+        synchronize_session=False))
+    set_committed_value(dataset, "ledger_seq", entry.seq)
+    set_committed_value(dataset, "ledger_head", entry.hash)
     return entry
 
 
