@@ -9,10 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +17,10 @@ import pytest
 import requests
 
 from tests.conftest import ADMIN_KEY
-from tests.test_cli import _free_port
+from tests.server import running_service
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(__file__).parent.parent / "test-artifacts" / "screenshots"
-BIN = Path(sys.executable).parent / "accountant"
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -39,26 +34,8 @@ def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
            "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
            "ACCOUNTANT_LOG_LEVEL": "WARNING"}
-    port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    process = subprocess.Popen([BIN, "serve", "--port", str(port)], env=env, stdout=log,
-                               stderr=log, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if requests.get(f"{base}/readyz", timeout=5).ok:
-                break
-        except requests.RequestException:
-            pass
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    try:
-        yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=20)
-        log.close()
+    with running_service(env, tmp_path / "serve.log") as running:
+        yield running.base
 
 
 def _api(base: str, method: str, path: str, body: Any = None, key: str = ADMIN_KEY) -> Any:

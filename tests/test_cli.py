@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +14,7 @@ from click.testing import CliRunner
 
 from accountant.cli import main
 from tests.conftest import ADMIN_KEY
+from tests.server import children, running_service
 
 BIN = Path(sys.executable).parent / "accountant"
 
@@ -59,46 +58,16 @@ def test_the_command_works_from_any_directory(tmp_path: Path) -> None:
                    capture_output=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _children(pid: int) -> list[str]:
-    """Process ids whose parent is ``pid`` (read from /proc, field 4 of stat)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[1] == str(pid):
-            found.append(stat.parent.name)
-    return found
-
-
 @pytest.mark.slow
 def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> None:
     env = _env(tmp_path, ACCOUNTANT_ADMIN_KEY=ADMIN_KEY)
     subprocess.run([BIN, "db", "upgrade"], env=env, check=True, capture_output=True)
-    port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen([BIN, "serve", "--port", str(port), "--workers", "2"], env=env,
-                              stdout=log, stderr=log, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, "no /healthz within 10 s"
-            time.sleep(0.1)
-        while len(workers := _children(server.pid)) < 2:
-            assert time.monotonic() < deadline + 10, f"workers: {workers}"
+    with running_service(env, tmp_path / "serve.log", "--workers", "2",
+                         ready="/healthz") as server:
+        base = server.base
+        deadline = time.monotonic() + 20
+        while len(workers := children(server.process.pid)) < 2:
+            assert time.monotonic() < deadline, f"workers: {workers}"
             time.sleep(0.1)
         assert len(workers) == 2
         headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -118,9 +87,6 @@ def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> Non
         missing = requests.get(f"{base}/v1/nowhere", headers=headers, timeout=5)
         assert missing.status_code == 404
         assert missing.headers["Content-Type"] == "application/problem+json"
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=20) == 0
-        log.close()
+        assert server.stop() == 0
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists()

@@ -17,21 +17,10 @@ import pytest
 import requests
 
 from tests.conftest import ADMIN_KEY, POSTGRES_URL, Api
-from tests.test_cli import _children, _free_port
+from tests.server import children, running_service
 
 BIN = Path(sys.executable).parent / "accountant"
 HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
-
-
-def _wait_ready(base: str, deadline: float) -> None:
-    while True:
-        try:
-            if requests.get(f"{base}/readyz", timeout=5).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        assert time.monotonic() < deadline, "service not ready"
-        time.sleep(0.1)
 
 
 @pytest.mark.slow
@@ -40,16 +29,10 @@ def test_a_worker_killed_mid_stream_loses_nothing(
     api.make_dataset("stream", budget={"epsilon": 1000})
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
            "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file}
-    port = _free_port()
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen([BIN, "serve", "--port", str(port), "--workers", "2",
-                               "--threads", "2"], env=env, stdout=log, stderr=log,
-                              start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
     seen: list[tuple[int, str | None]] = []
     stop = threading.Event()
 
-    def client(number: int) -> None:
+    def client(base: str, number: int) -> None:
         session = requests.Session()
         index = 0
         while not stop.is_set() and index < 400:
@@ -65,23 +48,19 @@ def test_a_worker_killed_mid_stream_loses_nothing(
             seen.append((reply.status_code, reply.json().get("charge_id")))
             index += 1
 
-    try:
-        _wait_ready(base, time.monotonic() + 15)
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    with running_service(env, tmp_path / "serve.log", "--workers", "2",
+                         "--threads", "2") as server:
+        threads = [threading.Thread(target=client, args=(server.base, n)) for n in range(4)]
         for thread in threads:
             thread.start()
         time.sleep(1.0)
-        victims = _children(server.pid)
+        victims = children(server.process.pid)
         assert victims
         os.kill(int(victims[0]), signal.SIGKILL)
         time.sleep(1.0)
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=20)
-        log.close()
     granted = {charge_id for status, charge_id in seen if status == 201}
     assert granted and {status for status, _ in seen} == {201}
     ledger = {entry["charge_id"] for entry in api.ledger(dataset="stream")}

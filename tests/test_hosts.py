@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
 from tests.conftest import ADMIN_KEY, Api
-from tests.test_cli import _free_port
+from tests.server import running_service
 
 BIN = Path(sys.executable).parent / "accountant"
 HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -29,48 +27,27 @@ def test_two_instances_never_overspend_and_keep_one_chain(
                      windows=[{"period": "1d", "epsilon": 2.5}])
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
            "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_LOG_LEVEL": "ERROR"}
-    ports = [_free_port(), _free_port()]
-    logs = [(tmp_path / f"host{i}.log").open("w") for i in range(2)]
-    servers = [subprocess.Popen([BIN, "serve", "--port", str(port), "--workers", "2"], env=env,
-                                stdout=log, stderr=log, start_new_session=True)
-               for port, log in zip(ports, logs, strict=True)]
     results: list[int] = []
-    try:
-        for port in ports:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).ok:
-                        break
-                except requests.RequestException:
-                    pass
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
-        partition_sets = [["a"], ["a", "b"], ["b", "c"], ["c"], ["a", "c"]]
+    partition_sets = [["a"], ["a", "b"], ["b", "c"], ["c"], ["a", "c"]]
 
-        def client(number: int) -> None:
-            port = ports[number % 2]
-            session = requests.Session()
-            for index in range(30):
-                keys = partition_sets[(number + index) % len(partition_sets)]
-                reply = session.post(f"http://127.0.0.1:{port}/v1/charges", headers=HEADERS,
-                                     timeout=30, json={
-                    "dataset": "shared", "partitions": keys, "release": "parallel",
-                    "mechanism": "laplace", "params": {"epsilon": 0.05, "sensitivity": 1},
-                    "input": {"values": [1.0] * len(keys)}})
-                results.append(reply.status_code)
+    def client(base: str, number: int) -> None:
+        session = requests.Session()
+        for index in range(30):
+            keys = partition_sets[(number + index) % len(partition_sets)]
+            reply = session.post(f"{base}/v1/charges", headers=HEADERS, timeout=30, json={
+                "dataset": "shared", "partitions": keys, "release": "parallel",
+                "mechanism": "laplace", "params": {"epsilon": 0.05, "sensitivity": 1},
+                "input": {"values": [1.0] * len(keys)}})
+            results.append(reply.status_code)
 
-        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    with running_service(env, tmp_path / "host0.log", "--workers", "2") as first, \
+            running_service(env, tmp_path / "host1.log", "--workers", "2") as second:
+        bases = [first.base, second.base]
+        threads = [threading.Thread(target=client, args=(bases[n % 2], n)) for n in range(8)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=300)
-    finally:
-        for server in servers:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=20)
-        for log in logs:
-            log.close()
     assert len(results) == 240 and set(results) <= {201, 409, 429}
     assert results.count(201) > 0 and results.count(409) > 0
     budget = api.budget("shared")

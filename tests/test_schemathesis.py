@@ -5,17 +5,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
 from tests.conftest import ADMIN_KEY
-from tests.test_cli import _free_port
+from tests.server import running_service
 
 BIN = Path(sys.executable).parent
 
@@ -27,21 +25,8 @@ def test_schemathesis_finds_nothing(database_url: str, signing_key_file: str,
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
            "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
            "ACCOUNTANT_LOG_LEVEL": "ERROR"}
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "serve.log").open("w")
-    server = subprocess.Popen([BIN / "accountant", "serve", "--port", str(port)], env=env,
-                              stdout=log, stderr=log, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                if requests.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+    with running_service(env, tmp_path / "serve.log") as server:
+        base = server.base
         headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
         requests.post(f"{base}/v1/datasets", headers=headers, timeout=5, json={
             "name": "clicks", "privacy_unit": "record", "budget": {"epsilon": 5}})
@@ -53,10 +38,6 @@ def test_schemathesis_finds_nothing(database_url: str, signing_key_file: str,
              "--exclude-checks", "positive_data_acceptance",
              "--max-examples", "25", "--seed", "20261121", "--no-color"],
             env=env, capture_output=True, text=True, timeout=600)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=20)
-        log.close()
     summary = run.stdout[-3000:]
     assert run.returncode == 0, summary
     assert re.search(r"\d+ generated", summary), summary

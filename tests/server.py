@@ -1,0 +1,76 @@
+"""Running a real `accountant serve` for a test: a free port, readiness, a clean stop."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+BIN = Path(sys.executable).parent / "accountant"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def children(pid: int) -> list[str]:
+    """Process ids whose parent is ``pid`` (read from /proc, field 4 of stat)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(stat.parent.name)
+    return found
+
+
+def wait_ready(base: str, path: str = "/readyz", seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if requests.get(base + path, timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        assert time.monotonic() < deadline, f"{base}{path} did not answer within {seconds} s"
+        time.sleep(0.1)
+
+
+@dataclass
+class Server:
+    base: str
+    process: subprocess.Popen[bytes]
+
+    def stop(self) -> int:
+        """SIGTERM, as an orchestrator would; the exit status of the master."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+
+@contextmanager
+def running_service(env: dict[str, str], log: Path, *options: str,
+                    ready: str = "/readyz") -> Iterator[Server]:
+    """`accountant serve` on a free port with ``options``, ready when the block starts."""
+    port = free_port()
+    with log.open("w") as output:
+        process = subprocess.Popen([BIN, "serve", "--port", str(port), *options], env=env,
+                                   stdout=output, stderr=output, start_new_session=True)
+        server = Server(f"http://127.0.0.1:{port}", process)
+        try:
+            wait_ready(server.base, ready)
+            yield server
+        finally:
+            server.stop()
