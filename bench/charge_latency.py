@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ADMIN_KEY = "bench-admin-key-" + "b" * 32
+import _setup
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -30,25 +30,10 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def service_latencies(folder: Path, charges: int) -> list[float]:
-    from accountant.app import create_app
-    from accountant.migrate import upgrade
-
-    url = f"sqlite:///{folder / 'service.db'}"
-    upgrade(url)
-    app = create_app({"database_url": url, "admin_key": ADMIN_KEY, "log_level": "WARNING"})
-    client = app.test_client()
-    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    client.post("/v1/datasets", headers=headers, json={
-        "name": "bench", "privacy_unit": "record", "accounting": "pure",
-        "budget": {"epsilon": 1000000}})
+    client, _ = _setup.service(folder)
     samples = []
     for index in range(charges):
-        body = {"dataset": "bench", "partitions": [f"p{index % 30}"], "mechanism": "laplace",
-                "params": {"epsilon": 0.01, "sensitivity": 1}, "input": {"values": [42.0]}}
-        started = time.perf_counter()
-        response = client.post("/v1/charges", headers=headers, json=body)
-        samples.append(time.perf_counter() - started)
-        assert response.status_code == 201, response.get_data(as_text=True)
+        samples.append(_setup.timed_charge(client, index))
         if index % 500 == 0:
             print(f"  service: {index}/{charges}", file=sys.stderr)
     return samples

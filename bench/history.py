@@ -12,28 +12,17 @@ import sqlite3
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ADMIN_KEY = "bench-admin-key-" + "b" * 32
+import _setup
 
 
 def make_app(folder: Path, name: str) -> tuple[Any, str]:
-    from accountant.app import create_app
-    from accountant.migrate import upgrade
-
-    url = f"sqlite:///{folder / name}.db"
-    upgrade(url)
-    app = create_app({"database_url": url, "admin_key": ADMIN_KEY, "log_level": "WARNING",
-                      "signing_key_file": str(folder / "key.pem")})
-    client = app.test_client()
-    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    client.post("/v1/datasets", headers=headers, json={
-        "name": "bench", "privacy_unit": "record", "budget": {"epsilon": 1000000}})
-    client.post("/v1/datasets/bench/partitions", headers=headers,
+    client, path = _setup.service(folder, name)
+    client.post("/v1/datasets/bench/partitions", headers=_setup.HEADERS,
                 json={"keys": [f"p{i}" for i in range(100)]})
-    return client, url.removeprefix("sqlite:///")
+    return client, path
 
 
 def fill(path: str, entries: int, partitions: int) -> None:
@@ -62,14 +51,7 @@ def fill(path: str, entries: int, partitions: int) -> None:
 
 
 def charge(client: Any, index: int) -> float:
-    body = {"dataset": "bench", "partitions": [f"p{index % 100}"], "mechanism": "laplace",
-            "params": {"epsilon": 0.01, "sensitivity": 1}, "input": {"values": [1.0]}}
-    started = time.perf_counter()
-    response = client.post("/v1/charges", json=body,
-                           headers={"Authorization": f"Bearer {ADMIN_KEY}"})
-    elapsed = time.perf_counter() - started
-    assert response.status_code == 201, response.get_data(as_text=True)
-    return elapsed
+    return _setup.timed_charge(client, index, partitions=100)
 
 
 def main() -> None:

@@ -12,35 +12,15 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-ADMIN_KEY = "bench-admin-key-" + "b" * 32
+import _setup
 
 
 def run(folder: Path, charges: int) -> list[float]:
-    from accountant.app import create_app
-    from accountant.migrate import upgrade
-
-    url = f"sqlite:///{folder / 'bench.db'}"
-    upgrade(url)
-    app = create_app({"database_url": url, "admin_key": ADMIN_KEY, "log_level": "WARNING",
-                      "signing_key_file": str(folder / "key.pem")})
-    client = app.test_client()
-    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    client.post("/v1/datasets", headers=headers, json={
-        "name": "bench", "privacy_unit": "record", "accounting": "pure",
-        "budget": {"epsilon": 1000000}})
-    samples = []
-    for index in range(charges):
-        body = {"dataset": "bench", "partitions": [f"p{index % 30}"], "mechanism": "laplace",
-                "params": {"epsilon": 0.01, "sensitivity": 1}, "input": {"values": [42.0]}}
-        started = time.perf_counter()
-        response = client.post("/v1/charges", headers=headers, json=body)
-        samples.append(time.perf_counter() - started)
-        assert response.status_code == 201
-    return samples
+    client, _ = _setup.service(folder)
+    return [_setup.timed_charge(client, index) for index in range(charges)]
 
 
 def main() -> None:
