@@ -3,7 +3,6 @@ preview and charge. A denial is a value here; the HTTP edge turns it into 409/42
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -152,13 +151,3 @@ def first_denial(checks: list[ScopeCheck], cost: Amount,
             return Denial(check.scope, check.limit, check.spent, cost, check.partition,
                           check.window)
     return None
-
-
-def never_fits(denial: Denial, names: tuple[ComponentName, ...]) -> bool:
-    """True when the cost alone exceeds the denying limit: no wait would make it fit."""
-    return any((bound := denial.limit[name]) is not None and denial.requested[name] > bound
-               for name in names)
-
-
-def retry_after(window: Window, now: float) -> int:
-    return max(1, math.ceil(window.end - now))
