@@ -175,3 +175,15 @@ def test_a_zcdp_delta_below_the_resolution_is_refused(api: Api) -> None:
                                          "budget": {"epsilon": 1, "delta": 1e-300}})
     assert response.status_code == 400
     assert response.get_json()["errors"][0]["field"] == "budget.delta"
+
+
+def test_each_schema_is_compiled_once_and_never_confused(ready: Api) -> None:
+    from accountant.api import schemas
+
+    for _ in range(20):
+        assert ready.charge(partitions=["p9"], epsilon=0.01).status_code == 201
+        bad = ready.charge(partitions=["p9"], params={"epsilon": 0.01, "sigma": 1})
+        fields = {e["field"] for e in bad.get_json()["errors"]}
+        assert bad.status_code == 400 and "params.sigma" in fields
+    cached = [schema for schema, _ in schemas._VALIDATORS.values()]
+    assert len(cached) == len({id(s) for s in cached}) <= 12  # no copy per request

@@ -54,10 +54,10 @@ def _request(body: dict[str, Any], caller: Principal) -> tuple[ChargeRequest, An
     unit = params.pop("sensitivity_unit", None)
     if unit not in (None, "record"):
         raise field_error("params.sensitivity_unit", "must be 'record' when given")
-    schemas.validate(dict(mechanism.params_schema), params, "params")
+    schemas.validate(mechanism.params_schema, params, "params")
     data = body.get("input")
     if data is not None:
-        schemas.validate(dict(mechanism.input_schema), data, "input")
+        schemas.validate(mechanism.input_schema, data, "input")
         _check_vector_limits(data)
         if mechanism.check_input is not None:
             try:

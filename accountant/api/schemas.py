@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -103,14 +104,21 @@ CHARGE: dict[str, Any] = {
 }
 PREVIEW: dict[str, Any] = {**CHARGE, "required": ["dataset", "partitions", "mechanism", "params"]}
 
-_VALIDATORS: dict[int, Draft202012Validator] = {}
+#: Compiled validators by schema object. The entry keeps its schema alive and is used only
+#: for that very object, so an id can never be reused by another schema.
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
 
 
-def validate(schema: dict[str, Any], instance: Any, prefix: str = "") -> None:
-    """Raise a 400 listing every violation of ``schema``, each with its dotted field path."""
-    validator = _VALIDATORS.get(id(schema))
-    if validator is None:
-        validator = _VALIDATORS[id(schema)] = Draft202012Validator(schema)
+def validate(schema: Mapping[str, Any], instance: Any, prefix: str = "") -> None:
+    """Raise a 400 listing every violation of ``schema``, each with its dotted field path.
+
+    Pass long-lived schema objects (module constants, a mechanism's own schema): each
+    distinct object is compiled once.
+    """
+    entry = _VALIDATORS.get(id(schema))
+    if entry is None or entry[0] is not schema:
+        entry = _VALIDATORS[id(schema)] = (schema, Draft202012Validator(schema))
+    validator = entry[1]
     problems = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if not problems:
         return
