@@ -11,6 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from accountant.accounting.modes import MODES
 from accountant.accounting.pricing import Denial
 from accountant.accounting.windows import isoformat
 from accountant.alerts import crossings
@@ -265,8 +266,6 @@ def show(charge_uuid: uuid.UUID) -> Any:
 
 
 def describe_charge(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
-    from accountant.accounting.modes import MODES
-
     return {
         "charge_id": entry.charge_id,
         "dataset": dataset.name,
