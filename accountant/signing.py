@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +83,15 @@ def public_jwk(public: Ed25519PublicKey) -> dict[str, str]:
             "kid": b64url(hashlib.sha256(raw).digest()[:12])}
 
 
-def sign(private: Ed25519PrivateKey, claims: dict[str, Any]) -> str:
+@lru_cache(maxsize=8)
+def _encoded_header(private: Ed25519PrivateKey) -> str:
+    """The JWS header of ``private``'s signatures (computed once per key, not per receipt)."""
     header = {"alg": "EdDSA", "kid": public_jwk(private.public_key())["kid"], "typ": "JWT"}
-    signing_input = f"{b64url(canonical_json(header))}.{b64url(canonical_json(claims))}"
+    return b64url(canonical_json(header))
+
+
+def sign(private: Ed25519PrivateKey, claims: dict[str, Any]) -> str:
+    signing_input = f"{_encoded_header(private)}.{b64url(canonical_json(claims))}"
     return f"{signing_input}.{b64url(private.sign(signing_input.encode()))}"
 
 

@@ -31,8 +31,8 @@ from accountant.errors import (
 from accountant.exact import Amount
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
-from accountant.models import Consumer, Dataset, IdempotencyKey, LedgerEntry
-from accountant.services import charges, datasets, idempotency, receipts
+from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.services import charges, dataset_state, idempotency, receipts
 from accountant.services.charges import ChargeRequest, Evaluation
 from accountant.services.consumers import Principal
 
@@ -111,10 +111,10 @@ def create() -> Any:
 
 
 def _charge_once(session: Session, charge_request: ChargeRequest, key: str | None,
-                 fingerprint: str) -> IdempotencyKey:
+                 fingerprint: str) -> idempotency.Outcome:
     """Lock the dataset, replay a known key, or charge and remember the response."""
     g.alerts = []  # only the attempt that commits may raise alerts
-    dataset = datasets.find(session, charge_request.dataset, lock=True)
+    dataset = dataset_state.load(session, charge_request.dataset, lock=True)
     consumer_id = charge_request.principal.consumer_id
     if key is not None:
         # Read only after the lock: a duplicate that waited for it sees the first one's row.
@@ -153,7 +153,7 @@ def _charge_once(session: Session, charge_request: ChargeRequest, key: str | Non
                                 status, body, headers, now_us())
 
 
-def _respond(outcome: IdempotencyKey, mechanism: Mechanism, data: Any) -> Response:
+def _respond(outcome: idempotency.Outcome, mechanism: Mechanism, data: Any) -> Response:
     """The response of a charge, first time or replay alike (the noise is regenerated)."""
     stored = dict(outcome.body)
     if outcome.status != 201:
@@ -183,7 +183,7 @@ def preview() -> Any:
     caller = principal("admin", "service", "auditor")
     body = json_body(schemas.PREVIEW)
     charge_request, _ = _request(body, caller)
-    dataset = datasets.find(db(), charge_request.dataset)
+    dataset = dataset_state.load(db(), charge_request.dataset)
     evaluation = charges.evaluate(db(), dataset, charge_request, time.time())
     denial = evaluation.denial
     return {

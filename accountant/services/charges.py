@@ -28,19 +28,19 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import BindParameter, and_, bindparam, insert, or_, select, text
 from sqlalchemy.orm import Session
 
 from accountant.accounting import pricing
 from accountant.accounting.loss import LossRule, ScopeState, loss_after, max_after
 from accountant.accounting.modes import MODES, Mode
 from accountant.accounting.windows import Window
+from accountant.driver import Driver
 from accountant.errors import Forbidden, field_error
 from accountant.exact import Amount, ComponentName, Limit
 from accountant.mechanism import Mechanism
-from accountant.models import Dataset, Grant, Partition, Tally
 from accountant.services import datasets, ledger
 from accountant.services.consumers import Principal
+from accountant.services.dataset_state import DatasetState
 
 Key = tuple[str, int, int, int]  # (kind, consumer_id, period_seconds, window_start)
 
@@ -76,7 +76,7 @@ class _Scope:
 class Evaluation:
     """Everything decided about a charge before anything is written."""
 
-    dataset: Dataset
+    dataset: DatasetState
     mode: Mode
     partitions: list[str]
     priced: pricing.Priced
@@ -108,22 +108,24 @@ class ChargeResult:
     created_at: int
 
 
-def evaluate(session: Session, dataset: Dataset, request: ChargeRequest, now: float) -> Evaluation:
+def evaluate(session: Session, dataset: DatasetState, request: ChargeRequest,
+             now: float) -> Evaluation:
     """Price ``request`` and check it against every scope, writing nothing."""
+    driver = Driver(session)
     principal = request.principal
     if not principal.may_read(dataset.id):
         raise Forbidden(f"dataset {dataset.name!r} is not granted to {principal.name!r}; "
                         "ask an admin for a grant")
     mode = MODES[dataset.accounting]
-    rule = datasets.rule_of(dataset)
-    ids, keys, all_partitions = _resolve(session, dataset, request.partitions)
+    rule = dataset.rule
+    ids, keys, all_partitions = _resolve(driver, dataset, request.partitions)
     try:
         priced = pricing.price(request.mechanism, request.params, request.sensitivity_unit, mode,
                                rule, dataset.max_records_per_user, request.release, len(keys))
     except pricing.PricingError as error:
         raise field_error(error.field, str(error)) from None
     windows = [Window.containing(w.period_seconds, now) for w in dataset.windows]
-    scopes = _read_scopes(session, dataset, rule, mode.components, principal.consumer_id,
+    scopes = _read_scopes(driver, dataset, rule, mode.components, principal.consumer_id,
                           windows, list(ids.values()), len(keys), all_partitions)
     by_key = {scope.key: scope for scope in scopes}
     cost, m, names = priced.cost, priced.multiplicity, mode.components
@@ -137,9 +139,9 @@ def evaluate(session: Session, dataset: Dataset, request: ChargeRequest, now: fl
     checks = [check("dataset", lifetime_key, dataset.limit)]
     partition_limit = dataset.partition_limit
     if partition_limit is not None:
-        checks.append(_partition_check(session, by_key[lifetime_key], partition_limit, cost,
+        checks.append(_partition_check(driver, by_key[lifetime_key], partition_limit, cost,
                                        names, ids, keys))
-    quota = _quota(session, dataset, principal)
+    quota = _quota(driver, dataset, principal)
     if quota is not None:
         checks.append(check("consumer", ("consumer", principal.consumer_id, 0, 0), quota))
     for budget, window in zip(dataset.windows, windows, strict=True):
@@ -152,7 +154,7 @@ def evaluate(session: Session, dataset: Dataset, request: ChargeRequest, now: fl
                       scopes, ids, all_partitions, never, tuple(checks))
 
 
-def charge(session: Session, dataset: Dataset, request: ChargeRequest,
+def charge(session: Session, dataset: DatasetState, request: ChargeRequest,
            now_us: int) -> ChargeResult:
     """Evaluate and record one charge on the locked ``dataset``; the caller commits, then
     runs the mechanism."""
@@ -164,7 +166,7 @@ def charge(session: Session, dataset: Dataset, request: ChargeRequest,
     actor = ledger.Actor(request.principal.consumer_id, request.principal.name)
     status = "granted" if evaluation.granted else "denied"
     if evaluation.granted:
-        _apply(session, evaluation, request.principal.consumer_id, now_us)
+        _apply(Driver(session), evaluation, request.principal.consumer_id, now_us)
     ledger.append(
         session, dataset, actor, kind="charge", status=status, created_at=now_us,
         charge_id=charge_id, mechanism=request.mechanism.name, release=request.release,
@@ -194,58 +196,60 @@ def _denial_detail(evaluation: Evaluation) -> dict[str, Any]:
     return detail
 
 
-def _resolve(session: Session, dataset: Dataset,
+def _resolve(driver: Driver, dataset: DatasetState,
              requested: list[str] | str) -> tuple[dict[str, int], list[str], bool]:
     """(ids of existing charged partitions by key, the charged keys, whether P is "*")."""
     if requested == "*":
-        rows = session.execute(select(Partition.key, Partition.id).where(
-            Partition.dataset_id == dataset.id).order_by(Partition.id)).all()
+        rows = driver.rows("SELECT key, id FROM partitions WHERE dataset_id = :d ORDER BY id",
+                           {"d": dataset.id})
         if not rows:
             raise field_error("partitions", f"'*' resolved to no partition: dataset "
                               f"{dataset.name!r} has none yet; declare them with "
                               f"POST /v1/datasets/{dataset.name}/partitions or name them")
-        return {row.key: row.id for row in rows}, [row.key for row in rows], True
+        return dict(rows), [row[0] for row in rows], True
     keys = list(requested)
     datasets.check_keys(keys, "partitions")
-    ids = {row.key: row.id for row in session.execute(select(Partition.key, Partition.id).where(
-        Partition.dataset_id == dataset.id, Partition.key.in_(keys)))}
-    return ids, keys, False
+    rows = driver.rows("SELECT key, id FROM partitions WHERE dataset_id = :d AND key IN :keys",
+                       {"d": dataset.id, "keys": keys})
+    return dict(rows), keys, False
 
 
-def _quota(session: Session, dataset: Dataset, principal: Principal) -> Limit | None:
+def _quota(driver: Driver, dataset: DatasetState, principal: Principal) -> Limit | None:
     if dataset.id not in principal.granted:
         return None
-    grant = session.execute(select(Grant).where(
-        Grant.consumer_id == principal.consumer_id, Grant.dataset_id == dataset.id)
-    ).scalar_one_or_none()
-    return None if grant is None else grant.quota
+    row = driver.row("SELECT has_quota, quota_epsilon, quota_delta, quota_rho FROM grants "
+                     "WHERE consumer_id = :c AND dataset_id = :d",
+                     {"c": principal.consumer_id, "d": dataset.id})
+    return None if row is None or not row[0] else Limit(row[1], row[2], row[3])
 
 
-def _read_scopes(session: Session, dataset: Dataset, rule: LossRule,
+_TALLY_COLUMNS = ("SELECT id, kind, consumer_id, period_seconds, window_start, total_epsilon, "
+                  "total_delta, total_rho, max_epsilon, max_delta, max_rho FROM tallies "
+                  "WHERE dataset_id = :d AND (kind = 'lifetime' "
+                  "OR (kind = 'consumer' AND consumer_id = :c)")
+
+
+def _read_scopes(driver: Driver, dataset: DatasetState, rule: LossRule,
                  names: tuple[ComponentName, ...], consumer_id: int, windows: list[Window],
                  touched_ids: list[int], n: int, all_partitions: bool) -> list[_Scope]:
     keys: list[Key] = [("lifetime", 0, 0, 0), ("consumer", consumer_id, 0, 0)]
     keys += [("window", 0, w.period, w.start) for w in windows]
-    conditions = [Tally.kind == "lifetime",
-                  and_(Tally.kind == "consumer", Tally.consumer_id == consumer_id)]
-    conditions += [and_(Tally.kind == "window", Tally.period_seconds == w.period,
-                        Tally.window_start == w.start) for w in windows]
-    found = {(row.kind, row.consumer_id, row.period_seconds, row.window_start): _TallyRow(
-                 row.id, Amount(row.total_epsilon, row.total_delta, row.total_rho),
-                 Amount(row.max_epsilon, row.max_delta, row.max_rho))
-             for row in session.execute(select(
-                 Tally.id, Tally.kind, Tally.consumer_id, Tally.period_seconds,
-                 Tally.window_start, Tally.total_epsilon, Tally.total_delta, Tally.total_rho,
-                 Tally.max_epsilon, Tally.max_delta, Tally.max_rho).where(
-                 Tally.dataset_id == dataset.id, or_(*conditions)))}
+    sql = _TALLY_COLUMNS + "".join(
+        f" OR (kind = 'window' AND period_seconds = :p{i} AND window_start = :s{i})"
+        for i in range(len(windows))) + ")"
+    params: dict[str, Any] = {"d": dataset.id, "c": consumer_id}
+    for i, window in enumerate(windows):
+        params[f"p{i}"], params[f"s{i}"] = window.period, window.start
+    found = {(row[1], row[2], row[3], row[4]): _TallyRow(
+                 row[0], Amount(row[5], row[6], row[7]), Amount(row[8], row[9], row[10]))
+             for row in driver.rows(sql, params)}
     scopes = [_Scope(key, found.get(key)) for key in keys]
     existing = [s for s in scopes if s.tally is not None]
     touched_max: dict[int, Amount] = {}
     if existing and touched_ids and not all_partitions:
-        rows = session.execute(text(
+        rows = driver.rows(
             "SELECT tally_id, MAX(epsilon), MAX(delta), MAX(rho) FROM tally_spends "
-            "WHERE tally_id IN :tallies AND partition_id IN :partitions GROUP BY tally_id"
-        ).bindparams(bindparam("tallies", expanding=True), bindparam("partitions", expanding=True)),
+            "WHERE tally_id IN :tallies AND partition_id IN :partitions GROUP BY tally_id",
             {"tallies": [s.tally.id for s in existing if s.tally], "partitions": touched_ids})
         touched_max = {row[0]: Amount(row[1], row[2], row[3]) for row in rows}
     for scope in existing:
@@ -258,7 +262,7 @@ def _read_scopes(session: Session, dataset: Dataset, rule: LossRule,
             k = rule.max_partitions_per_user
             assert k is not None
             for name in names:
-                inside[name], outside[name] = _top_k(session, tally.id, name, k, touched_ids,
+                inside[name], outside[name] = _top_k(driver, tally.id, name, k, touched_ids,
                                                      all_partitions)
                 inside[name] += [0] * (min(k, n) - len(inside[name]))
         scope.state = ScopeState(tally.total, tally.max_spend, max_touched, outside, inside)
@@ -270,37 +274,36 @@ def _read_scopes(session: Session, dataset: Dataset, rule: LossRule,
     return scopes
 
 
-def _top_k(session: Session, tally_id: int, name: str, k: int, touched_ids: list[int],
+def _top_k(driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int],
            all_partitions: bool) -> tuple[list[int], list[int]]:
     """The k largest s(p) inside and outside the charged set (an index range scan each)."""
     base = f"SELECT {name} FROM tally_spends WHERE tally_id = :t"
     order = f" ORDER BY {name} DESC LIMIT :k"
+    def column(sql: str) -> list[int]:
+        params = {"t": tally_id, "k": k} | ({"p": touched_ids} if ":p" in sql else {})
+        return [row[0] for row in driver.rows(sql, params)]
+
     if all_partitions:
-        return list(session.execute(text(base + order), {"t": tally_id, "k": k}).scalars()), []
+        return column(base + order), []
     if not touched_ids:
-        return [], list(session.execute(text(base + order), {"t": tally_id, "k": k}).scalars())
-    expanding: BindParameter[list[int]] = bindparam("p", expanding=True)
-    inside = session.execute(text(base + " AND partition_id IN :p" + order).bindparams(expanding),
-                             {"t": tally_id, "k": k, "p": touched_ids}).scalars()
-    outside = session.execute(
-        text(base + " AND partition_id NOT IN :p" + order).bindparams(expanding),
-        {"t": tally_id, "k": k, "p": touched_ids}).scalars()
-    return list(inside), list(outside)
+        return [], column(base + order)
+    return (column(base + " AND partition_id IN :p" + order),
+            column(base + " AND partition_id NOT IN :p" + order))
 
 
-def _partition_check(session: Session, lifetime: _Scope, limit: Limit, cost: Amount,
+def _partition_check(driver: Driver, lifetime: _Scope, limit: Limit, cost: Amount,
                      names: tuple[ComponentName, ...], ids: dict[str, int],
                      keys: list[str]) -> pricing.ScopeCheck:
     """The per-partition limit: the charged partition with the largest s(p) after the charge."""
     state = lifetime.state
     after = Amount(**{name: state.max_touched[name] + cost[name] for name in names})
-    if not limit.is_exceeded_by(after, names) or lifetime.tally is None:
+    if not limit.is_exceeded_by(after, names) or lifetime.tally is None or not ids:
         return pricing.ScopeCheck("partition", limit, state.max_touched, after, partition=keys[0])
     # Denied: name the first charged partition (in request order) that would go over.
-    spends = {row[0]: Amount(row[1], row[2], row[3]) for row in session.execute(text(
+    spends = {row[0]: Amount(row[1], row[2], row[3]) for row in driver.rows(
         "SELECT partition_id, epsilon, delta, rho FROM tally_spends "
-        "WHERE tally_id = :t AND partition_id IN :p").bindparams(
-        bindparam("p", expanding=True)), {"t": lifetime.tally.id, "p": list(ids.values())})}
+        "WHERE tally_id = :t AND partition_id IN :p",
+        {"t": lifetime.tally.id, "p": list(ids.values())})}
     for key in keys:
         spent = spends.get(ids.get(key, -1), Amount())
         if limit.is_exceeded_by(spent.plus(cost), names):
@@ -308,64 +311,67 @@ def _partition_check(session: Session, lifetime: _Scope, limit: Limit, cost: Amo
     return pricing.ScopeCheck("partition", limit, state.max_touched, after, partition=keys[0])
 
 
-def _apply(session: Session, evaluation: Evaluation, consumer_id: int, now_us: int) -> None:
+def _apply(driver: Driver, evaluation: Evaluation, consumer_id: int, now_us: int) -> None:
     dataset = evaluation.dataset
     missing = [key for key in evaluation.partitions if key not in evaluation.partition_ids]
     ids = dict(evaluation.partition_ids)
     if missing:
-        rows = session.execute(
-            insert(Partition).returning(Partition.key, Partition.id),
-            [{"dataset_id": dataset.id, "key": key, "created_at": now_us} for key in missing])
-        ids.update({row.key: row.id for row in rows})
-    new_scopes = [s for s in evaluation.scopes if s.tally is None]
-    tally_ids = [s.tally.id for s in evaluation.scopes if s.tally is not None]
-    if new_scopes:
-        rows = session.execute(insert(Tally).returning(Tally.id, sort_by_parameter_order=True), [
-            {"dataset_id": dataset.id, "kind": s.key[0], "consumer_id": s.key[1],
-             "period_seconds": s.key[2], "window_start": s.key[3]} for s in new_scopes])
-        tally_ids += [row.id for row in rows]
-        fresh = dict(zip([s.key for s in new_scopes], tally_ids[-len(new_scopes):], strict=True))
-    else:
-        fresh = {}
+        values = ", ".join(f"(:d, :k{i}, :t)" for i in range(len(missing)))
+        params: dict[str, Any] = {"d": dataset.id, "t": now_us}
+        params.update((f"k{i}", key) for i, key in enumerate(missing))
+        ids.update(driver.rows("INSERT INTO partitions (dataset_id, key, created_at) "
+                               f"VALUES {values} RETURNING key, id", params))
+    fresh = _insert_tallies(driver, dataset.id,
+                            [s.key for s in evaluation.scopes if s.tally is None])
+    tally_ids = [s.tally.id if s.tally is not None else fresh[s.key] for s in evaluation.scopes]
     cost, m = evaluation.priced.cost, evaluation.priced.multiplicity
-    _upsert_spends(session, dataset.id, tally_ids, cost,
+    _upsert_spends(driver, dataset.id, tally_ids, cost,
                    None if evaluation.all_partitions else list(ids.values()))
     updates = []
-    for scope in evaluation.scopes:
-        tally_id = scope.tally.id if scope.tally is not None else fresh[scope.key]
+    for scope, tally_id in zip(evaluation.scopes, tally_ids, strict=True):
         total = scope.state.total.plus(cost.scaled(m))
         highest = max_after(scope.state, cost)
         updates.append({"tid": tally_id, "te": total.epsilon, "td": total.delta,
                         "tr": total.rho, "me": highest.epsilon, "md": highest.delta,
                         "mr": highest.rho})
-    session.execute(_UPDATE_TALLY, updates)  # one executemany, no ORM objects
+    driver.run_many(
+        "UPDATE tallies SET total_epsilon = :te, total_delta = :td, total_rho = :tr, "
+        "max_epsilon = :me, max_delta = :md, max_rho = :mr WHERE id = :tid", updates)
 
 
-_UPDATE_TALLY = text(
-    "UPDATE tallies SET total_epsilon = :te, total_delta = :td, total_rho = :tr, "
-    "max_epsilon = :me, max_delta = :md, max_rho = :mr WHERE id = :tid")
+def _insert_tallies(driver: Driver, dataset_id: int, keys: list[Key]) -> dict[Key, int]:
+    """Rows for scopes charged for the first time (a new window, a new consumer): their ids."""
+    if not keys:
+        return {}
+    values = ", ".join(f"(:d, :kind{i}, :c{i}, :p{i}, :s{i}, 0, 0, 0, 0, 0, 0)"
+                       for i in range(len(keys)))
+    params: dict[str, Any] = {"d": dataset_id}
+    for i, (kind, consumer, period, start) in enumerate(keys):
+        params.update({f"kind{i}": kind, f"c{i}": consumer, f"p{i}": period, f"s{i}": start})
+    rows = driver.rows(
+        "INSERT INTO tallies (dataset_id, kind, consumer_id, period_seconds, window_start, "
+        "total_epsilon, total_delta, total_rho, max_epsilon, max_delta, max_rho) "
+        f"VALUES {values} RETURNING kind, consumer_id, period_seconds, window_start, id", params)
+    return {(row[0], row[1], row[2], row[3]): row[4] for row in rows}
 
 
-def _upsert_spends(session: Session, dataset_id: int, tally_ids: list[int], cost: Amount,
+def _upsert_spends(driver: Driver, dataset_id: int, tally_ids: list[int], cost: Amount,
                    partition_ids: list[int] | None) -> None:
     """Add the cost to s(p) of every charged partition in every scope: one statement.
 
     ``ON CONFLICT ... DO UPDATE`` has the same syntax on SQLite and
     PostgreSQL; SQLite needs the WHERE clause of the SELECT to parse it.
     """
-    where = "t.id IN :tallies AND p.dataset_id = :dataset"
-    statement = text(
-        "INSERT INTO tally_spends (tally_id, partition_id, epsilon, delta, rho) "
-        "SELECT t.id, p.id, :e, :d, :r FROM tallies AS t, partitions AS p "
-        f"WHERE {where}{' AND p.id IN :partitions' if partition_ids is not None else ''} "
-        "ON CONFLICT (tally_id, partition_id) DO UPDATE SET "
-        "epsilon = tally_spends.epsilon + excluded.epsilon, "
-        "delta = tally_spends.delta + excluded.delta, rho = tally_spends.rho + excluded.rho")
-    statement = statement.bindparams(bindparam("tallies", expanding=True))
-    values: dict[str, Any] = {"tallies": tally_ids, "dataset": dataset_id, "e": cost.epsilon,
+    only = "" if partition_ids is None else " AND p.id IN :partitions"
+    params: dict[str, Any] = {"tallies": tally_ids, "dataset": dataset_id, "e": cost.epsilon,
                               "d": cost.delta, "r": cost.rho}
     if partition_ids is not None:
-        statement = statement.bindparams(bindparam("partitions", expanding=True))
-        values["partitions"] = partition_ids
-    session.execute(statement, values)
-
+        params["partitions"] = partition_ids
+    driver.run(
+        "INSERT INTO tally_spends (tally_id, partition_id, epsilon, delta, rho) "
+        "SELECT t.id, p.id, :e, :d, :r FROM tallies AS t, partitions AS p "
+        f"WHERE t.id IN :tallies AND p.dataset_id = :dataset{only} "
+        "ON CONFLICT (tally_id, partition_id) DO UPDATE SET "
+        "epsilon = tally_spends.epsilon + excluded.epsilon, "
+        "delta = tally_spends.delta + excluded.delta, rho = tally_spends.rho + excluded.rho",
+        params)

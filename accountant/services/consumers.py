@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from accountant.accounting.modes import MODES, limit_of
+from accountant.driver import Driver
 from accountant.errors import Conflict, NotFound, ValidationProblem
 from accountant.exact import DELTA
 from accountant.models import ApiKey, Consumer, Dataset, Grant
@@ -44,20 +45,18 @@ def hash_key(key: str) -> str:
 def authenticate(session: Session, key: str) -> Principal | None:
     """The principal of an unrevoked key, or None. The lookup is by hash, never by the key.
 
-    One statement and no ORM objects: this runs on every request.
+    One driver statement and no ORM objects: this runs on every request.
     """
-    rows = session.execute(
-        select(ApiKey.id, Consumer.id.label("consumer_id"), Consumer.name, Consumer.role,
-               Grant.dataset_id)
-        .join(Consumer, Consumer.id == ApiKey.consumer_id)
-        .outerjoin(Grant, Grant.consumer_id == Consumer.id)
-        .where(ApiKey.key_hash == hash_key(key), ApiKey.revoked_at.is_(None))
-    ).all()
+    rows = Driver(session).rows(
+        "SELECT k.id, c.id, c.name, c.role, g.dataset_id FROM api_keys AS k "
+        "JOIN consumers AS c ON c.id = k.consumer_id "
+        "LEFT JOIN grants AS g ON g.consumer_id = c.id "
+        "WHERE k.key_hash = :hash AND k.revoked_at IS NULL", {"hash": hash_key(key)})
     if not rows:
         return None
-    first = rows[0]
-    granted = frozenset(row.dataset_id for row in rows if row.dataset_id is not None)
-    return Principal(first.consumer_id, first.name, first.role, first.id, granted)
+    key_id, consumer_id, name, role, _ = rows[0]
+    granted = frozenset(row[4] for row in rows if row[4] is not None)
+    return Principal(consumer_id, name, role, key_id, granted)
 
 
 def issue_key(session: Session, consumer: Consumer, now: int,

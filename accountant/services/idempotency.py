@@ -15,14 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from accountant.driver import Driver
 from accountant.errors import field_error
-from accountant.models import IdempotencyKey
 
 
 def key_of(body: dict[str, Any], header: str | None) -> str | None:
@@ -43,22 +43,44 @@ def fingerprint(body: Mapping[str, Any]) -> str:
                                      default=str).encode()).hexdigest()
 
 
-def find(session: Session, consumer_id: int, key: str) -> IdempotencyKey | None:
-    return session.execute(select(IdempotencyKey).where(
-        IdempotencyKey.consumer_id == consumer_id, IdempotencyKey.key == key)).scalar()
+@dataclass(frozen=True)
+class Outcome:
+    """A charge's response as remembered: replayed as it is for the same key and body."""
+
+    request_hash: str
+    charge_id: str
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+def find(session: Session, consumer_id: int, key: str) -> Outcome | None:
+    row = Driver(session).row(
+        "SELECT request_hash, charge_id, status, body, headers FROM idempotency_keys "
+        "WHERE consumer_id = :c AND key = :k", {"c": consumer_id, "k": key})
+    if row is None:
+        return None
+    return Outcome(row[0], row[1], row[2], _json(row[3]), _json(row[4]))
+
+
+def _json(value: Any) -> Any:
+    """A JSON column's value: SQLite hands back its text, psycopg the parsed value."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def remember(session: Session, consumer_id: int, key: str | None, request_hash: str,
              charge_id: str, status: int, body: dict[str, Any], headers: dict[str, str],
-             now: int) -> IdempotencyKey:
-    """The response record; stored only when the request carried a key."""
-    row = IdempotencyKey(consumer_id=consumer_id, key=key or "", request_hash=request_hash,
-                         charge_id=charge_id, status=status, body=_plain(body),
-                         headers=headers, created_at=now)
+             now: int) -> Outcome:
+    """The response record; stored only when the request carried a key. A concurrent
+    duplicate fails here (unique consumer and key), before the commit."""
+    outcome = Outcome(request_hash, charge_id, status, _plain(body), headers)
     if key is not None:
-        session.add(row)
-        session.flush()  # a concurrent duplicate fails here, before commit
-    return row
+        Driver(session).run(
+            "INSERT INTO idempotency_keys (consumer_id, key, request_hash, charge_id, status, "
+            "body, headers, created_at) VALUES (:c, :k, :h, :id, :s, :b, :hd, :t)",
+            {"c": consumer_id, "k": key, "h": request_hash, "id": charge_id, "s": status,
+             "b": json.dumps(outcome.body), "hd": json.dumps(headers), "t": now})
+    return outcome
 
 
 def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:

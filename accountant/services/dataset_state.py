@@ -1,0 +1,78 @@
+"""A dataset as a charge reads it: its row and window budgets, in one statement, as plain values.
+
+The charge path locks and reads the dataset on every request, so this is
+one driver statement (the row joined to its window budgets) and no ORM
+object. ``lock=True`` takes the row lock on PostgreSQL (``FOR UPDATE``);
+on SQLite the write transaction's ``BEGIN IMMEDIATE`` already holds the
+database's write lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from accountant.accounting.loss import LossRule
+from accountant.driver import Driver
+from accountant.errors import NotFound
+from accountant.exact import Limit
+
+
+@dataclass(frozen=True)
+class WindowLimit:
+    period_seconds: int
+    limit: Limit
+
+
+@dataclass(frozen=True)
+class DatasetState:
+    """The columns of a dataset row that pricing, checking and the ledger need."""
+
+    id: int
+    name: str
+    privacy_unit: str
+    accounting: str
+    max_partitions_per_user: int | None
+    max_records_per_user: int | None
+    limit: Limit
+    partition_limit: Limit | None
+    windows: tuple[WindowLimit, ...]
+    ledger_seq: int
+    ledger_head: str
+
+    @property
+    def limit_delta(self) -> int | None:
+        return self.limit.delta
+
+    @property
+    def rule(self) -> LossRule:
+        return LossRule(self.privacy_unit, self.max_partitions_per_user)
+
+
+_SELECT = (
+    "SELECT d.id, d.name, d.privacy_unit, d.accounting, d.max_partitions_per_user, "
+    "d.max_records_per_user, d.limit_epsilon, d.limit_delta, d.limit_rho, "
+    "d.has_partition_limit, d.partition_limit_epsilon, d.partition_limit_delta, "
+    "d.partition_limit_rho, d.ledger_seq, d.ledger_head, "
+    "w.period_seconds, w.limit_epsilon, w.limit_delta, w.limit_rho "
+    "FROM datasets AS d LEFT JOIN window_budgets AS w ON w.dataset_id = d.id "
+    "WHERE d.name = :name ORDER BY w.period_seconds")
+
+
+def load(session: Session, name: str, *, lock: bool = False) -> DatasetState:
+    """The dataset named ``name``, or a 404."""
+    driver = Driver(session)
+    sql = _SELECT + (" FOR UPDATE OF d" if lock and driver.postgres else "")
+    rows = driver.rows(sql, {"name": name})
+    if not rows:
+        raise NotFound(f"no dataset named {name!r}; list datasets with GET /v1/datasets")
+    first = rows[0]
+    windows = tuple(WindowLimit(row[15], Limit(row[16], row[17], row[18]))
+                    for row in rows if row[15] is not None)
+    return DatasetState(
+        id=first[0], name=first[1], privacy_unit=first[2], accounting=first[3],
+        max_partitions_per_user=first[4], max_records_per_user=first[5],
+        limit=Limit(first[6], first[7], first[8]),
+        partition_limit=Limit(first[10], first[11], first[12]) if first[9] else None,
+        windows=windows, ledger_seq=first[13], ledger_head=first[14])
