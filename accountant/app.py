@@ -46,6 +46,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
     signer = signing.load_or_create(Path(settings.signing_key_file))
     app.extensions["accountant"] = Runtime(
         settings=settings,
+        engine=engine,
         sessions=make_session_factory(engine),
         registry=MechanismRegistry(pm, refusals),
         random=random or RandomSource(),

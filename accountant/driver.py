@@ -4,8 +4,9 @@ Building, compiling and caching a SQL expression costs the ORM and Core
 layers 100-300 microseconds of Python per statement, several times what the
 database spends on a charge's small indexed reads and writes. So the
 statements a charge runs on every request go through the DBAPI cursor of
-the session's own connection, inside the session's transaction: no second
-connection, no separate commit.
+one pooled connection: the request's own (``Driver.checkout``, which begins
+and commits its transactions itself) or a session's, inside the session's
+transaction (``Driver.of``).
 
 Statements are written once, in SQLite's named style (``:name``), and
 translated for psycopg (``%(name)s``). A list value expands in place to
@@ -17,10 +18,12 @@ handle one family of exceptions whichever layer sent the statement.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
+from sqlalchemy import Engine
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -29,15 +32,53 @@ Params = Mapping[str, Any]
 
 
 class Driver:
-    """One transaction's cursor, for statements in the named style."""
+    """A cursor on one pooled DBAPI connection, for statements in the named style."""
 
-    __slots__ = ("_cursor", "_dbapi", "postgres")
+    __slots__ = ("_connection", "_cursor", "_dbapi", "postgres")
 
-    def __init__(self, session: Session) -> None:
-        connection = session.connection()  # begins the session's transaction if needed
-        self.postgres = connection.dialect.name == "postgresql"
-        self._dbapi = connection.dialect.dbapi
-        self._cursor = connection.connection.cursor()
+    def __init__(self, connection: Any, dialect: Dialect) -> None:
+        self._connection = connection
+        self.postgres = dialect.name == "postgresql"
+        self._dbapi = dialect.dbapi
+        self._cursor = connection.cursor()
+
+    @classmethod
+    def of(cls, session: Session) -> Driver:
+        """The cursor of ``session``'s own connection, inside the session's transaction."""
+        connection = session.connection()
+        return cls(connection.connection, connection.dialect)
+
+    @classmethod
+    def checkout(cls, engine: Engine) -> Driver:
+        """A connection of its own from ``engine``'s pool; give it back with ``close``."""
+        dbapi = engine.dialect.dbapi
+        try:
+            return cls(engine.raw_connection(), engine.dialect)
+        except dbapi.Error as error:  # type: ignore[union-attr]
+            raise DBAPIError.instance(None, None, error, dbapi.Error) from error  # type: ignore[union-attr]
+
+    def begin_write(self) -> None:
+        """Start a write transaction. SQLite takes the database's write lock now (``BEGIN
+        IMMEDIATE``, see ``accountant.db``); psycopg begins one with the first statement."""
+        if not self.postgres:
+            self.run("BEGIN IMMEDIATE")
+
+    def begin_read(self) -> None:
+        """Start a read transaction: one snapshot for several statements on SQLite (on
+        PostgreSQL, READ COMMITTED, each statement sees what was committed when it began)."""
+        if not self.postgres:
+            self.run("BEGIN")
+
+    def commit(self) -> None:
+        self._call(self._connection.commit)
+
+    def rollback(self) -> None:
+        """End the current transaction, if any, discarding its writes."""
+        self._call(self._connection.rollback)
+
+    def close(self) -> None:
+        """Give the connection back to the pool (which rolls back what is left open)."""
+        self._connection.close()
 
     def rows(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
         self._execute(sql, params or {})
@@ -54,21 +95,22 @@ class Driver:
     def run_many(self, sql: str, rows: Sequence[Params]) -> None:
         """The same statement for each of ``rows`` (no list values)."""
         statement = _render(sql, self.postgres, ())
-        try:
-            self._cursor.executemany(statement, rows)
-        except self._dbapi.Error as error:  # type: ignore[union-attr]
-            raise DBAPIError.instance(statement, rows, error, self._dbapi.Error) from error  # type: ignore[union-attr]
+        self._call(self._cursor.executemany, statement, rows)
 
     def _execute(self, sql: str, params: Params) -> None:
         lists = tuple((name, len(value)) for name, value in params.items()
                       if isinstance(value, list | tuple))
         if lists:
             params = _expand(params)
-        statement = _render(sql, self.postgres, lists)
+        self._call(self._cursor.execute, _render(sql, self.postgres, lists), params)
+
+    def _call(self, method: Callable[..., Any], *args: Any) -> None:
         try:
-            self._cursor.execute(statement, params)
+            method(*args)
         except self._dbapi.Error as error:  # type: ignore[union-attr]
-            raise DBAPIError.instance(statement, params, error, self._dbapi.Error) from error  # type: ignore[union-attr]
+            statement, params = (*args, None, None)[:2]
+            raise DBAPIError.instance(statement, params, error,
+                                      self._dbapi.Error) from error  # type: ignore[union-attr]
 
 
 def _expand(params: Params) -> dict[str, Any]:

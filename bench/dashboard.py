@@ -26,6 +26,7 @@ def main() -> None:
 
     from accountant.app import create_app
     from accountant.db import begin_write
+    from accountant.driver import Driver
     from accountant.exact import Amount
     from accountant.migrate import upgrade
     from accountant.models import Partition, Tally, TallySpend
@@ -57,7 +58,7 @@ def main() -> None:
                  "delta": 0, "rho": 0} for i, pid in enumerate(ids)])
             start = time.time_ns() // 1000 - 29 * 86_400 * 10**6
             for index in range(args.entries):
-                ledger.append(session, dataset, None, kind="charge",
+                ledger.append(Driver.of(session), dataset, None, kind="charge",
                               status="denied" if index % 10 == 0 else "granted",
                               created_at=start + index * (29 * 86_400 * 10**6 // args.entries),
                               charge_id=f"c{index}", mechanism="laplace", release="joint",

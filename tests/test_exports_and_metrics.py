@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from accountant.db import begin_write
+from accountant.driver import Driver
 from accountant.exact import Amount
 from accountant.models import LedgerEntry
 from accountant.services import datasets, ledger
@@ -83,7 +84,7 @@ def test_a_ten_thousand_entry_export_round_trips(api: Api, app: Flask) -> None:
         begin_write(session)
         dataset = datasets.find(session, "clicks", lock=True)
         for index in range(10_000):
-            ledger.append(session, dataset, None, kind="charge", status="granted",
+            ledger.append(Driver.of(session), dataset, None, kind="charge", status="granted",
                           created_at=1_795_000_000_000_000 + index, charge_id=f"c-{index:05d}",
                           mechanism="laplace", release="joint", partitions=[f"p{index % 97}"],
                           cost=Amount(epsilon=1_000_000))

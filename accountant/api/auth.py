@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import g, request
 
-from accountant.api.common import db
+from accountant.api.common import driver
 from accountant.errors import Forbidden, Unauthorized
 from accountant.services.consumers import Principal, authenticate
 
@@ -18,8 +18,8 @@ def principal(*roles: str) -> Principal:
         if scheme.lower() != "bearer" or not key.strip():
             raise Unauthorized("send 'Authorization: Bearer <api-key>'",
                                headers={"WWW-Authenticate": "Bearer"})
-        found = authenticate(db(), key.strip())
-        db().rollback()  # end the read transaction; views start their own
+        found = authenticate(driver(), key.strip())
+        driver().rollback()  # end the read transaction; views start their own
         if found is None:
             raise Unauthorized("unknown or revoked API key; ask an admin for a key",
                                headers={"WWW-Authenticate": "Bearer"})

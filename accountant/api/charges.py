@@ -9,7 +9,6 @@ from typing import Any
 from flask import Blueprint, Response, g, request
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from accountant.accounting.modes import MODES
 from accountant.accounting.pricing import Denial
@@ -17,8 +16,8 @@ from accountant.accounting.windows import isoformat
 from accountant.alerts import crossings
 from accountant.api import schemas
 from accountant.api.auth import principal
-from accountant.api.common import db, json_body, now_us, runtime
-from accountant.db import begin_write
+from accountant.api.common import db, driver, json_body, now_us, runtime
+from accountant.driver import Driver
 from accountant.errors import (
     BudgetExhausted,
     Forbidden,
@@ -90,42 +89,42 @@ def create() -> Any:
     key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
     charge_request, data = _request(body, caller)
     fingerprint = idempotency.fingerprint(body)
+    connection = driver()
     for attempt in (1, 2):
-        session = db()
-        begin_write(session)
+        connection.begin_write()
         try:
-            outcome = _charge_once(session, charge_request, key, fingerprint)
-            session.commit()
+            outcome = _charge_once(connection, charge_request, key, fingerprint)
+            connection.commit()
             break
         except IntegrityError:
             # PostgreSQL only: a duplicate with the same key on another dataset committed
             # between our read and our insert; everything rolled back, so read it again.
-            session.rollback()
+            connection.rollback()
             if key is None or attempt == 2:
                 raise
         except Exception:
-            session.rollback()
+            connection.rollback()
             raise
     runtime().alerts.fire(g.pop("alerts", []))  # after the commit, never failing the charge
     return _respond(outcome, charge_request.mechanism, data)
 
 
-def _charge_once(session: Session, charge_request: ChargeRequest, key: str | None,
+def _charge_once(connection: Driver, charge_request: ChargeRequest, key: str | None,
                  fingerprint: str) -> idempotency.Outcome:
     """Lock the dataset, replay a known key, or charge and remember the response."""
     g.alerts = []  # only the attempt that commits may raise alerts
-    dataset = dataset_state.load(session, charge_request.dataset, lock=True)
+    dataset = dataset_state.load(connection, charge_request.dataset, lock=True)
     consumer_id = charge_request.principal.consumer_id
     if key is not None:
         # Read only after the lock: a duplicate that waited for it sees the first one's row.
-        stored = idempotency.find(session, consumer_id, key)
+        stored = idempotency.find(connection, consumer_id, key)
         if stored is not None:
             if stored.request_hash != fingerprint:
                 raise IdempotencyKeyReused(
                     f"idempotency key {key!r} was first used with a different request; "
                     "use a new key for a new request")
             return stored
-    result = charges.charge(session, dataset, charge_request, now_us())
+    result = charges.charge(connection, dataset, charge_request, now_us())
     evaluation = result.evaluation
     if evaluation.granted:
         g.alerts = crossings(
@@ -149,7 +148,7 @@ def _charge_once(session: Session, charge_request: ChargeRequest, key: str | Non
             "iat": result.created_at // 1_000_000,
             "run_params": idempotency.encode_params(evaluation.priced.run_params),
         }
-    return idempotency.remember(session, consumer_id, key, fingerprint, result.charge_id,
+    return idempotency.remember(connection, consumer_id, key, fingerprint, result.charge_id,
                                 status, body, headers, now_us())
 
 
@@ -183,8 +182,13 @@ def preview() -> Any:
     caller = principal("admin", "service", "auditor")
     body = json_body(schemas.PREVIEW)
     charge_request, _ = _request(body, caller)
-    dataset = dataset_state.load(db(), charge_request.dataset)
-    evaluation = charges.evaluate(db(), dataset, charge_request, time.time())
+    connection = driver()
+    connection.begin_read()
+    try:
+        dataset = dataset_state.load(connection, charge_request.dataset)
+        evaluation = charges.evaluate(connection, dataset, charge_request, time.time())
+    finally:
+        connection.rollback()
     denial = evaluation.denial
     return {
         "granted": denial is None,

@@ -8,11 +8,13 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flask import current_app, g, request
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from accountant.alerts import AlertDispatcher
 from accountant.api import schemas
 from accountant.config import Settings
+from accountant.driver import Driver
 from accountant.errors import ValidationProblem
 from accountant.jsonio import JSONInputError, loads
 from accountant.plugins import MechanismRegistry
@@ -24,6 +26,7 @@ class Runtime:
     """What one application instance holds: settings, database, mechanisms, randomness."""
 
     settings: Settings
+    engine: Engine
     sessions: sessionmaker[Session]
     registry: MechanismRegistry
     random: RandomSource
@@ -45,12 +48,29 @@ def runtime() -> Runtime:
 def db() -> Session:
     """The request's session, opened lazily and closed at teardown."""
     if "db" not in g:
+        _release_driver()  # one pooled connection per request at a time
         g.db = runtime().sessions()
     session: Session = g.db
     return session
 
 
+def driver() -> Driver:
+    """The request's own connection, for the statements of the hot path (``accountant.driver``):
+    checked out lazily, once per request, and given back at teardown."""
+    if "driver" not in g:
+        g.driver = Driver.checkout(runtime().engine)
+    found: Driver = g.driver
+    return found
+
+
+def _release_driver() -> None:
+    found = g.pop("driver", None)
+    if found is not None:
+        found.close()
+
+
 def close_db(_error: BaseException | None = None) -> None:
+    _release_driver()
     session = g.pop("db", None)
     if session is not None:
         session.close()

@@ -18,6 +18,7 @@ from flask import abort, redirect, request, session, url_for
 from sqlalchemy import select
 
 from accountant.api.common import db
+from accountant.driver import Driver
 from accountant.models import ApiKey, Consumer
 from accountant.services.consumers import Principal, authenticate
 
@@ -42,7 +43,7 @@ def current() -> Principal | None:
 
 def sign_in(key: str) -> tuple[Principal | None, str | None]:
     """(principal, None) on success, else (None, the reason to show)."""
-    principal = authenticate(db(), key.strip())
+    principal = authenticate(Driver.of(db()), key.strip())
     if principal is None:
         return None, "Unknown or revoked API key."
     if principal.role not in ROLES:

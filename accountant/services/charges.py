@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from accountant.accounting import pricing
 from accountant.accounting.loss import LossRule, ScopeState, loss_after, max_after
 from accountant.accounting.modes import MODES, Mode
@@ -108,10 +106,9 @@ class ChargeResult:
     created_at: int
 
 
-def evaluate(session: Session, dataset: DatasetState, request: ChargeRequest,
+def evaluate(driver: Driver, dataset: DatasetState, request: ChargeRequest,
              now: float) -> Evaluation:
     """Price ``request`` and check it against every scope, writing nothing."""
-    driver = Driver(session)
     principal = request.principal
     if not principal.may_read(dataset.id):
         raise Forbidden(f"dataset {dataset.name!r} is not granted to {principal.name!r}; "
@@ -154,21 +151,21 @@ def evaluate(session: Session, dataset: DatasetState, request: ChargeRequest,
                       scopes, ids, all_partitions, never, tuple(checks))
 
 
-def charge(session: Session, dataset: DatasetState, request: ChargeRequest,
+def charge(driver: Driver, dataset: DatasetState, request: ChargeRequest,
            now_us: int) -> ChargeResult:
     """Evaluate and record one charge on the locked ``dataset``; the caller commits, then
     runs the mechanism."""
     if not request.principal.may_charge(dataset.id):
         raise Forbidden(f"{request.principal.name!r} (role {request.principal.role}) may not "
                         f"charge dataset {dataset.name!r}; ask an admin for a grant")
-    evaluation = evaluate(session, dataset, request, now_us / 1e6)
+    evaluation = evaluate(driver, dataset, request, now_us / 1e6)
     charge_id = str(uuid.uuid4())
     actor = ledger.Actor(request.principal.consumer_id, request.principal.name)
     status = "granted" if evaluation.granted else "denied"
     if evaluation.granted:
-        _apply(Driver(session), evaluation, request.principal.consumer_id, now_us)
+        _apply(driver, evaluation, request.principal.consumer_id, now_us)
     ledger.append(
-        session, dataset, actor, kind="charge", status=status, created_at=now_us,
+        driver, dataset, actor, kind="charge", status=status, created_at=now_us,
         charge_id=charge_id, mechanism=request.mechanism.name, release=request.release,
         partitions=evaluation.partitions, params=_plain_params(request),
         cost=evaluation.priced.cost, multiplicity=evaluation.priced.multiplicity,

@@ -42,12 +42,12 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def authenticate(session: Session, key: str) -> Principal | None:
+def authenticate(driver: Driver, key: str) -> Principal | None:
     """The principal of an unrevoked key, or None. The lookup is by hash, never by the key.
 
     One driver statement and no ORM objects: this runs on every request.
     """
-    rows = Driver(session).rows(
+    rows = driver.rows(
         "SELECT k.id, c.id, c.name, c.role, g.dataset_id FROM api_keys AS k "
         "JOIN consumers AS c ON c.id = k.consumer_id "
         "LEFT JOIN grants AS g ON g.consumer_id = c.id "

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.orm import Session
-
 from accountant.accounting.loss import LossRule
 from accountant.driver import Driver
 from accountant.errors import NotFound
@@ -60,9 +58,8 @@ _SELECT = (
     "WHERE d.name = :name ORDER BY w.period_seconds")
 
 
-def load(session: Session, name: str, *, lock: bool = False) -> DatasetState:
+def load(driver: Driver, name: str, *, lock: bool = False) -> DatasetState:
     """The dataset named ``name``, or a 404."""
-    driver = Driver(session)
     sql = _SELECT + (" FOR UPDATE OF d" if lock and driver.postgres else "")
     rows = driver.rows(sql, {"name": name})
     if not rows:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, object_session
 from accountant.accounting.loss import LossRule, ScopeState, loss_now
 from accountant.accounting.modes import MODES, Mode, limit_of
 from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoformat
+from accountant.driver import Driver
 from accountant.errors import Conflict, NotFound, field_error
 from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
@@ -175,7 +176,7 @@ def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], acto
                 _rebuild_window(session, dataset, Window.containing(budget.period_seconds,
                                                                     now / 1e6))
     for scope, old, new in changes:
-        ledger.append(session, dataset, actor, kind="limit_change", status="granted",
+        ledger.append(Driver.of(session), dataset, actor, kind="limit_change", status="granted",
                       created_at=now, detail={"scope": scope, "old": _plain(old),
                                               "new": _plain(new), "reason": reason})
 

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from accountant.driver import Driver
 from accountant.errors import field_error
 
@@ -54,8 +52,8 @@ class Outcome:
     headers: dict[str, str]
 
 
-def find(session: Session, consumer_id: int, key: str) -> Outcome | None:
-    row = Driver(session).row(
+def find(driver: Driver, consumer_id: int, key: str) -> Outcome | None:
+    row = driver.row(
         "SELECT request_hash, charge_id, status, body, headers FROM idempotency_keys "
         "WHERE consumer_id = :c AND key = :k", {"c": consumer_id, "k": key})
     if row is None:
@@ -68,14 +66,14 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def remember(session: Session, consumer_id: int, key: str | None, request_hash: str,
+def remember(driver: Driver, consumer_id: int, key: str | None, request_hash: str,
              charge_id: str, status: int, body: dict[str, Any], headers: dict[str, str],
              now: int) -> Outcome:
     """The response record; stored only when the request carried a key. A concurrent
     duplicate fails here (unique consumer and key), before the commit."""
     outcome = Outcome(request_hash, charge_id, status, _plain(body), headers)
     if key is not None:
-        Driver(session).run(
+        driver.run(
             "INSERT INTO idempotency_keys (consumer_id, key, request_hash, charge_id, status, "
             "body, headers, created_at) VALUES (:c, :k, :h, :id, :s, :b, :hd, :t)",
             {"c": consumer_id, "k": key, "h": request_hash, "id": charge_id, "s": status,

@@ -51,7 +51,7 @@ def chain_hash(prev_hash: str, content: bytes) -> str:
     return hashlib.sha256(prev_hash.encode() + content).hexdigest()
 
 
-def append(session: Session, dataset: Dataset | DatasetState, consumer: Actor | None, *,
+def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | None, *,
            kind: str, status: str, created_at: int, charge_id: str | None = None,
            mechanism: str | None = None, release: str | None = None,
            partitions: list[str] | None = None, params: dict[str, Any] | None = None,
@@ -72,7 +72,6 @@ def append(session: Session, dataset: Dataset | DatasetState, consumer: Actor | 
     values = {name: getattr(entry, name) for name in _COLUMNS}
     for name in ("partitions", "params", "detail"):
         values[name] = json.dumps(values[name])
-    driver = Driver(session)
     driver.run(_INSERT, values)
     driver.run("UPDATE datasets SET ledger_seq = :seq, ledger_head = :head WHERE id = :id",
                {"seq": entry.seq, "head": entry.hash, "id": dataset.id})
