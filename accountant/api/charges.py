@@ -90,10 +90,11 @@ def create() -> Any:
     charge_request, data = _request(body, caller)
     fingerprint = idempotency.fingerprint(body)
     connection = driver()
+    known = charges.known_partitions(connection, charge_request)
     for attempt in (1, 2):
         connection.begin_write()
         try:
-            outcome = _charge_once(connection, charge_request, key, fingerprint)
+            outcome = _charge_once(connection, charge_request, key, fingerprint, known)
             connection.commit()
             break
         except IntegrityError:
@@ -110,10 +111,12 @@ def create() -> Any:
 
 
 def _charge_once(connection: Driver, charge_request: ChargeRequest, key: str | None,
-                 fingerprint: str) -> idempotency.Outcome:
+                 fingerprint: str,
+                 known: charges.KnownPartitions | None) -> idempotency.Outcome:
     """Lock the dataset, replay a known key, or charge and remember the response."""
     g.alerts = []  # only the attempt that commits may raise alerts
-    dataset = dataset_state.load(connection, charge_request.dataset, lock=True)
+    dataset = dataset_state.load(connection, charge_request.dataset,
+                                 charge_request.principal.consumer_id, lock=True)
     consumer_id = charge_request.principal.consumer_id
     if key is not None:
         # Read only after the lock: a duplicate that waited for it sees the first one's row.
@@ -124,7 +127,7 @@ def _charge_once(connection: Driver, charge_request: ChargeRequest, key: str | N
                     f"idempotency key {key!r} was first used with a different request; "
                     "use a new key for a new request")
             return stored
-    result = charges.charge(connection, dataset, charge_request, now_us())
+    result = charges.charge(connection, dataset, charge_request, now_us(), known)
     evaluation = result.evaluation
     if evaluation.granted:
         g.alerts = crossings(
@@ -185,7 +188,7 @@ def preview() -> Any:
     connection = driver()
     connection.begin_read()
     try:
-        dataset = dataset_state.load(connection, charge_request.dataset)
+        dataset = dataset_state.load(connection, charge_request.dataset, caller.consumer_id)
         evaluation = charges.evaluate(connection, dataset, charge_request, time.time())
     finally:
         connection.rollback()

@@ -61,6 +61,7 @@ class _TallyRow:
     id: int
     total: Amount
     max_spend: Amount
+    max_touched: Amount  # the largest old s(p) among the charged partitions
 
 
 @dataclass
@@ -106,8 +107,35 @@ class ChargeResult:
     created_at: int
 
 
-def evaluate(driver: Driver, dataset: DatasetState, request: ChargeRequest,
-             now: float) -> Evaluation:
+@dataclass(frozen=True)
+class KnownPartitions:
+    """The charged partitions that existed before the dataset lock was taken."""
+
+    dataset_id: int | None
+    ids: dict[str, int]
+
+
+def known_partitions(driver: Driver, request: ChargeRequest) -> KnownPartitions | None:
+    """Ids of the charged partitions that exist, read before the dataset lock.
+
+    Partitions are never deleted, so an id read now is still right under the
+    lock; only keys missing now are looked up again there (another charge may
+    have created them meanwhile). This keeps a statement out of the locked
+    section. None for ``"*"``, whose set must be read under the lock.
+    """
+    if request.partitions == "*":
+        return None
+    keys = list(request.partitions)
+    datasets.check_keys(keys, "partitions")
+    rows = driver.rows("SELECT p.dataset_id, p.key, p.id FROM partitions AS p "
+                       "JOIN datasets AS d ON d.id = p.dataset_id "
+                       "WHERE d.name = :name AND p.key IN :keys",
+                       {"name": request.dataset, "keys": keys})
+    return KnownPartitions(rows[0][0] if rows else None, {row[1]: row[2] for row in rows})
+
+
+def evaluate(driver: Driver, dataset: DatasetState, request: ChargeRequest, now: float,
+             known: KnownPartitions | None = None) -> Evaluation:
     """Price ``request`` and check it against every scope, writing nothing."""
     principal = request.principal
     if not principal.may_read(dataset.id):
@@ -115,7 +143,7 @@ def evaluate(driver: Driver, dataset: DatasetState, request: ChargeRequest,
                         "ask an admin for a grant")
     mode = MODES[dataset.accounting]
     rule = dataset.rule
-    ids, keys, all_partitions = _resolve(driver, dataset, request.partitions)
+    ids, keys, all_partitions = _resolve(driver, dataset, request.partitions, known)
     try:
         priced = pricing.price(request.mechanism, request.params, request.sensitivity_unit, mode,
                                rule, dataset.max_records_per_user, request.release, len(keys))
@@ -138,7 +166,7 @@ def evaluate(driver: Driver, dataset: DatasetState, request: ChargeRequest,
     if partition_limit is not None:
         checks.append(_partition_check(driver, by_key[lifetime_key], partition_limit, cost,
                                        names, ids, keys))
-    quota = _quota(driver, dataset, principal)
+    quota = dataset.quota if dataset.id in principal.granted else None
     if quota is not None:
         checks.append(check("consumer", ("consumer", principal.consumer_id, 0, 0), quota))
     for budget, window in zip(dataset.windows, windows, strict=True):
@@ -151,14 +179,14 @@ def evaluate(driver: Driver, dataset: DatasetState, request: ChargeRequest,
                       scopes, ids, all_partitions, never, tuple(checks))
 
 
-def charge(driver: Driver, dataset: DatasetState, request: ChargeRequest,
-           now_us: int) -> ChargeResult:
+def charge(driver: Driver, dataset: DatasetState, request: ChargeRequest, now_us: int,
+           known: KnownPartitions | None = None) -> ChargeResult:
     """Evaluate and record one charge on the locked ``dataset``; the caller commits, then
     runs the mechanism."""
     if not request.principal.may_charge(dataset.id):
         raise Forbidden(f"{request.principal.name!r} (role {request.principal.role}) may not "
                         f"charge dataset {dataset.name!r}; ask an admin for a grant")
-    evaluation = evaluate(driver, dataset, request, now_us / 1e6)
+    evaluation = evaluate(driver, dataset, request, now_us / 1e6, known)
     charge_id = str(uuid.uuid4())
     actor = ledger.Actor(request.principal.consumer_id, request.principal.name)
     status = "granted" if evaluation.granted else "denied"
@@ -193,8 +221,8 @@ def _denial_detail(evaluation: Evaluation) -> dict[str, Any]:
     return detail
 
 
-def _resolve(driver: Driver, dataset: DatasetState,
-             requested: list[str] | str) -> tuple[dict[str, int], list[str], bool]:
+def _resolve(driver: Driver, dataset: DatasetState, requested: list[str] | str,
+             known: KnownPartitions | None) -> tuple[dict[str, int], list[str], bool]:
     """(ids of existing charged partitions by key, the charged keys, whether P is "*")."""
     if requested == "*":
         rows = driver.rows("SELECT key, id FROM partitions WHERE dataset_id = :d ORDER BY id",
@@ -206,24 +234,13 @@ def _resolve(driver: Driver, dataset: DatasetState,
         return dict(rows), [row[0] for row in rows], True
     keys = list(requested)
     datasets.check_keys(keys, "partitions")
-    rows = driver.rows("SELECT key, id FROM partitions WHERE dataset_id = :d AND key IN :keys",
-                       {"d": dataset.id, "keys": keys})
-    return dict(rows), keys, False
-
-
-def _quota(driver: Driver, dataset: DatasetState, principal: Principal) -> Limit | None:
-    if dataset.id not in principal.granted:
-        return None
-    row = driver.row("SELECT has_quota, quota_epsilon, quota_delta, quota_rho FROM grants "
-                     "WHERE consumer_id = :c AND dataset_id = :d",
-                     {"c": principal.consumer_id, "d": dataset.id})
-    return None if row is None or not row[0] else Limit(row[1], row[2], row[3])
-
-
-_TALLY_COLUMNS = ("SELECT id, kind, consumer_id, period_seconds, window_start, total_epsilon, "
-                  "total_delta, total_rho, max_epsilon, max_delta, max_rho FROM tallies "
-                  "WHERE dataset_id = :d AND (kind = 'lifetime' "
-                  "OR (kind = 'consumer' AND consumer_id = :c)")
+    ids = dict(known.ids) if known is not None and known.dataset_id == dataset.id else {}
+    missing = [key for key in keys if key not in ids]
+    if missing:
+        ids.update(driver.rows("SELECT key, id FROM partitions "
+                               "WHERE dataset_id = :d AND key IN :keys",
+                               {"d": dataset.id, "keys": missing}))
+    return ids, keys, False
 
 
 def _read_scopes(driver: Driver, dataset: DatasetState, rule: LossRule,
@@ -231,28 +248,22 @@ def _read_scopes(driver: Driver, dataset: DatasetState, rule: LossRule,
                  touched_ids: list[int], n: int, all_partitions: bool) -> list[_Scope]:
     keys: list[Key] = [("lifetime", 0, 0, 0), ("consumer", consumer_id, 0, 0)]
     keys += [("window", 0, w.period, w.start) for w in windows]
-    sql = _TALLY_COLUMNS + "".join(
-        f" OR (kind = 'window' AND period_seconds = :p{i} AND window_start = :s{i})"
-        for i in range(len(windows))) + ")"
     params: dict[str, Any] = {"d": dataset.id, "c": consumer_id}
     for i, window in enumerate(windows):
         params[f"p{i}"], params[f"s{i}"] = window.period, window.start
+    touched = bool(touched_ids) and not all_partitions
+    if touched:
+        params["partitions"] = touched_ids
     found = {(row[1], row[2], row[3], row[4]): _TallyRow(
-                 row[0], Amount(row[5], row[6], row[7]), Amount(row[8], row[9], row[10]))
-             for row in driver.rows(sql, params)}
+                 row[0], Amount(row[5], row[6], row[7]), Amount(row[8], row[9], row[10]),
+                 Amount(row[11] or 0, row[12] or 0, row[13] or 0))
+             for row in driver.rows(_tallies_sql(len(windows), touched), params)}
     scopes = [_Scope(key, found.get(key)) for key in keys]
     existing = [s for s in scopes if s.tally is not None]
-    touched_max: dict[int, Amount] = {}
-    if existing and touched_ids and not all_partitions:
-        rows = driver.rows(
-            "SELECT tally_id, MAX(epsilon), MAX(delta), MAX(rho) FROM tally_spends "
-            "WHERE tally_id IN :tallies AND partition_id IN :partitions GROUP BY tally_id",
-            {"tallies": [s.tally.id for s in existing if s.tally], "partitions": touched_ids})
-        touched_max = {row[0]: Amount(row[1], row[2], row[3]) for row in rows}
     for scope in existing:
         tally = scope.tally
         assert tally is not None
-        max_touched = tally.max_spend if all_partitions else touched_max.get(tally.id, Amount())
+        max_touched = tally.max_spend if all_partitions else tally.max_touched
         inside: dict[ComponentName, list[int]] = {}
         outside: dict[ComponentName, list[int]] = {}
         if rule.uses_top_k:
@@ -269,6 +280,21 @@ def _read_scopes(driver: Driver, dataset: DatasetState, rule: LossRule,
             assert k is not None
             scope.state = ScopeState(top_inside={name: [0] * min(k, n) for name in names})
     return scopes
+
+
+def _tallies_sql(windows: int, touched: bool) -> str:
+    """One statement for every scope row of a charge and, when ``touched``, the largest old
+    s(p) of each among the charged partitions (``:partitions``)."""
+    scopes = "".join(f" OR (t.kind = 'window' AND t.period_seconds = :p{i} "
+                     f"AND t.window_start = :s{i})" for i in range(windows))
+    maxima = ("MAX(s.epsilon), MAX(s.delta), MAX(s.rho)" if touched else "NULL, NULL, NULL")
+    join = (" LEFT JOIN tally_spends AS s ON s.tally_id = t.id "
+            "AND s.partition_id IN :partitions" if touched else "")
+    return ("SELECT t.id, t.kind, t.consumer_id, t.period_seconds, t.window_start, "
+            "t.total_epsilon, t.total_delta, t.total_rho, t.max_epsilon, t.max_delta, "
+            f"t.max_rho, {maxima} FROM tallies AS t{join} WHERE t.dataset_id = :d AND "
+            f"(t.kind = 'lifetime' OR (t.kind = 'consumer' AND t.consumer_id = :c){scopes})"
+            + (" GROUP BY t.id" if touched else ""))
 
 
 def _top_k(driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int],

@@ -1,10 +1,11 @@
-"""A dataset as a charge reads it: its row and window budgets, in one statement, as plain values.
+"""A dataset as a charge reads it: its row, window budgets and the caller's quota, in one
+statement, as plain values.
 
 The charge path locks and reads the dataset on every request, so this is
-one driver statement (the row joined to its window budgets) and no ORM
-object. ``lock=True`` takes the row lock on PostgreSQL (``FOR UPDATE``);
-on SQLite the write transaction's ``BEGIN IMMEDIATE`` already holds the
-database's write lock.
+one driver statement (the row joined to its window budgets and to the
+charging consumer's grant) and no ORM object. ``lock=True`` takes the row
+lock on PostgreSQL (``FOR UPDATE``); on SQLite the write transaction's
+``BEGIN IMMEDIATE`` already holds the database's write lock.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class DatasetState:
     windows: tuple[WindowLimit, ...]
     ledger_seq: int
     ledger_head: str
+    quota: Limit | None  # the charging consumer's quota on this dataset
 
     @property
     def limit_delta(self) -> int | None:
@@ -53,15 +55,17 @@ _SELECT = (
     "d.max_records_per_user, d.limit_epsilon, d.limit_delta, d.limit_rho, "
     "d.has_partition_limit, d.partition_limit_epsilon, d.partition_limit_delta, "
     "d.partition_limit_rho, d.ledger_seq, d.ledger_head, "
-    "w.period_seconds, w.limit_epsilon, w.limit_delta, w.limit_rho "
+    "w.period_seconds, w.limit_epsilon, w.limit_delta, w.limit_rho, "
+    "g.has_quota, g.quota_epsilon, g.quota_delta, g.quota_rho "
     "FROM datasets AS d LEFT JOIN window_budgets AS w ON w.dataset_id = d.id "
+    "LEFT JOIN grants AS g ON g.dataset_id = d.id AND g.consumer_id = :consumer "
     "WHERE d.name = :name ORDER BY w.period_seconds")
 
 
-def load(driver: Driver, name: str, *, lock: bool = False) -> DatasetState:
-    """The dataset named ``name``, or a 404."""
+def load(driver: Driver, name: str, consumer_id: int, *, lock: bool = False) -> DatasetState:
+    """The dataset named ``name`` with ``consumer_id``'s quota on it, or a 404."""
     sql = _SELECT + (" FOR UPDATE OF d" if lock and driver.postgres else "")
-    rows = driver.rows(sql, {"name": name})
+    rows = driver.rows(sql, {"name": name, "consumer": consumer_id})
     if not rows:
         raise NotFound(f"no dataset named {name!r}; list datasets with GET /v1/datasets")
     first = rows[0]
@@ -72,4 +76,5 @@ def load(driver: Driver, name: str, *, lock: bool = False) -> DatasetState:
         max_partitions_per_user=first[4], max_records_per_user=first[5],
         limit=Limit(first[6], first[7], first[8]),
         partition_limit=Limit(first[10], first[11], first[12]) if first[9] else None,
-        windows=windows, ledger_seq=first[13], ledger_head=first[14])
+        windows=windows, ledger_seq=first[13], ledger_head=first[14],
+        quota=Limit(first[20], first[21], first[22]) if first[19] else None)
