@@ -3,21 +3,27 @@
 One charge is one transaction that reads top to bottom:
 
 1. lock the dataset row (``BEGIN IMMEDIATE`` on SQLite, ``SELECT ... FOR
-   UPDATE`` on PostgreSQL). Every scope of a charge (lifetime, partitions,
-   windows, the consumer's quota) belongs to one dataset, so this one lock
-   serialises every charge that could touch the same totals, across
-   processes and hosts, and no two charges can deadlock (each takes one lock);
-2. resolve the partitions (``"*"`` to those that exist now) and price the
+   UPDATE`` on PostgreSQL), reading with it its window budgets and the
+   caller's quota. Every scope of a charge (lifetime, partitions, windows,
+   the consumer's quota) belongs to one dataset, so this one lock serialises
+   every charge that could touch the same totals, across processes and
+   hosts, and no two charges can deadlock (each takes one lock);
+2. resolve the partitions (``"*"`` to those that exist now; named keys were
+   mostly resolved before the lock, see ``known_partitions``) and price the
    release with the mechanism's cost declaration;
-3. read the scopes' running totals: one row per scope, the largest old s(p)
-   among the charged partitions, and for the top-k rule the k largest s(p)
-   inside and outside the charged set: a bounded read whatever the history;
+3. read the scopes' running totals in one statement: one row per scope with
+   the largest old s(p) among the charged partitions; for the top-k rule
+   also the k largest s(p) inside and outside the charged set: a bounded
+   read whatever the history;
 4. check every scope; a denial is ledgered and changes nothing else;
 5. otherwise add the charge to every scope with one set-based upsert of
    s(p), update each scope row, and append the ledger entry.
 
 The caller commits, and only then runs the mechanism: no noise exists
-before its cost is durably recorded.
+before its cost is durably recorded. Every statement here goes straight
+through the database driver (``accountant.driver``): a simple charge is six
+statements inside the lock, as few as a bare driver-level transaction
+doing the same writes.
 """
 
 from __future__ import annotations

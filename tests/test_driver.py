@@ -1,0 +1,71 @@
+"""The driver layer of the hot path, on each real backend: named and list parameters,
+transactions it begins and ends itself, and errors in SQLAlchemy's family."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from flask import Flask
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from accountant.driver import Driver
+
+PARTITION = "INSERT INTO partitions (dataset_id, key, created_at) VALUES (:d, :k, 0)"
+
+
+@pytest.fixture
+def driver(app: Flask) -> Iterator[Driver]:
+    from tests.conftest import Api
+
+    Api(app.test_client()).make_dataset()
+    found = Driver.checkout(app.extensions["accountant"].engine)
+    assert found.rows("SELECT id FROM datasets") == [(1,)]
+    found.begin_write()
+    yield found
+    found.rollback()
+    found.close()
+
+
+def test_named_and_list_parameters_reach_the_database(driver: Driver) -> None:
+    for key in ("a", "b", "c%"):
+        driver.run(PARTITION, {"d": 1, "k": key})
+    rows = driver.rows("SELECT key FROM partitions WHERE dataset_id = :d AND key IN :keys "
+                       "ORDER BY key", {"d": 1, "keys": ["c%", "a", "zz"]})
+    assert rows == [("a",), ("c%",)]
+    # A literal percent sign survives the translation to psycopg's parameter style.
+    assert driver.row("SELECT key FROM partitions WHERE key LIKE 'c%'") == ("c%",)
+    assert driver.row("SELECT key FROM partitions WHERE key = :k", {"k": "nope"}) is None
+
+
+def test_an_empty_list_is_refused_before_it_reaches_the_database(driver: Driver) -> None:
+    with pytest.raises(ValueError, match="empty list"):
+        driver.rows("SELECT id FROM partitions WHERE id IN :ids", {"ids": []})
+
+
+def test_a_rollback_discards_what_the_transaction_wrote(app: Flask, driver: Driver) -> None:
+    driver.run(PARTITION, {"d": 1, "k": "gone"})
+    driver.rollback()
+    assert driver.rows("SELECT key FROM partitions WHERE key = :k", {"k": "gone"}) == []
+    driver.begin_write()
+    driver.run(PARTITION, {"d": 1, "k": "kept"})
+    driver.commit()
+    other = Driver.checkout(app.extensions["accountant"].engine)
+    try:
+        assert other.rows("SELECT key FROM partitions WHERE key = :k", {"k": "kept"}) == \
+            [("kept",)]
+    finally:
+        other.rollback()
+        other.close()
+    driver.begin_write()
+
+
+def test_driver_errors_are_raised_as_sqlalchemy_errors(driver: Driver) -> None:
+    driver.run(PARTITION, {"d": 1, "k": "twice"})
+    with pytest.raises(IntegrityError):
+        driver.run(PARTITION, {"d": 1, "k": "twice"})
+    driver.rollback()
+    driver.begin_write()
+    with pytest.raises(DBAPIError) as raised:  # OperationalError on SQLite, ProgrammingError
+        driver.run("SELECT no_such_column FROM partitions")  # on PostgreSQL
+    assert raised.value.orig is not None
