@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, g, request
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 from werkzeug.exceptions import HTTPException
 
 from accountant import logging as structured_logging
@@ -20,7 +20,7 @@ from accountant.api.common import Runtime, close_db
 from accountant.config import Settings, load_settings
 from accountant.dashboard import views as dashboard
 from accountant.db import begin_write, make_engine, make_session_factory
-from accountant.errors import Conflict, ProblemError, Unavailable
+from accountant.errors import Conflict, ProblemError, Unavailable, ValidationProblem
 from accountant.jsonio import DecimalJSONProvider, dumps
 from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, outcome_of
 from accountant.migrate import head_revision
@@ -145,6 +145,14 @@ def _register_error_handlers(app: Flask) -> None:
     def _on_integrity(error: IntegrityError) -> Response:
         log.warning("integrity conflict", extra={"path": request.path})
         return _problem(Conflict("the request conflicts with the current state; retry it"))
+
+    @app.errorhandler(DataError)
+    def _on_data(error: DataError) -> Response:
+        # A value the database refuses to store or compare, such as a NUL character in a
+        # name on PostgreSQL: the request's fault, and nothing was written.
+        detail = ("a value in the request cannot be used by the database (for example a NUL "
+                  "character or a number out of range); remove it")
+        return _problem(ValidationProblem(detail, errors=[{"field": "", "message": detail}]))
 
     @app.errorhandler(OperationalError)
     def _on_database(error: OperationalError) -> Response:

@@ -49,8 +49,11 @@ def _sql(text: str) -> str:
 @app.post("/charge")
 def charge() -> tuple[dict[str, str], int]:
     body = request.get_json()
-    partition = int(body["partition"])
-    connection = _connection()
+    return {"hash": write_charge(_connection(), int(body["partition"]))}, 201
+
+
+def write_charge(connection, partition: int) -> str:  # type: ignore[no-untyped-def]
+    """One charge's writes in one transaction that locks the dataset first; the new head."""
     cursor = connection.cursor()
     cursor.execute("BEGIN IMMEDIATE" if IS_SQLITE else "BEGIN")
     seq, head = cursor.execute(_sql(
@@ -74,4 +77,4 @@ def charge() -> tuple[dict[str, str], int]:
     cursor.execute(_sql("UPDATE datasets SET ledger_seq = ?, ledger_head = ? WHERE id = 1"),
                    (seq + 1, digest))
     cursor.execute("COMMIT")
-    return {"hash": digest}, 201
+    return digest

@@ -4,7 +4,9 @@ For each backend (SQLite, and PostgreSQL when --postgres-url names a server wher
 user may create databases), this starts `accountant serve` and, with the same gunicorn
 settings, the bare endpoint of bench/ceiling_app.py on a copy of the same schema; drives
 each with the same concurrent clients on 127.0.0.1 for a bounded time; and prints
-charges/s, p50 and p99 latency, and the service/ceiling ratio.
+charges/s, p50 and p99 latency, and the service/ceiling ratio. For reference it also
+prints the rate of the ceiling's transaction run in a loop in one process on one
+connection (the raw driver, no HTTP).
 
     python bench/charges.py [--seconds 15] [--clients 8] [--workers 2] [--threads 4]
                             [--postgres-url postgresql+psycopg://postgres@127.0.0.1/postgres]
@@ -156,6 +158,28 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
     return results
 
 
+RAW_LOOP = """
+import sys, time
+import ceiling_app
+connection = ceiling_app._connection()
+deadline, count = time.monotonic() + float(sys.argv[1]), 0
+started = time.perf_counter()
+while time.monotonic() < deadline:
+    ceiling_app.write_charge(connection, count % 1000 + 1)
+    count += 1
+print(count / (time.perf_counter() - started))
+"""
+
+
+def raw_rate(url: str, seconds: float) -> float:
+    """Charges/s of the ceiling's transaction in a loop, in process, on one connection."""
+    prepare(url)
+    env = {**os.environ, "CEILING_DATABASE_URL": url}
+    done = subprocess.run([sys.executable, "-c", RAW_LOOP, str(seconds)], env=env, cwd=BENCH,
+                          check=True, capture_output=True, text=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=15)
@@ -178,6 +202,8 @@ def main() -> None:
                       f"  {r['statuses']}")
             print(f"{label:11} ratio service/ceiling: "
                   f"{results['service']['rate'] / results['ceiling']['rate']:.2f}")
+            print(f"{label:11} raw driver, in process, 1 connection: "
+                  f"{raw_rate(make_url('raw'), min(args.seconds, 5)):.0f} charges/s")
 
 
 def _postgres_database(url: str, kind: str) -> str:

@@ -99,6 +99,23 @@ def test_unknown_dataset_is_404(ready: Api) -> None:
     assert response.content_type == "application/problem+json"
 
 
+@pytest.mark.parametrize("request_of", [
+    lambda api: api.charge(dataset="clicks\u0000"),
+    lambda api: api.charge(partitions=["p\u0000"]),
+    lambda api: api.get("/v1/ledger?dataset=clicks%00"),
+    lambda api: api.get("/v1/datasets/clicks%00/budget"),
+], ids=["charge dataset", "charge partition", "ledger filter", "dataset path"])
+def test_a_nul_character_is_a_client_error_and_changes_nothing(ready: Api,
+                                                               request_of: Any) -> None:
+    """PostgreSQL cannot store or compare NUL in text; SQLite can. Either way it is the
+    request's fault: a 4xx problem, never a 500, and nothing written."""
+    before = (ready.budget(), ready.ledger())
+    response = request_of(ready)
+    assert 400 <= response.status_code < 500, response.text
+    assert response.content_type == "application/problem+json"
+    assert (ready.budget(), ready.ledger()) == before
+
+
 def test_oversized_body_is_413(ready: Api) -> None:
     huge = json.dumps({**VALID, "input": {"values": [1.0] * 900_000}})
     response = ready.post("/v1/charges", raw=huge)
