@@ -91,7 +91,3 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 def begin_write(session: Session) -> None:
     """Start ``session``'s transaction as a write transaction (call before any query)."""
     session.connection(execution_options={WRITE: True})
-
-
-def is_postgres(session: Session) -> bool:
-    return session.get_bind().dialect.name == "postgresql"
