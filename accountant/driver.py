@@ -13,14 +13,25 @@ translated for psycopg (``%(name)s``). A list value expands in place to
 ``(:name_0, :name_1, ...)``, for ``IN`` lists. Driver errors are re-raised as
 SQLAlchemy's (``IntegrityError``, ``OperationalError``, ...), so callers
 handle one family of exceptions whichever layer sent the statement.
+
+Round trips. On PostgreSQL every statement waits for the server, and a
+charge holds its dataset's lock across all of them. Inside ``pipeline()``
+(psycopg's pipeline mode) statements are sent without waiting: ``send``
+returns a ``Pending`` whose rows are read later, ``run`` does not wait at
+all, and ``commit`` waits once for everything. So statements that do not
+depend on each other's results travel together, in one round trip. The
+server still runs them in order, in the transaction, and an error surfaces
+at the next read or at the commit. On SQLite, in process, there is no round
+trip to save: ``pipeline()`` does nothing and ``send`` reads at once.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import Dialect
@@ -29,6 +40,8 @@ from sqlalchemy.orm import Session
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 Params = Mapping[str, Any]
+Rows = list[tuple[Any, ...]]
+T = TypeVar("T")
 
 
 class Driver:
@@ -69,6 +82,15 @@ class Driver:
         if not self.postgres:
             self.run("BEGIN")
 
+    def end_read(self) -> None:
+        """End a transaction that has only read. SQLite: roll it back (it pins a snapshot, and
+        a write transaction must begin with ``BEGIN IMMEDIATE``). PostgreSQL: nothing, which
+        saves a round trip; between its statements a READ COMMITTED transaction holds no
+        snapshot, so the request's next statements may continue it, and giving the
+        connection back to the pool ends it."""
+        if not self.postgres:
+            self.rollback()
+
     def commit(self) -> None:
         self._call(self._connection.commit)
 
@@ -80,13 +102,31 @@ class Driver:
         """Give the connection back to the pool (which rolls back what is left open)."""
         self._connection.close()
 
-    def rows(self, sql: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """Send statements without waiting for each (PostgreSQL; see the module's notes)."""
+        if not self.postgres:
+            yield
+            return
+        with self._connection.driver_connection.pipeline():
+            yield
+
+    def send(self, sql: str, params: Params | None, then: Callable[[Rows], T]) -> Pending[T]:
+        """Send a statement now; its rows, passed through ``then``, are read on demand."""
+        cursor = self._connection.cursor()
+        self._execute(sql, params or {}, cursor)
+        pending = Pending(self, cursor, then)
+        if not self.postgres:
+            pending.result()  # sqlite3 steps a statement as it is read: finish it now
+        return pending
+
+    def rows(self, sql: str, params: Params | None = None) -> Rows:
         self._execute(sql, params or {})
-        return list(self._cursor.fetchall())
+        return self.fetch(self._cursor)
 
     def row(self, sql: str, params: Params | None = None) -> tuple[Any, ...] | None:
         self._execute(sql, params or {})
-        found: tuple[Any, ...] | None = self._cursor.fetchone()
+        found: tuple[Any, ...] | None = self._call(self._cursor.fetchone)
         return found
 
     def run(self, sql: str, params: Params | None = None) -> None:
@@ -97,20 +137,42 @@ class Driver:
         statement = _render(sql, self.postgres, ())
         self._call(self._cursor.executemany, statement, rows)
 
-    def _execute(self, sql: str, params: Params) -> None:
+    def fetch(self, cursor: Any) -> Rows:
+        """The rows of the statement last executed on ``cursor``."""
+        rows: Rows = self._call(cursor.fetchall)
+        return rows
+
+    def _execute(self, sql: str, params: Params, cursor: Any = None) -> None:
         lists = tuple((name, len(value)) for name, value in params.items()
                       if isinstance(value, list | tuple))
         if lists:
             params = _expand(params)
-        self._call(self._cursor.execute, _render(sql, self.postgres, lists), params)
+        self._call((cursor or self._cursor).execute, _render(sql, self.postgres, lists), params)
 
-    def _call(self, method: Callable[..., Any], *args: Any) -> None:
+    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
-            method(*args)
+            return method(*args)
         except self._dbapi.Error as error:  # type: ignore[union-attr]
             statement, params = (*args, None, None)[:2]
             raise DBAPIError.instance(statement, params, error,
                                       self._dbapi.Error) from error  # type: ignore[union-attr]
+
+
+class Pending(Generic[T]):
+    """A statement sent with ``Driver.send``: its result, read when first asked for."""
+
+    __slots__ = ("_cursor", "_driver", "_then", "_value")
+    _UNREAD = object()
+
+    def __init__(self, driver: Driver, cursor: Any, then: Callable[[Rows], T]) -> None:
+        self._driver, self._cursor, self._then = driver, cursor, then
+        self._value: Any = Pending._UNREAD
+
+    def result(self) -> T:
+        if self._value is Pending._UNREAD:
+            self._value = self._then(self._driver.fetch(self._cursor))
+        value: T = self._value
+        return value
 
 
 def _expand(params: Params) -> dict[str, Any]:

@@ -8,7 +8,13 @@ charges/s, p50 and p99 latency, and the service/ceiling ratio. For reference it 
 prints the rate of the ceiling's transaction run in a loop in one process on one
 connection (the raw driver, no HTTP).
 
-    python bench/charges.py [--seconds 15] [--clients 8] [--workers 2] [--threads 4]
+Both servers run side by side and are driven in turn, ceiling then service, for
+--rounds rounds: on a shared machine whose speed drifts, each round's ratio compares
+two runs a few seconds apart. The ratio printed is the median of the rounds'; the
+rates are the median round's, and p50/p99 are over every request of every round.
+
+    python bench/charges.py [--seconds 10] [--rounds 3] [--clients 6] [--workers 2]
+                            [--threads 4]
                             [--postgres-url postgresql+psycopg://postgres@127.0.0.1/postgres]
 """
 
@@ -95,9 +101,7 @@ def drive(port: int, path: str, kind: str, clients: int, seconds: float) -> dict
     for proc in procs:
         proc.join()
     window = sum(latencies) / clients
-    ordered = sorted(latencies)
-    return {"rate": len(latencies) / window, "p50": statistics.median(ordered) * 1000,
-            "p99": ordered[int(0.99 * len(ordered))] * 1000, "statuses": statuses}
+    return {"rate": len(latencies) / window, "latencies": latencies, "statuses": statuses}
 
 
 def prepare(url: str) -> None:
@@ -129,33 +133,71 @@ def serve(command: list[str], env: dict[str, str], port: int, path: str) -> subp
     return proc
 
 
+def start(kind: str, url: str, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes],
+                                                                  int, str]:
+    """A running server of ``kind`` on a prepared database: (process, port, charge path)."""
+    prepare(url)
+    port = free_port()
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": url, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+           "ACCOUNTANT_LOG_LEVEL": "WARNING", "CEILING_DATABASE_URL": url,
+           "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(args.folder) / "key.pem")}
+    if kind == "service":
+        command = [str(BIN / "accountant"), "serve", "--port", str(port),
+                   "--workers", str(args.workers), "--threads", str(args.threads)]
+        ready, path = "/healthz", "/v1/charges"
+    else:
+        command = [str(BIN / "gunicorn"), "--chdir", str(BENCH), "-b", f"127.0.0.1:{port}",
+                   "-w", str(args.workers), "--threads", str(args.threads),
+                   "-k", "gthread", "ceiling_app:app"]
+        ready, path = "/charge", "/charge"
+    return serve(command, env, port, ready), port, path
+
+
 def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str, Any]:
-    results = {}
-    for kind in ("ceiling", "service"):
-        url = make_url(kind)
-        prepare(url)
-        port = free_port()
-        env = {**os.environ, "ACCOUNTANT_DATABASE_URL": url, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-               "ACCOUNTANT_LOG_LEVEL": "WARNING", "CEILING_DATABASE_URL": url,
-               "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(args.folder) / "key.pem")}
-        if kind == "service":
-            command = [str(BIN / "accountant"), "serve", "--port", str(port),
-                       "--workers", str(args.workers), "--threads", str(args.threads)]
-            ready, path = "/healthz", "/v1/charges"
-        else:
-            command = [str(BIN / "gunicorn"), "--chdir", str(BENCH), "-b", f"127.0.0.1:{port}",
-                       "-w", str(args.workers), "--threads", str(args.threads),
-                       "-k", "gthread", "ceiling_app:app"]
-            ready, path = "/charge", "/charge"
-        print(f"  {label} {kind}: {args.clients} clients for {args.seconds} s ...",
-              file=sys.stderr)
-        proc = serve(command, env, port, ready)
-        try:
-            results[kind] = drive(port, path, kind, args.clients, args.seconds)
-        finally:
+    servers = {}
+    try:
+        for kind in KINDS:
+            servers[kind] = start(kind, make_url(kind), args)
+        rounds: list[dict[str, dict[str, Any]]] = []
+        for number in range(1, args.rounds + 1):
+            rounds.append({})
+            for kind in KINDS:
+                print(f"  {label} round {number}/{args.rounds} {kind}: {args.clients} clients "
+                      f"for {args.seconds} s ...", file=sys.stderr)
+                _, port, path = servers[kind]
+                rounds[-1][kind] = drive(port, path, kind, args.clients, args.seconds)
+            ratio = rounds[-1]["service"]["rate"] / rounds[-1]["ceiling"]["rate"]
+            print(f"  {label} round {number}: ceiling {rounds[-1]['ceiling']['rate']:.0f}/s, "
+                  f"service {rounds[-1]['service']['rate']:.0f}/s, ratio {ratio:.2f}",
+                  file=sys.stderr)
+    finally:
+        for proc, _, _ in servers.values():
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
-    return results
+    return summary(rounds)
+
+
+KINDS = ("ceiling", "service")
+
+
+def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The median round's rates and ratio; latency percentiles over all rounds."""
+    ordered = sorted(rounds, key=lambda r: r["service"]["rate"] / r["ceiling"]["rate"])
+    middle = ordered[len(ordered) // 2]
+    result: dict[str, Any] = {"ratios": [r["service"]["rate"] / r["ceiling"]["rate"]
+                                         for r in rounds]}
+    for kind in KINDS:
+        latencies = sorted(x for r in rounds for x in r[kind]["latencies"])
+        statuses: dict[int, int] = {}
+        for r in rounds:
+            for status, count in r[kind]["statuses"].items():
+                statuses[status] = statuses.get(status, 0) + count
+        result[kind] = {"rate": middle[kind]["rate"],
+                        "p50": statistics.median(latencies) * 1000,
+                        "p99": latencies[int(0.99 * len(latencies))] * 1000,
+                        "statuses": statuses}
+    result["ratio"] = middle["service"]["rate"] / middle["ceiling"]["rate"]
+    return result
 
 
 RAW_LOOP = """
@@ -182,8 +224,9 @@ def raw_rate(url: str, seconds: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=15)
-    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=10, help="per round and server")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--postgres-url", default=os.environ.get("ACCOUNTANT_BENCH_POSTGRES_URL"))
@@ -196,12 +239,13 @@ def main() -> None:
         print(f"{'backend':11} {'':8} {'charges/s':>10} {'p50 ms':>8} {'p99 ms':>8}  statuses")
         for label, make_url in backends.items():
             results = run_backend(label, make_url, args)
-            for kind in ("ceiling", "service"):
+            for kind in KINDS:
                 r = results[kind]
                 print(f"{label:11} {kind:8} {r['rate']:10.0f} {r['p50']:8.2f} {r['p99']:8.2f}"
                       f"  {r['statuses']}")
-            print(f"{label:11} ratio service/ceiling: "
-                  f"{results['service']['rate'] / results['ceiling']['rate']:.2f}")
+            rounds = ", ".join(f"{ratio:.2f}" for ratio in results["ratios"])
+            print(f"{label:11} ratio service/ceiling: {results['ratio']:.2f} "
+                  f"(median of rounds: {rounds})")
             print(f"{label:11} raw driver, in process, 1 connection: "
                   f"{raw_rate(make_url('raw'), min(args.seconds, 5)):.0f} charges/s")
 

@@ -69,3 +69,46 @@ def test_driver_errors_are_raised_as_sqlalchemy_errors(driver: Driver) -> None:
     with pytest.raises(DBAPIError) as raised:  # OperationalError on SQLite, ProgrammingError
         driver.run("SELECT no_such_column FROM partitions")  # on PostgreSQL
     assert raised.value.orig is not None
+
+
+def _keys(rows: list[tuple[object, ...]]) -> list[object]:
+    return [row[0] for row in rows]
+
+
+def test_statements_sent_together_are_read_in_order_and_committed_once(
+        app: Flask, driver: Driver) -> None:
+    with driver.pipeline():
+        driver.run(PARTITION, {"d": 1, "k": "first"})
+        before = driver.send("SELECT key FROM partitions ORDER BY key", None, _keys)
+        driver.run(PARTITION, {"d": 1, "k": "second"})
+        after = driver.send("SELECT key FROM partitions WHERE key IN :keys ORDER BY key",
+                            {"keys": ["first", "second"]}, _keys)
+        # Each statement saw what the ones sent before it wrote, whenever it is read.
+        assert after.result() == ["first", "second"]
+        assert before.result() == ["first"]
+        assert before.result() is before.result()  # read once
+        driver.commit()
+    other = Driver.checkout(app.extensions["accountant"].engine)
+    try:
+        assert _keys(other.rows("SELECT key FROM partitions ORDER BY key")) == \
+            ["first", "second"]
+    finally:
+        other.rollback()
+        other.close()
+    driver.begin_write()
+
+
+def test_an_error_in_a_statement_sent_ahead_fails_the_commit_and_writes_nothing(
+        app: Flask, driver: Driver) -> None:
+    with pytest.raises(IntegrityError), driver.pipeline():
+        driver.run(PARTITION, {"d": 1, "k": "kept?"})
+        driver.run(PARTITION, {"d": 1, "k": "twice"})
+        driver.run(PARTITION, {"d": 1, "k": "twice"})  # a unique key broken
+        driver.commit()
+    driver.rollback()
+    assert driver.rows("SELECT key FROM partitions") == []
+    with pytest.raises(DBAPIError), driver.pipeline():
+        driver.send("SELECT no_such_column FROM partitions", None, list).result()
+    driver.rollback()
+    driver.begin_write()
+    assert driver.rows("SELECT key FROM partitions") == []

@@ -19,7 +19,7 @@ def principal(*roles: str) -> Principal:
             raise Unauthorized("send 'Authorization: Bearer <api-key>'",
                                headers={"WWW-Authenticate": "Bearer"})
         found = authenticate(driver(), key.strip())
-        driver().rollback()  # end the read transaction; views start their own
+        driver().end_read()
         if found is None:
             raise Unauthorized("unknown or revoked API key; ask an admin for a key",
                                headers={"WWW-Authenticate": "Bearer"})

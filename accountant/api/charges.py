@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Any
 
-from flask import Blueprint, Response, g, request
+from flask import Blueprint, Response, request
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
@@ -31,8 +31,8 @@ from accountant.exact import Amount
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
 from accountant.models import Consumer, Dataset, LedgerEntry
-from accountant.services import charges, dataset_state, idempotency, receipts
-from accountant.services.charges import ChargeRequest, Evaluation
+from accountant.services import charges, idempotency, receipts
+from accountant.services.charges import ChargeRequest, ChargeResult, Evaluation
 from accountant.services.consumers import Principal
 
 bp = Blueprint("charges", __name__)
@@ -90,12 +90,12 @@ def create() -> Any:
     charge_request, data = _request(body, caller)
     fingerprint = idempotency.fingerprint(body)
     connection = driver()
-    known = charges.known_partitions(connection, charge_request)
     for attempt in (1, 2):
         connection.begin_write()
         try:
-            outcome = _charge_once(connection, charge_request, key, fingerprint, known)
-            connection.commit()
+            with connection.pipeline():
+                done = _charge_once(connection, charge_request, key, fingerprint)
+                connection.commit()
             break
         except IntegrityError:
             # PostgreSQL only: a duplicate with the same key on another dataset committed
@@ -106,53 +106,63 @@ def create() -> Any:
         except Exception:
             connection.rollback()
             raise
-    runtime().alerts.fire(g.pop("alerts", []))  # after the commit, never failing the charge
+    if isinstance(done, idempotency.Outcome):
+        return _respond(done, charge_request.mechanism, data)  # a replay: no new alerts
+    outcome = _outcome(done, charge_request, fingerprint)
+    evaluation = done.evaluation
+    if evaluation.granted:  # after the commit, never failing the charge
+        runtime().alerts.fire(crossings(
+            evaluation.checks, evaluation.mode.components, runtime().settings.alert_thresholds,
+            dataset=evaluation.dataset.name, consumer=charge_request.principal.name,
+            charge_id=done.charge_id, at=done.created_at / 1e6))
     return _respond(outcome, charge_request.mechanism, data)
 
 
 def _charge_once(connection: Driver, charge_request: ChargeRequest, key: str | None,
-                 fingerprint: str,
-                 known: charges.KnownPartitions | None) -> idempotency.Outcome:
-    """Lock the dataset, replay a known key, or charge and remember the response."""
-    g.alerts = []  # only the attempt that commits may raise alerts
-    dataset = dataset_state.load(connection, charge_request.dataset,
-                                 charge_request.principal.consumer_id, lock=True)
+                 fingerprint: str) -> idempotency.Outcome | ChargeResult:
+    """Lock the dataset, then replay a known key, or charge (and remember the response of a
+    request with a key). Without a key, the response is built after the commit."""
     consumer_id = charge_request.principal.consumer_id
-    if key is not None:
-        # Read only after the lock: a duplicate that waited for it sees the first one's row.
-        stored = idempotency.find(connection, consumer_id, key)
+    reads = charges.send_reads(connection, charge_request, time.time(), lock=True)
+    # Sent after the lock: a duplicate that waited for it sees the first one's row.
+    remembered = None if key is None else idempotency.find(connection, consumer_id, key)
+    reads.dataset.result()  # no such dataset: a 404 before anything else
+    if remembered is not None:
+        stored = remembered.result()
         if stored is not None:
             if stored.request_hash != fingerprint:
                 raise IdempotencyKeyReused(
                     f"idempotency key {key!r} was first used with a different request; "
                     "use a new key for a new request")
             return stored
-    result = charges.charge(connection, dataset, charge_request, now_us(), known)
+    result = charges.charge(connection, reads, charge_request, now_us())
+    if key is not None:
+        idempotency.remember(connection, consumer_id, key,
+                             _outcome(result, charge_request, fingerprint), now_us())
+    return result
+
+
+def _outcome(result: ChargeResult, charge_request: ChargeRequest,
+             fingerprint: str) -> idempotency.Outcome:
+    """The response of a charge as remembered: a denial's problem, or the grant without its
+    output (which is generated from the charge id whenever it is sent)."""
     evaluation = result.evaluation
-    if evaluation.granted:
-        g.alerts = crossings(
-            evaluation.checks, evaluation.mode.components, runtime().settings.alert_thresholds,
-            dataset=dataset.name, consumer=charge_request.principal.name,
-            charge_id=result.charge_id, at=result.created_at / 1e6)
     if evaluation.denial is not None:
         problem = _denial_problem(evaluation, evaluation.denial, result.charge_id)
-        status, body, headers = problem.status, problem.body(), problem.headers
-    else:
-        status, headers = 201, {}
-        body = {
-            "charge_id": result.charge_id,
-            "dataset": evaluation.dataset.name,
-            "mechanism": charge_request.mechanism.name,
-            "release": charge_request.release,
-            "partitions": evaluation.partitions,
-            "cost": _report(evaluation, evaluation.priced.cost),
-            "remaining": _report(evaluation, evaluation.remaining),
-            "created_at": isoformat(result.created_at / 1e6),
-            "iat": result.created_at // 1_000_000,
-            "run_params": idempotency.encode_params(evaluation.priced.run_params),
-        }
-    return idempotency.remember(connection, consumer_id, key, fingerprint, result.charge_id,
-                                status, body, headers, now_us())
+        return idempotency.outcome(fingerprint, result.charge_id, problem.status,
+                                   problem.body(), problem.headers)
+    return idempotency.outcome(fingerprint, result.charge_id, 201, {
+        "charge_id": result.charge_id,
+        "dataset": evaluation.dataset.name,
+        "mechanism": charge_request.mechanism.name,
+        "release": charge_request.release,
+        "partitions": evaluation.partitions,
+        "cost": _report(evaluation, evaluation.priced.cost),
+        "remaining": _report(evaluation, evaluation.remaining),
+        "created_at": isoformat(result.created_at / 1e6),
+        "iat": result.created_at // 1_000_000,
+        "run_params": idempotency.encode_params(evaluation.priced.run_params),
+    }, {})
 
 
 def _respond(outcome: idempotency.Outcome, mechanism: Mechanism, data: Any) -> Response:
@@ -188,10 +198,13 @@ def preview() -> Any:
     connection = driver()
     connection.begin_read()
     try:
-        dataset = dataset_state.load(connection, charge_request.dataset, caller.consumer_id)
-        evaluation = charges.evaluate(connection, dataset, charge_request, time.time())
+        with connection.pipeline():
+            now = time.time()
+            reads = charges.send_reads(connection, charge_request, now)
+            evaluation = charges.evaluate(connection, reads, charge_request, now)
     finally:
         connection.rollback()
+    dataset = evaluation.dataset
     denial = evaluation.denial
     return {
         "granted": denial is None,

@@ -8,21 +8,25 @@ One charge is one transaction that reads top to bottom:
    the consumer's quota) belongs to one dataset, so this one lock serialises
    every charge that could touch the same totals, across processes and
    hosts, and no two charges can deadlock (each takes one lock);
-2. resolve the partitions (``"*"`` to those that exist now; named keys were
-   mostly resolved before the lock, see ``known_partitions``) and price the
-   release with the mechanism's cost declaration;
-3. read the scopes' running totals in one statement: one row per scope with
-   the largest old s(p) among the charged partitions; for the top-k rule
-   also the k largest s(p) inside and outside the charged set: a bounded
-   read whatever the history;
-4. check every scope; a denial is ledgered and changes nothing else;
-5. otherwise add the charge to every scope with one set-based upsert of
-   s(p), update each scope row, and append the ledger entry.
+2. read the charged partitions (``"*"``: those that exist now) and every
+   scope row the charge may touch, each with the largest old s(p) among the
+   charged partitions: a bounded read whatever the history. These reads
+   depend only on the request, so they are sent right behind the lock
+   statement (``send_reads``): on PostgreSQL all three come back in one
+   round trip, and, being READ COMMITTED statements that start once the
+   lock is granted, they see every charge committed before;
+3. price the release with the mechanism's cost declaration and check every
+   scope (the top-k rule reads the k largest s(p) inside and outside the
+   charged set as well); a denial is ledgered and changes nothing else;
+4. otherwise add the charge to every scope with one set-based upsert of
+   s(p), update each scope row, and append the ledger entry. None of these
+   writes needs another's result, so on PostgreSQL they travel with the
+   COMMIT in one more round trip.
 
 The caller commits, and only then runs the mechanism: no noise exists
 before its cost is durably recorded. Every statement here goes straight
-through the database driver (``accountant.driver``): a simple charge is six
-statements inside the lock, as few as a bare driver-level transaction
+through the database driver (``accountant.driver``): a simple charge holds
+the lock for two round trips, as few as a bare driver-level transaction
 doing the same writes.
 """
 
@@ -37,12 +41,12 @@ from typing import Any
 from accountant.accounting import pricing
 from accountant.accounting.loss import LossRule, ScopeState, loss_after, max_after
 from accountant.accounting.modes import MODES, Mode
-from accountant.accounting.windows import Window
-from accountant.driver import Driver
+from accountant.accounting.windows import PERIODS, Window
+from accountant.driver import Driver, Pending, Rows
 from accountant.errors import Forbidden, field_error
 from accountant.exact import Amount, ComponentName, Limit
 from accountant.mechanism import Mechanism
-from accountant.services import datasets, ledger
+from accountant.services import dataset_state, datasets, ledger
 from accountant.services.consumers import Principal
 from accountant.services.dataset_state import DatasetState
 
@@ -114,49 +118,89 @@ class ChargeResult:
 
 
 @dataclass(frozen=True)
-class KnownPartitions:
-    """The charged partitions that existed before the dataset lock was taken."""
+class Reads:
+    """A charge's reads, sent in this order before any is read (``send_reads``)."""
 
-    dataset_id: int | None
-    ids: dict[str, int]
+    dataset: Pending[DatasetState]
+    partitions: Pending[Rows]
+    scopes: Pending[Rows]
+    now: float
 
 
-def known_partitions(driver: Driver, request: ChargeRequest) -> KnownPartitions | None:
-    """Ids of the charged partitions that exist, read before the dataset lock.
+def send_reads(driver: Driver, request: ChargeRequest, now: float, *,
+               lock: bool = False) -> Reads:
+    """Send the dataset's statement (``lock``: take its lock), then the charged partitions'
+    and every scope row's; read none of them yet.
 
-    Partitions are never deleted, so an id read now is still right under the
-    lock; only keys missing now are looked up again there (another charge may
-    have created them meanwhile). This keeps a statement out of the locked
-    section. None for ``"*"``, whose set must be read under the lock.
+    They name the dataset by name, not id, so none waits for another's
+    result. The scope rows are those of the windows containing ``now`` and
+    the next ones, of every window length: the dataset's window budgets are
+    not known yet, and the charge's own clock is read after the lock.
     """
-    if request.partitions == "*":
-        return None
-    keys = list(request.partitions)
-    datasets.check_keys(keys, "partitions")
-    rows = driver.rows("SELECT p.dataset_id, p.key, p.id FROM partitions AS p "
-                       "JOIN datasets AS d ON d.id = p.dataset_id "
-                       "WHERE d.name = :name AND p.key IN :keys",
-                       {"name": request.dataset, "keys": keys})
-    return KnownPartitions(rows[0][0] if rows else None, {row[1]: row[2] for row in rows})
+    if request.partitions != "*":
+        datasets.check_keys(list(request.partitions), "partitions")
+    dataset = dataset_state.send(driver, request.dataset, request.principal.consumer_id,
+                                 lock=lock)
+    keys = None if request.partitions == "*" else list(request.partitions)
+    partitions = driver.send(
+        "SELECT key, id FROM partitions WHERE dataset_id = "
+        "(SELECT id FROM datasets WHERE name = :name)"
+        + (" ORDER BY id" if keys is None else " AND key IN :keys"),
+        {"name": request.dataset} | ({} if keys is None else {"keys": keys}), list)
+    return Reads(dataset, partitions, _send_scopes(driver, request, keys, now), now)
 
 
-def evaluate(driver: Driver, dataset: DatasetState, request: ChargeRequest, now: float,
-             known: KnownPartitions | None = None) -> Evaluation:
+def _send_scopes(driver: Driver, request: ChargeRequest, keys: list[str] | None,
+                 now: float) -> Pending[Rows]:
+    params: dict[str, Any] = {"name": request.dataset, "c": request.principal.consumer_id}
+    for i, period in enumerate(PERIODS.values()):
+        start = Window.containing(period, now).start
+        params.update({f"p{i}": period, f"s{i}": start, f"n{i}": start + period})
+    if keys is not None:
+        params["keys"] = keys
+    return driver.send(_scopes_sql(keys is not None), params, list)
+
+
+def _scopes_sql(touched: bool) -> str:
+    """Every scope row of a dataset a charge may touch and, when ``touched``, the largest old
+    s(p) of each among the charged partitions (``:keys``)."""
+    windows = " OR ".join(f"(t.period_seconds = :p{i} AND t.window_start IN (:s{i}, :n{i}))"
+                          for i in range(len(PERIODS)))
+    maxima = ("MAX(s.epsilon), MAX(s.delta), MAX(s.rho)" if touched else "NULL, NULL, NULL")
+    join = (" LEFT JOIN tally_spends AS s ON s.tally_id = t.id AND s.partition_id IN "
+            "(SELECT p.id FROM partitions AS p WHERE p.dataset_id = t.dataset_id "
+            "AND p.key IN :keys)" if touched else "")
+    return ("SELECT t.id, t.kind, t.consumer_id, t.period_seconds, t.window_start, "
+            "t.total_epsilon, t.total_delta, t.total_rho, t.max_epsilon, t.max_delta, "
+            f"t.max_rho, {maxima} FROM tallies AS t{join} "
+            "WHERE t.dataset_id = (SELECT id FROM datasets WHERE name = :name) AND "
+            "(t.kind = 'lifetime' OR (t.kind = 'consumer' AND t.consumer_id = :c) OR "
+            f"(t.kind = 'window' AND t.consumer_id = 0 AND ({windows})))"
+            + (" GROUP BY t.id" if touched else ""))
+
+
+def evaluate(driver: Driver, reads: Reads, request: ChargeRequest,
+             now: float) -> Evaluation:
     """Price ``request`` and check it against every scope, writing nothing."""
+    dataset = reads.dataset.result()
     principal = request.principal
     if not principal.may_read(dataset.id):
         raise Forbidden(f"dataset {dataset.name!r} is not granted to {principal.name!r}; "
                         "ask an admin for a grant")
     mode = MODES[dataset.accounting]
     rule = dataset.rule
-    ids, keys, all_partitions = _resolve(driver, dataset, request.partitions, known)
+    ids, keys, all_partitions = _resolve(reads.partitions.result(), dataset, request.partitions)
     try:
         priced = pricing.price(request.mechanism, request.params, request.sensitivity_unit, mode,
                                rule, dataset.max_records_per_user, request.release, len(keys))
     except pricing.PricingError as error:
         raise field_error(error.field, str(error)) from None
     windows = [Window.containing(w.period_seconds, now) for w in dataset.windows]
-    scopes = _read_scopes(driver, dataset, rule, mode.components, principal.consumer_id,
+    rows = reads.scopes.result()
+    if any(w.start > Window.containing(w.period, reads.now).end for w in windows):
+        # The lock took longer than a window to come: read the scopes of this one.
+        rows = _send_scopes(driver, request, None if all_partitions else keys, now).result()
+    scopes = _read_scopes(driver, rows, rule, mode.components, principal.consumer_id,
                           windows, list(ids.values()), len(keys), all_partitions)
     by_key = {scope.key: scope for scope in scopes}
     cost, m, names = priced.cost, priced.multiplicity, mode.components
@@ -185,14 +229,14 @@ def evaluate(driver: Driver, dataset: DatasetState, request: ChargeRequest, now:
                       scopes, ids, all_partitions, never, tuple(checks))
 
 
-def charge(driver: Driver, dataset: DatasetState, request: ChargeRequest, now_us: int,
-           known: KnownPartitions | None = None) -> ChargeResult:
-    """Evaluate and record one charge on the locked ``dataset``; the caller commits, then
-    runs the mechanism."""
+def charge(driver: Driver, reads: Reads, request: ChargeRequest, now_us: int) -> ChargeResult:
+    """Evaluate and record one charge from ``reads`` sent under the dataset lock; the caller
+    commits, then runs the mechanism."""
+    dataset = reads.dataset.result()
     if not request.principal.may_charge(dataset.id):
         raise Forbidden(f"{request.principal.name!r} (role {request.principal.role}) may not "
                         f"charge dataset {dataset.name!r}; ask an admin for a grant")
-    evaluation = evaluate(driver, dataset, request, now_us / 1e6, known)
+    evaluation = evaluate(driver, reads, request, now_us / 1e6)
     charge_id = str(uuid.uuid4())
     actor = ledger.Actor(request.principal.consumer_id, request.principal.name)
     status = "granted" if evaluation.granted else "denied"
@@ -227,43 +271,27 @@ def _denial_detail(evaluation: Evaluation) -> dict[str, Any]:
     return detail
 
 
-def _resolve(driver: Driver, dataset: DatasetState, requested: list[str] | str,
-             known: KnownPartitions | None) -> tuple[dict[str, int], list[str], bool]:
+def _resolve(rows: Rows, dataset: DatasetState,
+             requested: list[str] | str) -> tuple[dict[str, int], list[str], bool]:
     """(ids of existing charged partitions by key, the charged keys, whether P is "*")."""
     if requested == "*":
-        rows = driver.rows("SELECT key, id FROM partitions WHERE dataset_id = :d ORDER BY id",
-                           {"d": dataset.id})
         if not rows:
             raise field_error("partitions", f"'*' resolved to no partition: dataset "
                               f"{dataset.name!r} has none yet; declare them with "
                               f"POST /v1/datasets/{dataset.name}/partitions or name them")
         return dict(rows), [row[0] for row in rows], True
-    keys = list(requested)
-    datasets.check_keys(keys, "partitions")
-    ids = dict(known.ids) if known is not None and known.dataset_id == dataset.id else {}
-    missing = [key for key in keys if key not in ids]
-    if missing:
-        ids.update(driver.rows("SELECT key, id FROM partitions "
-                               "WHERE dataset_id = :d AND key IN :keys",
-                               {"d": dataset.id, "keys": missing}))
-    return ids, keys, False
+    return dict(rows), list(requested), False
 
 
-def _read_scopes(driver: Driver, dataset: DatasetState, rule: LossRule,
+def _read_scopes(driver: Driver, rows: Rows, rule: LossRule,
                  names: tuple[ComponentName, ...], consumer_id: int, windows: list[Window],
                  touched_ids: list[int], n: int, all_partitions: bool) -> list[_Scope]:
     keys: list[Key] = [("lifetime", 0, 0, 0), ("consumer", consumer_id, 0, 0)]
     keys += [("window", 0, w.period, w.start) for w in windows]
-    params: dict[str, Any] = {"d": dataset.id, "c": consumer_id}
-    for i, window in enumerate(windows):
-        params[f"p{i}"], params[f"s{i}"] = window.period, window.start
-    touched = bool(touched_ids) and not all_partitions
-    if touched:
-        params["partitions"] = touched_ids
     found = {(row[1], row[2], row[3], row[4]): _TallyRow(
                  row[0], Amount(row[5], row[6], row[7]), Amount(row[8], row[9], row[10]),
                  Amount(row[11] or 0, row[12] or 0, row[13] or 0))
-             for row in driver.rows(_tallies_sql(len(windows), touched), params)}
+             for row in rows}
     scopes = [_Scope(key, found.get(key)) for key in keys]
     existing = [s for s in scopes if s.tally is not None]
     for scope in existing:
@@ -286,21 +314,6 @@ def _read_scopes(driver: Driver, dataset: DatasetState, rule: LossRule,
             assert k is not None
             scope.state = ScopeState(top_inside={name: [0] * min(k, n) for name in names})
     return scopes
-
-
-def _tallies_sql(windows: int, touched: bool) -> str:
-    """One statement for every scope row of a charge and, when ``touched``, the largest old
-    s(p) of each among the charged partitions (``:partitions``)."""
-    scopes = "".join(f" OR (t.kind = 'window' AND t.period_seconds = :p{i} "
-                     f"AND t.window_start = :s{i})" for i in range(windows))
-    maxima = ("MAX(s.epsilon), MAX(s.delta), MAX(s.rho)" if touched else "NULL, NULL, NULL")
-    join = (" LEFT JOIN tally_spends AS s ON s.tally_id = t.id "
-            "AND s.partition_id IN :partitions" if touched else "")
-    return ("SELECT t.id, t.kind, t.consumer_id, t.period_seconds, t.window_start, "
-            "t.total_epsilon, t.total_delta, t.total_rho, t.max_epsilon, t.max_delta, "
-            f"t.max_rho, {maxima} FROM tallies AS t{join} WHERE t.dataset_id = :d AND "
-            f"(t.kind = 'lifetime' OR (t.kind = 'consumer' AND t.consumer_id = :c){scopes})"
-            + (" GROUP BY t.id" if touched else ""))
 
 
 def _top_k(driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int],
@@ -343,19 +356,18 @@ def _partition_check(driver: Driver, lifetime: _Scope, limit: Limit, cost: Amoun
 def _apply(driver: Driver, evaluation: Evaluation, consumer_id: int, now_us: int) -> None:
     dataset = evaluation.dataset
     missing = [key for key in evaluation.partitions if key not in evaluation.partition_ids]
-    ids = dict(evaluation.partition_ids)
     if missing:
         values = ", ".join(f"(:d, :k{i}, :t)" for i in range(len(missing)))
         params: dict[str, Any] = {"d": dataset.id, "t": now_us}
         params.update((f"k{i}", key) for i, key in enumerate(missing))
-        ids.update(driver.rows("INSERT INTO partitions (dataset_id, key, created_at) "
-                               f"VALUES {values} RETURNING key, id", params))
+        driver.run(f"INSERT INTO partitions (dataset_id, key, created_at) VALUES {values}",
+                   params)
     fresh = _insert_tallies(driver, dataset.id,
                             [s.key for s in evaluation.scopes if s.tally is None])
     tally_ids = [s.tally.id if s.tally is not None else fresh[s.key] for s in evaluation.scopes]
     cost, m = evaluation.priced.cost, evaluation.priced.multiplicity
     _upsert_spends(driver, dataset.id, tally_ids, cost,
-                   None if evaluation.all_partitions else list(ids.values()))
+                   None if evaluation.all_partitions else evaluation.partitions)
     updates = []
     for scope, tally_id in zip(evaluation.scopes, tally_ids, strict=True):
         total = scope.state.total.plus(cost.scaled(m))
@@ -385,17 +397,18 @@ def _insert_tallies(driver: Driver, dataset_id: int, keys: list[Key]) -> dict[Ke
 
 
 def _upsert_spends(driver: Driver, dataset_id: int, tally_ids: list[int], cost: Amount,
-                   partition_ids: list[int] | None) -> None:
-    """Add the cost to s(p) of every charged partition in every scope: one statement.
+                   keys: list[str] | None) -> None:
+    """Add the cost to s(p) of every charged partition (``keys``; None: all) in every scope:
+    one statement, which finds partitions created earlier in the transaction by their key.
 
     ``ON CONFLICT ... DO UPDATE`` has the same syntax on SQLite and
     PostgreSQL; SQLite needs the WHERE clause of the SELECT to parse it.
     """
-    only = "" if partition_ids is None else " AND p.id IN :partitions"
+    only = "" if keys is None else " AND p.key IN :keys"
     params: dict[str, Any] = {"tallies": tally_ids, "dataset": dataset_id, "e": cost.epsilon,
                               "d": cost.delta, "r": cost.rho}
-    if partition_ids is not None:
-        params["partitions"] = partition_ids
+    if keys is not None:
+        params["keys"] = keys
     driver.run(
         "INSERT INTO tally_spends (tally_id, partition_id, epsilon, delta, rho) "
         "SELECT t.id, p.id, :e, :d, :r FROM tallies AS t, partitions AS p "

@@ -5,7 +5,9 @@ The charge path locks and reads the dataset on every request, so this is
 one driver statement (the row joined to its window budgets and to the
 charging consumer's grant) and no ORM object. ``lock=True`` takes the row
 lock on PostgreSQL (``FOR UPDATE``); on SQLite the write transaction's
-``BEGIN IMMEDIATE`` already holds the database's write lock.
+``BEGIN IMMEDIATE`` already holds the database's write lock. It is sent,
+not read (``Driver.send``), so that the charge's other reads can follow it
+in the same round trip.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accountant.accounting.loss import LossRule
-from accountant.driver import Driver
+from accountant.driver import Driver, Pending, Rows
 from accountant.errors import NotFound
 from accountant.exact import Limit
 
@@ -62,10 +64,16 @@ _SELECT = (
     "WHERE d.name = :name ORDER BY w.period_seconds")
 
 
-def load(driver: Driver, name: str, consumer_id: int, *, lock: bool = False) -> DatasetState:
-    """The dataset named ``name`` with ``consumer_id``'s quota on it, or a 404."""
+def send(driver: Driver, name: str, consumer_id: int, *,
+         lock: bool = False) -> Pending[DatasetState]:
+    """The dataset named ``name`` with ``consumer_id``'s quota on it; its result is a 404 if
+    there is none. ``lock`` locks the row on PostgreSQL."""
     sql = _SELECT + (" FOR UPDATE OF d" if lock and driver.postgres else "")
-    rows = driver.rows(sql, {"name": name, "consumer": consumer_id})
+    return driver.send(sql, {"name": name, "consumer": consumer_id},
+                       lambda rows: _state(name, rows))
+
+
+def _state(name: str, rows: Rows) -> DatasetState:
     if not rows:
         raise NotFound(f"no dataset named {name!r}; list datasets with GET /v1/datasets")
     first = rows[0]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from accountant.driver import Driver
+from accountant.driver import Driver, Pending, Rows
 from accountant.errors import field_error
 
 
@@ -52,12 +52,17 @@ class Outcome:
     headers: dict[str, str]
 
 
-def find(driver: Driver, consumer_id: int, key: str) -> Outcome | None:
-    row = driver.row(
+def find(driver: Driver, consumer_id: int, key: str) -> Pending[Outcome | None]:
+    """The response remembered for ``key``, if any: sent now, read on demand."""
+    return driver.send(
         "SELECT request_hash, charge_id, status, body, headers FROM idempotency_keys "
-        "WHERE consumer_id = :c AND key = :k", {"c": consumer_id, "k": key})
-    if row is None:
+        "WHERE consumer_id = :c AND key = :k", {"c": consumer_id, "k": key}, _outcome)
+
+
+def _outcome(rows: Rows) -> Outcome | None:
+    if not rows:
         return None
+    row = rows[0]
     return Outcome(row[0], row[1], row[2], _json(row[3]), _json(row[4]))
 
 
@@ -66,19 +71,21 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def remember(driver: Driver, consumer_id: int, key: str | None, request_hash: str,
-             charge_id: str, status: int, body: dict[str, Any], headers: dict[str, str],
-             now: int) -> Outcome:
-    """The response record; stored only when the request carried a key. A concurrent
-    duplicate fails here (unique consumer and key), before the commit."""
-    outcome = Outcome(request_hash, charge_id, status, _plain(body), headers)
-    if key is not None:
-        driver.run(
-            "INSERT INTO idempotency_keys (consumer_id, key, request_hash, charge_id, status, "
-            "body, headers, created_at) VALUES (:c, :k, :h, :id, :s, :b, :hd, :t)",
-            {"c": consumer_id, "k": key, "h": request_hash, "id": charge_id, "s": status,
-             "b": json.dumps(outcome.body), "hd": json.dumps(headers), "t": now})
-    return outcome
+def outcome(request_hash: str, charge_id: str, status: int, body: dict[str, Any],
+            headers: dict[str, str]) -> Outcome:
+    """A response as it is sent, remembered and replayed."""
+    return Outcome(request_hash, charge_id, status, _plain(body), headers)
+
+
+def remember(driver: Driver, consumer_id: int, key: str, outcome: Outcome, now: int) -> None:
+    """Store the response for ``key``, in the charge's transaction. A concurrent duplicate
+    (unique consumer and key) fails at the latest at the commit, which then writes nothing."""
+    driver.run(
+        "INSERT INTO idempotency_keys (consumer_id, key, request_hash, charge_id, status, "
+        "body, headers, created_at) VALUES (:c, :k, :h, :id, :s, :b, :hd, :t)",
+        {"c": consumer_id, "k": key, "h": outcome.request_hash, "id": outcome.charge_id,
+         "s": outcome.status, "b": json.dumps(outcome.body), "hd": json.dumps(outcome.headers),
+         "t": now})
 
 
 def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:

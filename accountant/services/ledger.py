@@ -34,14 +34,19 @@ class Actor:
 
 def canonical(entry: LedgerEntry, dataset_name: str, consumer_name: str | None) -> bytes:
     """The bytes an entry's hash covers: sorted-key JSON of integers and strings only."""
+    return _canonical({name: getattr(entry, name) for name in _COLUMNS}, dataset_name,
+                      consumer_name)
+
+
+def _canonical(values: dict[str, Any], dataset_name: str, consumer_name: str | None) -> bytes:
     content = {
-        "seq": entry.seq, "kind": entry.kind, "charge_id": entry.charge_id,
-        "dataset": dataset_name, "consumer": consumer_name, "status": entry.status,
-        "mechanism": entry.mechanism, "release": entry.release,
-        "partitions": entry.partitions, "params": entry.params,
-        "cost": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
-        "multiplicity": entry.multiplicity, "detail": entry.detail,
-        "created_at": entry.created_at,
+        "seq": values["seq"], "kind": values["kind"], "charge_id": values["charge_id"],
+        "dataset": dataset_name, "consumer": consumer_name, "status": values["status"],
+        "mechanism": values["mechanism"], "release": values["release"],
+        "partitions": values["partitions"], "params": values["params"],
+        "cost": [values["cost_epsilon"], values["cost_delta"], values["cost_rho"]],
+        "multiplicity": values["multiplicity"], "detail": values["detail"],
+        "created_at": values["created_at"],
     }
     return json.dumps(content, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode()
@@ -56,29 +61,29 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
            mechanism: str | None = None, release: str | None = None,
            partitions: list[str] | None = None, params: dict[str, Any] | None = None,
            cost: Amount = Amount(), multiplicity: int = 1,
-           detail: dict[str, Any] | None = None) -> LedgerEntry:
-    """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked)."""
-    entry = LedgerEntry(
-        seq=dataset.ledger_seq + 1, kind=kind, charge_id=charge_id, dataset_id=dataset.id,
-        consumer_id=consumer.id if consumer else None, status=status, mechanism=mechanism,
-        release=release, partitions=partitions or [], params=params or {},
-        cost_epsilon=cost.epsilon, cost_delta=cost.delta, cost_rho=cost.rho,
-        multiplicity=multiplicity, detail=detail or {}, created_at=created_at,
-        prev_hash=dataset.ledger_head or GENESIS,
-    )
-    entry.hash = chain_hash(entry.prev_hash,
-                            canonical(entry, dataset.name, consumer.name if consumer else None))
-    # Two driver statements (this runs on every charge); the entry object stays transient.
-    values = {name: getattr(entry, name) for name in _COLUMNS}
+           detail: dict[str, Any] | None = None) -> None:
+    """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked).
+
+    Two driver statements and no ORM object: this runs on every charge."""
+    values: dict[str, Any] = {
+        "seq": dataset.ledger_seq + 1, "kind": kind, "charge_id": charge_id,
+        "dataset_id": dataset.id, "consumer_id": consumer.id if consumer else None,
+        "status": status, "mechanism": mechanism, "release": release,
+        "partitions": partitions or [], "params": params or {},
+        "cost_epsilon": cost.epsilon, "cost_delta": cost.delta, "cost_rho": cost.rho,
+        "multiplicity": multiplicity, "detail": detail or {}, "created_at": created_at,
+        "prev_hash": dataset.ledger_head or GENESIS,
+    }
+    values["hash"] = chain_hash(values["prev_hash"], _canonical(
+        values, dataset.name, consumer.name if consumer else None))
     for name in ("partitions", "params", "detail"):
         values[name] = json.dumps(values[name])
     driver.run(_INSERT, values)
     driver.run("UPDATE datasets SET ledger_seq = :seq, ledger_head = :head WHERE id = :id",
-               {"seq": entry.seq, "head": entry.hash, "id": dataset.id})
+               {"seq": values["seq"], "head": values["hash"], "id": dataset.id})
     if isinstance(dataset, Dataset):  # keep a loaded ORM row in step with the database
-        set_committed_value(dataset, "ledger_seq", entry.seq)
-        set_committed_value(dataset, "ledger_head", entry.hash)
-    return entry
+        set_committed_value(dataset, "ledger_seq", values["seq"])
+        set_committed_value(dataset, "ledger_head", values["hash"])
 
 
 _COLUMNS = ("seq", "kind", "charge_id", "dataset_id", "consumer_id", "status", "mechanism",
