@@ -17,8 +17,8 @@ handle one family of exceptions whichever layer sent the statement.
 Round trips. On PostgreSQL every statement waits for the server, and a
 charge holds its dataset's lock across all of them. Inside ``pipeline()``
 (psycopg's pipeline mode) statements are sent without waiting: ``send``
-returns a ``Pending`` whose rows are read later, ``run`` does not wait at
-all, and ``commit`` waits once for everything. So statements that do not
+returns a ``Pending`` whose rows are read later, ``run`` and ``commit`` do
+not wait at all, and the end of the block waits once for everything. So statements that do not
 depend on each other's results travel together, in one round trip. The
 server still runs them in order, in the transaction, and an error surfaces
 at the next read or at the commit. On SQLite, in process, there is no round
@@ -47,10 +47,11 @@ T = TypeVar("T")
 class Driver:
     """A cursor on one pooled DBAPI connection, for statements in the named style."""
 
-    __slots__ = ("_connection", "_cursor", "_dbapi", "postgres")
+    __slots__ = ("_connection", "_cursor", "_dbapi", "_pipelined", "postgres")
 
     def __init__(self, connection: Any, dialect: Dialect) -> None:
         self._connection = connection
+        self._pipelined = False
         self.postgres = dialect.name == "postgresql"
         self._dbapi = dialect.dbapi
         self._cursor = connection.cursor()
@@ -92,7 +93,12 @@ class Driver:
             self.rollback()
 
     def commit(self) -> None:
-        self._call(self._connection.commit)
+        """Commit; inside ``pipeline()``, the end of the block waits for it (and raises what
+        any statement sent before it failed with)."""
+        if self._pipelined:
+            self.run("COMMIT")  # psycopg's commit() would wait for a round trip of its own
+        else:
+            self._call(self._connection.commit)
 
     def rollback(self) -> None:
         """End the current transaction, if any, discarding its writes."""
@@ -108,8 +114,16 @@ class Driver:
         if not self.postgres:
             yield
             return
-        with self._connection.driver_connection.pipeline():
-            yield
+        try:
+            with self._connection.driver_connection.pipeline():
+                self._pipelined = True
+                yield
+        except self._dbapi.Error as error:  # type: ignore[union-attr]
+            # Raised as the block ends, by a statement that no read waited for.
+            raise DBAPIError.instance(None, None, error,
+                                      self._dbapi.Error) from error  # type: ignore[union-attr]
+        finally:
+            self._pipelined = False
 
     def send(self, sql: str, params: Params | None, then: Callable[[Rows], T]) -> Pending[T]:
         """Send a statement now; its rows, passed through ``then``, are read on demand."""

@@ -11,12 +11,13 @@ ADMIN_KEY = "bench-admin-key-" + "b" * 32
 HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
-def service(folder: Path, name: str = "bench") -> tuple[Any, str]:
-    """(test client, database path) of a fresh service with dataset "bench" (record unit)."""
+def service(folder: Path, name: str = "bench", url: str | None = None) -> tuple[Any, str]:
+    """(test client, database URL) of a fresh service with dataset "bench" (record unit), on
+    ``url`` (an empty database) or a new SQLite file in ``folder``."""
     from accountant.app import create_app
     from accountant.migrate import upgrade
 
-    url = f"sqlite:///{folder / name}.db"
+    url = url or f"sqlite:///{folder / name}.db"
     upgrade(url)
     app = create_app({"database_url": url, "admin_key": ADMIN_KEY, "log_level": "WARNING",
                       "signing_key_file": str(folder / "key.pem")})
@@ -24,7 +25,7 @@ def service(folder: Path, name: str = "bench") -> tuple[Any, str]:
     client.post("/v1/datasets", headers=HEADERS, json={
         "name": "bench", "privacy_unit": "record", "accounting": "pure",
         "budget": {"epsilon": 1000000}})
-    return client, url.removeprefix("sqlite:///")
+    return client, url
 
 
 def timed_charge(client: Any, index: int, partitions: int = 30) -> float:

@@ -82,8 +82,5 @@ def write_charge(connection, partition: int) -> str:  # type: ignore[no-untyped-
             "?, ?)"), (seq + 1, now, head, digest))
         cursor.execute(_sql("UPDATE datasets SET ledger_seq = ?, ledger_head = ? WHERE id = 1"),
                        (seq + 1, digest))
-        if IS_SQLITE:
-            cursor.execute("COMMIT")
-        else:
-            connection.commit()
+        cursor.execute("COMMIT")  # on PostgreSQL, sent with the writes; the block's end waits
     return digest

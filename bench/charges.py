@@ -21,6 +21,7 @@ rates are the median round's, and p50/p99 are over every request of every round.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +233,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--postgres-url", default=os.environ.get("ACCOUNTANT_BENCH_POSTGRES_URL"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, dropped_afterwards(args.postgres_url):
         args.folder = folder
         backends = {"sqlite": lambda kind: f"sqlite:///{folder}/{kind}.db"}
         if args.postgres_url:
@@ -250,16 +252,36 @@ def main() -> None:
                   f"{raw_rate(make_url('raw'), min(args.seconds, 5)):.0f} charges/s")
 
 
+_CREATED: list[str] = []
+
+
 def _postgres_database(url: str, kind: str) -> str:
-    from sqlalchemy import create_engine, text
+    """A new database on the server of ``url``, dropped by ``dropped_afterwards``."""
     from sqlalchemy.engine import make_url
-    from sqlalchemy.pool import NullPool
 
     name = f"bench_{kind}_{uuid.uuid4().hex[:8]}"
+    _admin(url, f"CREATE DATABASE {name}")
+    _CREATED.append(name)
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@contextlib.contextmanager
+def dropped_afterwards(url: str | None) -> Iterator[None]:
+    """Drop the databases made with ``_postgres_database`` meanwhile, however it ends."""
+    try:
+        yield
+    finally:
+        while url and _CREATED:
+            _admin(url, f"DROP DATABASE IF EXISTS {_CREATED.pop()} WITH (FORCE)")
+
+
+def _admin(url: str, statement: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
     engine = create_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
     with engine.connect() as connection:
-        connection.execute(text(f"CREATE DATABASE {name}"))
-    return make_url(url).set(database=name).render_as_string(hide_password=False)
+        connection.execute(text(statement))
 
 
 if __name__ == "__main__":

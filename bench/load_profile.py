@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from charges import ADMIN_KEY, BIN, _postgres_database, free_port, wait_ready
+from charges import ADMIN_KEY, BIN, _postgres_database, dropped_afterwards, free_port, wait_ready
 
 UNITS = [("record", None), ("user", 3), ("partition", None)]
 MODES = [("pure", {"epsilon": 3}), ("approx", {"epsilon": 3, "delta": 1e-5}),
@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--postgres-url", default=os.environ.get("ACCOUNTANT_BENCH_POSTGRES_URL"))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, dropped_afterwards(args.postgres_url):
         url = _postgres_database(args.postgres_url, "load") if args.postgres_url else \
             f"sqlite:///{folder}/load.db"
         env = {**os.environ, "ACCOUNTANT_DATABASE_URL": url, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,

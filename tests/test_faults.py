@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import requests
+from sqlalchemy import text
 
 from tests.conftest import ADMIN_KEY, POSTGRES_URL, Api
 from tests.server import children, running_service
@@ -156,3 +157,25 @@ def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
         assert api.get("/v1/ledger/verify").get_json()["ok"] is True
     finally:
         proxy.close()
+
+
+def test_pooled_connections_the_server_closed_are_replaced_without_a_failed_request(
+        api: Api, database_url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import _admin_engine
+
+    if not database_url.startswith("postgresql"):
+        pytest.skip("needs server processes to terminate")
+    api.make_dataset(budget={"epsilon": 1})
+    assert api.charge(epsilon=0.1).status_code == 201  # its connections are pooled now
+    with _admin_engine().connect() as admin:
+        ended = admin.execute(text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = :name AND pid <> pg_backend_pid()"),
+            {"name": make_url(database_url).database}).scalar()
+    assert ended
+    time.sleep(0.2)  # the server's goodbye reaches the idle sockets
+    assert api.charge(epsilon=0.1).status_code == 201
+    assert api.get("/v1/datasets/clicks").status_code == 200  # the ORM path too
+    assert api.budget()["loss"]["epsilon"] == 0.2

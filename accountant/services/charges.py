@@ -167,9 +167,12 @@ def _scopes_sql(touched: bool) -> str:
     windows = " OR ".join(f"(t.period_seconds = :p{i} AND t.window_start IN (:s{i}, :n{i}))"
                           for i in range(len(PERIODS)))
     maxima = ("MAX(s.epsilon), MAX(s.delta), MAX(s.rho)" if touched else "NULL, NULL, NULL")
+    # Not correlated with t: the charged partitions' ids are looked up once, by key, and
+    # their s(p) rows by primary key, whatever the number of partitions and charges.
     join = (" LEFT JOIN tally_spends AS s ON s.tally_id = t.id AND s.partition_id IN "
-            "(SELECT p.id FROM partitions AS p WHERE p.dataset_id = t.dataset_id "
-            "AND p.key IN :keys)" if touched else "")
+            "(SELECT p.id FROM partitions AS p WHERE p.dataset_id = "
+            "(SELECT id FROM datasets WHERE name = :name) AND p.key IN :keys)"
+            if touched else "")
     return ("SELECT t.id, t.kind, t.consumer_id, t.period_seconds, t.window_start, "
             "t.total_epsilon, t.total_delta, t.total_rho, t.max_epsilon, t.max_delta, "
             f"t.max_rho, {maxima} FROM tallies AS t{join} "
