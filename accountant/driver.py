@@ -18,11 +18,12 @@ Round trips. On PostgreSQL every statement waits for the server, and a
 charge holds its dataset's lock across all of them. Inside ``pipeline()``
 (psycopg's pipeline mode) statements are sent without waiting: ``send``
 returns a ``Pending`` whose rows are read later, ``run`` and ``commit`` do
-not wait at all, and the end of the block waits once for everything. So statements that do not
-depend on each other's results travel together, in one round trip. The
-server still runs them in order, in the transaction, and an error surfaces
-at the next read or at the commit. On SQLite, in process, there is no round
-trip to save: ``pipeline()`` does nothing and ``send`` reads at once.
+not wait at all, and the end of the block waits once for everything. So
+statements that do not depend on each other's results travel together, in
+one round trip. The server still runs them in order, in the transaction,
+and an error surfaces at the next read or as the block ends. On SQLite, in
+process, there is no round trip to save: ``pipeline()`` does nothing and
+``send`` reads at once.
 """
 
 from __future__ import annotations
