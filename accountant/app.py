@@ -19,6 +19,7 @@ from accountant.api import charges, consumers, datasets, ledger, meta, openapi, 
 from accountant.api.common import Runtime, close_db
 from accountant.config import Settings, load_settings
 from accountant.dashboard import views as dashboard
+from accountant.dashboard.session import CookieSessions
 from accountant.db import begin_write, make_engine, make_session_factory
 from accountant.errors import Conflict, ProblemError, Unavailable, ValidationProblem
 from accountant.jsonio import DecimalJSONProvider, dumps
@@ -60,6 +61,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
                       receipts.bp, dashboard.bp):
         app.register_blueprint(blueprint)
     app.secret_key = signing.derive_secret(signer, b"accountant dashboard session v1")
+    app.session_interface = CookieSessions()
     app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
                       SESSION_COOKIE_NAME="accountant_session",
                       PERMANENT_SESSION_LIFETIME=8 * 3600)

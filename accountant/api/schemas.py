@@ -9,6 +9,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from accountant.accounting.windows import PERIODS
+from accountant.api.quick_accept import Check, compile_check
 from accountant.errors import ValidationProblem
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -106,19 +107,23 @@ PREVIEW: dict[str, Any] = {**CHARGE, "required": ["dataset", "partitions", "mech
 
 #: Compiled validators by schema object. The entry keeps its schema alive and is used only
 #: for that very object, so an id can never be reused by another schema.
-_VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
+_VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator, Check | None]] = {}
 
 
 def validate(schema: Mapping[str, Any], instance: Any, prefix: str = "") -> None:
     """Raise a 400 listing every violation of ``schema``, each with its dotted field path.
 
     Pass long-lived schema objects (module constants, a mechanism's own schema): each
-    distinct object is compiled once.
+    distinct object is compiled once. A body the quick check accepts is valid; any other
+    is validated in full (``quick_accept``).
     """
     entry = _VALIDATORS.get(id(schema))
     if entry is None or entry[0] is not schema:
-        entry = _VALIDATORS[id(schema)] = (schema, Draft202012Validator(schema))
-    validator = entry[1]
+        entry = _VALIDATORS[id(schema)] = (schema, Draft202012Validator(schema),
+                                           compile_check(schema))
+    _, validator, quick = entry
+    if quick is not None and quick(instance):
+        return
     problems = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if not problems:
         return
