@@ -8,13 +8,16 @@ charges/s, p50 and p99 latency, and the service/ceiling ratio. For reference it 
 prints the rate of the ceiling's transaction run in a loop in one process on one
 connection (the raw driver, no HTTP).
 
-Both servers run side by side and are driven in turn, ceiling then service, for
---rounds rounds: on a shared machine whose speed drifts, each round's ratio compares
-two runs a few seconds apart. The ratio printed is the median of the rounds'; the
-rates are the median round's, and p50/p99 are over every request of every round.
+Both servers run side by side, and the clients drive them in turn in short slices
+(--slice seconds, ceiling then service, again and again): on a shared machine whose
+speed drifts from one second to the next, a slow spell falls on both alike. A round is
+--seconds of each server; its ratio is the service's rate over the ceiling's in that
+round. The ratio printed is the median of the rounds'; the rates are the median
+round's, and p50/p99 are over every request of every round. The first slice of each
+server warms up and is not counted.
 
-    python bench/charges.py [--seconds 10] [--rounds 3] [--clients 6] [--workers 2]
-                            [--threads 4]
+    python bench/charges.py [--seconds 10] [--rounds 3] [--slice 1] [--clients 6]
+                            [--workers 2] [--threads 4]
                             [--postgres-url postgresql+psycopg://postgres@127.0.0.1/postgres]
 """
 
@@ -63,47 +66,79 @@ def wait_ready(port: int, path: str) -> None:
     raise RuntimeError(f"nothing answered on port {port}")
 
 
-def client(port: int, path: str, kind: str, deadline: float, number: int, out: Any) -> None:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    latencies, statuses = [], {}
+def _body(kind: str, number: int, index: int) -> dict[str, Any]:
+    partition = (number * 7919 + index) % 1000
+    if kind == "service":
+        return {"dataset": "bench", "partitions": [f"p{partition}"], "mechanism": "laplace",
+                "params": {"epsilon": 0.01, "sensitivity": 1}, "input": {"values": [1.0]}}
+    return {"partition": partition + 1}
+
+
+def client(targets: dict[str, tuple[int, str]], start: float, slice_seconds: float,
+           slices: int, number: int, out: Any) -> None:
+    """Charge from ``start`` on for ``slices`` slices of ``slice_seconds``, each slice to the
+    server of kind KINDS[slice % 2]; put (slice, latencies, statuses) for every slice."""
+    connections = {kind: http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                   for kind, (port, _) in targets.items()}
+    results: list[tuple[list[float], dict[int, int]]] = [([], {}) for _ in range(slices)]
     index = 0
-    while time.monotonic() < deadline:
-        partition = (number * 7919 + index) % 1000
-        if kind == "service":
-            body = {"dataset": "bench", "partitions": [f"p{partition}"], "mechanism": "laplace",
-                    "params": {"epsilon": 0.01, "sensitivity": 1}, "input": {"values": [1.0]}}
-        else:
-            body = {"partition": partition + 1}
+    while time.monotonic() < start:
+        time.sleep(0.001)
+    while (current := int((time.monotonic() - start) / slice_seconds)) < slices:
+        kind = KINDS[current % 2]
+        payload = json.dumps(_body(kind, number, index))
         started = time.perf_counter()
-        connection.request("POST", path, body=json.dumps(body), headers={
-            "Content-Type": "application/json", "Authorization": f"Bearer {ADMIN_KEY}"})
-        response = connection.getresponse()
-        response.read()
+        try:
+            connections[kind].request("POST", targets[kind][1], body=payload, headers={
+                "Content-Type": "application/json", "Authorization": f"Bearer {ADMIN_KEY}"})
+            response = connections[kind].getresponse()
+            response.read()
+        except (http.client.HTTPException, ConnectionError):  # an idle keep-alive closed
+            connections[kind].close()
+            continue
+        latencies, statuses = results[current]
         latencies.append(time.perf_counter() - started)
         statuses[response.status] = statuses.get(response.status, 0) + 1
         index += 1
-    out.put((latencies, statuses))
+    out.put((number, results))
 
 
-def drive(port: int, path: str, kind: str, clients: int, seconds: float) -> dict[str, Any]:
+def drive(targets: dict[str, tuple[int, str]], args: argparse.Namespace
+          ) -> list[dict[str, dict[str, Any]]]:
+    """Every round's results by kind: both servers driven in alternating slices, so a spell
+    of a slow machine falls on both alike."""
+    per_kind = max(1, round(args.seconds / args.slice))
+    slices = 2 * (1 + args.rounds * per_kind)  # the first pair warms up and is not counted
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    deadline = time.monotonic() + seconds + 3  # spawned clients need a moment to start
-    procs = [context.Process(target=client, args=(port, path, kind, deadline, n, out))
-             for n in range(clients)]
+    start = time.monotonic() + 3  # spawned clients need a moment to start
+    procs = [context.Process(target=client,
+                             args=(targets, start, args.slice, slices, n, out))
+             for n in range(args.clients)]
     for proc in procs:
         proc.start()
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
+    counted: list[list[tuple[list[float], dict[int, int]]]] = []
     for _ in procs:
-        got, counts = out.get(timeout=seconds + 120)
-        latencies += got
-        for status, count in counts.items():
-            statuses[status] = statuses.get(status, 0) + count
+        _, results = out.get(timeout=slices * args.slice + 120)
+        counted.append(results[2:])
     for proc in procs:
         proc.join()
-    window = sum(latencies) / clients
-    return {"rate": len(latencies) / window, "latencies": latencies, "statuses": statuses}
+    rounds = []
+    for number in range(args.rounds):
+        chosen = range(number * 2 * per_kind, (number + 1) * 2 * per_kind)
+        rounds.append({kind: _rate([r[i] for r in counted for i in chosen if i % 2 == k],
+                                   args.clients) for k, kind in enumerate(KINDS)})
+    return rounds
+
+
+def _rate(parts: list[tuple[list[float], dict[int, int]]], clients: int) -> dict[str, Any]:
+    latencies = [x for got, _ in parts for x in got]
+    statuses: dict[int, int] = {}
+    for _, counts in parts:
+        for status, count in counts.items():
+            statuses[status] = statuses.get(status, 0) + count
+    busy = sum(latencies) / clients
+    return {"rate": len(latencies) / busy, "latencies": latencies, "statuses": statuses}
 
 
 def prepare(url: str) -> None:
@@ -160,18 +195,13 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
     try:
         for kind in KINDS:
             servers[kind] = start(kind, make_url(kind), args)
-        rounds: list[dict[str, dict[str, Any]]] = []
-        for number in range(1, args.rounds + 1):
-            rounds.append({})
-            for kind in KINDS:
-                print(f"  {label} round {number}/{args.rounds} {kind}: {args.clients} clients "
-                      f"for {args.seconds} s ...", file=sys.stderr)
-                _, port, path = servers[kind]
-                rounds[-1][kind] = drive(port, path, kind, args.clients, args.seconds)
-            ratio = rounds[-1]["service"]["rate"] / rounds[-1]["ceiling"]["rate"]
-            print(f"  {label} round {number}: ceiling {rounds[-1]['ceiling']['rate']:.0f}/s, "
-                  f"service {rounds[-1]['service']['rate']:.0f}/s, ratio {ratio:.2f}",
-                  file=sys.stderr)
+        print(f"  {label}: {args.clients} clients, {args.rounds} rounds of {args.seconds} s per "
+              f"server in alternating {args.slice} s slices ...", file=sys.stderr)
+        rounds = drive({kind: (port, path) for kind, (_, port, path) in servers.items()}, args)
+        for number, got in enumerate(rounds, 1):
+            print(f"  {label} round {number}: ceiling {got['ceiling']['rate']:.0f}/s, "
+                  f"service {got['service']['rate']:.0f}/s, "
+                  f"ratio {got['service']['rate'] / got['ceiling']['rate']:.2f}", file=sys.stderr)
     finally:
         for proc, _, _ in servers.values():
             os.killpg(proc.pid, signal.SIGTERM)
@@ -228,6 +258,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10, help="per round and server")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--slice", type=float, default=1,
+                        help="seconds each server is driven before the clients switch")
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
