@@ -371,16 +371,20 @@ def _apply(driver: Driver, evaluation: Evaluation, consumer_id: int, now_us: int
     cost, m = evaluation.priced.cost, evaluation.priced.multiplicity
     _upsert_spends(driver, dataset.id, tally_ids, cost,
                    None if evaluation.all_partitions else evaluation.partitions)
-    updates = []
-    for scope, tally_id in zip(evaluation.scopes, tally_ids, strict=True):
+    rows, params = [], {}
+    for i, (scope, tally_id) in enumerate(zip(evaluation.scopes, tally_ids, strict=True)):
         total = scope.state.total.plus(cost.scaled(m))
         highest = max_after(scope.state, cost)
-        updates.append({"tid": tally_id, "te": total.epsilon, "td": total.delta,
-                        "tr": total.rho, "me": highest.epsilon, "md": highest.delta,
-                        "mr": highest.rho})
-    driver.run_many(
-        "UPDATE tallies SET total_epsilon = :te, total_delta = :td, total_rho = :tr, "
-        "max_epsilon = :me, max_delta = :md, max_rho = :mr WHERE id = :tid", updates)
+        rows.append(f"(:id{i}, :te{i}, :td{i}, :tr{i}, :me{i}, :md{i}, :mr{i})")
+        params.update({f"id{i}": tally_id, f"te{i}": total.epsilon, f"td{i}": total.delta,
+                       f"tr{i}": total.rho, f"me{i}": highest.epsilon,
+                       f"md{i}": highest.delta, f"mr{i}": highest.rho})
+    # One statement for every scope row (VALUES names its columns column1... on both).
+    driver.run(
+        "UPDATE tallies SET total_epsilon = v.column2, total_delta = v.column3, "
+        "total_rho = v.column4, max_epsilon = v.column5, max_delta = v.column6, "
+        f"max_rho = v.column7 FROM (VALUES {', '.join(rows)}) AS v WHERE tallies.id = v.column1",
+        params)
 
 
 def _insert_tallies(driver: Driver, dataset_id: int, keys: list[Key]) -> dict[Key, int]:
