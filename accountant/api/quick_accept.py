@@ -117,8 +117,6 @@ def _properties(value: Mapping[str, Any], schema: Mapping[str, Any]) -> tuple[Ch
     extra = schema.get("additionalProperties", True)
     extra_check, extra_exact = _compile(extra)
     exact = exact and extra_exact
-    if "patternProperties" in schema:
-        raise _Unsupported
 
     def check(x: Any) -> bool:
         if not isinstance(x, dict):
@@ -139,6 +137,7 @@ def _required(value: list[str], _schema: Mapping[str, Any]) -> tuple[Check, bool
 
 def _items(value: Any, _schema: Mapping[str, Any]) -> tuple[Check, bool]:
     item, exact = _compile(value)
+
     def check(x: Any) -> bool:
         if isinstance(x, list):
             for one in x:
@@ -199,6 +198,7 @@ def _bound(compare: Callable[[Any, Any], bool]) -> Compiler:
     def compiler(value: Any, _schema: Mapping[str, Any]) -> tuple[Check, bool]:
         if type(value) not in (int, float):
             raise _Unsupported
+
         def check(x: Any) -> bool:
             if type(x) in (int, float, Decimal):
                 return compare(x, value)
