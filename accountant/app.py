@@ -9,11 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, g, request
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    OperationalError,
+    ProgrammingError,
+)
 from werkzeug.exceptions import HTTPException
 
 from accountant import logging as structured_logging
-from accountant import signing
+from accountant import noise, signing
 from accountant.alerts import AlertDispatcher
 from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
 from accountant.api.common import Runtime, close_db
@@ -53,7 +59,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
         random=random or RandomSource(),
         head_revision=head_revision(),
         signer=signer,
-        noise_secret=signing.derive_secret(signer, b"accountant noise v1"),
+        noise=noise.load_or_create(Path(settings.noise_secret_file)),
         alerts=AlertDispatcher(pm, settings),
     )
     app.extensions["accountant_engine"] = engine
@@ -79,6 +85,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
         return response
     _register_error_handlers(app)
     _register_signing_key(app)
+    _register_noise_secret(app)
     if settings.admin_key:
         bootstrap_admin(app, settings.admin_key)
     return app
@@ -95,6 +102,16 @@ def _register_signing_key(app: Flask) -> None:
         except (OperationalError, IntegrityError) as error:
             session.rollback()  # no schema yet, or another worker registered it first
             log.info("signing key not registered yet", extra={"error": type(error).__name__})
+
+
+def _register_noise_secret(app: Flask) -> None:
+    """Make this host's noise secret the database's, or refuse to start if it has another."""
+    runtime: Runtime = app.extensions["accountant"]
+    try:
+        with runtime.engine.connect() as connection:
+            noise.register(connection, runtime.noise)
+    except (OperationalError, ProgrammingError) as error:  # no schema yet
+        log.info("noise secret not registered yet", extra={"error": type(error).__name__})
 
 
 def bootstrap_admin(app: Flask, key: str) -> None:

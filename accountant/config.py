@@ -26,6 +26,8 @@ class Settings:
     admin_key: str | None = None
     #: The receipt-signing private key (PEM); created with mode 0600 when missing.
     signing_key_file: str = ""
+    #: The secret that keys every charge's noise (replays regenerate it); created when missing.
+    noise_secret_file: str = ""
     #: Largest request body in bytes (413 above it).
     max_body_bytes: int = 4 * 1024 * 1024
     #: Largest input or output vector (400 above it).
@@ -71,6 +73,9 @@ def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
         values["database_url"] = default_database_url()
     if not values.get("signing_key_file"):
         values["signing_key_file"] = str(Path.cwd() / "var" / "signing-key.pem")
+    if not values.get("noise_secret_file"):
+        values["noise_secret_file"] = str(Path(values["signing_key_file"]).parent
+                                          / "noise-secret")
     settings = Settings(**values)
     _validate(settings)
     return settings

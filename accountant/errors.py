@@ -64,6 +64,14 @@ class IdempotencyKeyReused(ProblemError):
     status, slug, title = 422, "idempotency-key-reused", "Idempotency key reused with another body"
 
 
+class ReplayUnavailable(ProblemError):
+    status, slug, title = 409, "replay-unavailable", "The first response cannot be given again"
+
+
+class MechanismFailed(ProblemError):
+    status, slug, title = 500, "mechanism-failed", "The mechanism failed; nothing was charged"
+
+
 class PayloadTooLarge(ProblemError):
     status, slug, title = 413, "payload-too-large", "Request body too large"
 

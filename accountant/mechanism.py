@@ -1,8 +1,12 @@
-"""What a mechanism is: a name, schemas, a pure cost declaration and a run function.
+"""What a mechanism is: a name, schemas, a pure cost declaration, a preparation and a run.
 
-The accountant always calls ``cost`` first, charges the budget, and only then
-calls ``run``. ``cost`` sees parameters and the privacy context, never data
-or randomness; ``run`` sees parameters, the input and a random source.
+The accountant always calls ``cost`` and ``prepare`` first, then charges the
+budget and calls ``run`` inside the charge's transaction, and commits only
+once ``run`` has returned: no charge is ever committed without its output.
+``cost`` sees parameters and the privacy context, never data or randomness;
+``prepare`` sees parameters and the input and derives (and range-checks)
+everything ``run`` needs; ``run`` sees parameters, the input and a random
+source.
 """
 
 from __future__ import annotations
@@ -42,9 +46,22 @@ class PrivacyContext:
     accounting: str
 
 
+class UnusableParameters(ValueError):
+    """Parameters or an input a mechanism cannot run with, found before anything is charged.
+
+    ``field`` names the offending request field (``params.epsilon``,
+    ``input.values``); the message says what was given and the usable range.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 CostFunction = Callable[[Mapping[str, Any], PrivacyContext], Cost]
 RunFunction = Callable[[Mapping[str, Any], Mapping[str, Any], RandomSource], dict[str, Any]]
 InputCheck = Callable[[Mapping[str, Any]], None]
+PrepareFunction = Callable[[Mapping[str, Any], Mapping[str, Any] | None], None]
 
 
 @dataclass(frozen=True)
@@ -55,9 +72,28 @@ class Mechanism:
     the ``params`` and ``input`` objects. ``accounting`` lists the modes the
     mechanism supports. ``has_sensitivity`` tells the core whether the caller
     states a sensitivity (record-level sensitivity is then scaled by the core)
-    or whether the cost itself must be scaled for group privacy. ``check_input``,
-    if given, refuses an input its schema cannot describe by raising ``ValueError``; it
-    runs before anything is charged.
+    or whether the cost itself must be scaled. A mechanism without a sensitivity
+    is scaled by group privacy (epsilon * f, rho * f^2), unless it declares
+    ``independent_values``: each value of the input is randomised independently
+    of the others, so f values of one person compose (epsilon * f, rho * f).
+    ``check_input``, if given, refuses an input its schema cannot describe by
+    raising ``ValueError``; it runs before anything is charged.
+
+    ``prepare(params, input)``, if given, derives everything ``run`` needs
+    (noise scales, grids, integer ranges) from the parameters the accountant
+    will run with (record-level sensitivities already scaled) and raises
+    ``UnusableParameters`` (or ``ValueError``) for a request ``run`` could
+    not carry out: the caller gets a 400 and nothing is charged. ``input`` is
+    None in a preview that sends none: check the parameters alone. A ``run``
+    that fails after a successful ``prepare`` is a bug of the plugin: the
+    charge is rolled back and the failure logged as such.
+
+    ``version`` names the implementation: a retried request is answered by
+    running the mechanism again with the charge's random source, so the same
+    version must give the same output for the same parameters, input and
+    random words. Change it whenever that could change; replays of charges
+    made by another version are refused rather than answered with new noise.
+    Without a version, the version of the plugin's distribution stands in.
     """
 
     name: str
@@ -69,4 +105,9 @@ class Mechanism:
     run: RunFunction
     has_sensitivity: bool = True
     check_input: InputCheck | None = None
+    prepare: PrepareFunction | None = None
+    independent_values: bool = False
+    version: str = ""
     plugin: str = field(default="", compare=False)
+    #: "plugin/name/version", set by the registry: what a replay must find again.
+    implementation: str = field(default="", compare=False)

@@ -75,14 +75,14 @@ class MechanismRegistry:
                 self._refuse(plugin_name, None, f"accountant_register_mechanisms raised {error!r}")
                 continue
             for mechanism in offered:
-                self._admit(plugin_name, mechanism)
+                self._admit(plugin_name, mechanism, impl.plugin)
 
     def _refuse(self, plugin: str, mechanism: str | None, reason: str) -> None:
         self.refusals.append(Refusal(plugin, mechanism, reason))
         log.error("mechanism refused", extra={"plugin": plugin, "mechanism": mechanism,
                                               "reason": reason})
 
-    def _admit(self, plugin: str, mechanism: Any) -> None:
+    def _admit(self, plugin: str, mechanism: Any, plugin_object: object) -> None:
         if not isinstance(mechanism, Mechanism):
             self._refuse(plugin, None, f"not a Mechanism: {mechanism!r}")
             return
@@ -93,13 +93,26 @@ class MechanismRegistry:
         if problem is not None:
             self._refuse(plugin, getattr(mechanism, "name", None), problem)
             return
-        self._mechanisms[mechanism.name] = dataclasses.replace(mechanism, plugin=plugin)
+        version = mechanism.version or _distribution_version(plugin_object)
+        self._mechanisms[mechanism.name] = dataclasses.replace(
+            mechanism, plugin=plugin, implementation=f"{plugin}/{mechanism.name}/{version}")
 
     def get(self, name: str) -> Mechanism | None:
         return self._mechanisms.get(name)
 
     def all(self) -> list[Mechanism]:
         return [self._mechanisms[name] for name in sorted(self._mechanisms)]
+
+
+def _distribution_version(plugin: object) -> str:
+    """"name==version" of the distribution that ships ``plugin``'s module, for mechanisms that
+    declare no version of their own: then any upgrade of that package counts as a new
+    implementation (replays of older charges are refused, never answered with new noise)."""
+    module = getattr(plugin, "__name__", None) or type(plugin).__module__
+    top = module.split(".")[0]
+    for distribution in importlib.metadata.packages_distributions().get(top, []):
+        return f"{distribution}=={importlib.metadata.version(distribution)}"
+    return "unversioned"
 
 
 def _problem_with(mechanism: Mechanism) -> str | None:
@@ -109,6 +122,10 @@ def _problem_with(mechanism: Mechanism) -> str | None:
         return "cost is not callable"
     if not callable(mechanism.run):
         return "run is not callable"
+    if mechanism.prepare is not None and not callable(mechanism.prepare):
+        return "prepare is not callable"
+    if not isinstance(mechanism.version, str) or len(mechanism.version) > 100:
+        return "version must be a string of at most 100 characters"
     unknown = set(mechanism.accounting) - set(MODES)
     if not mechanism.accounting or unknown:
         return (f"accounting must be a non-empty subset of {sorted(MODES)}, "

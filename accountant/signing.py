@@ -1,11 +1,11 @@
 """Receipts: JWS compact tokens signed with Ed25519 (RFC 7515, RFC 8037), verifiable offline.
 
 The private key lives in ``ACCOUNTANT_SIGNING_KEY_FILE``. When the file is
-missing, the first process to start creates it: the key is written to a
-temporary file with mode 0600 and hard-linked into place, which either
-succeeds once or fails because another process won; the losers read the
-winner's key, so every worker signs with the same key. Public keys are kept
-in the database, so receipts signed before a rotation still verify.
+missing, the first process to start creates it (``keyfiles.create_once``),
+so every worker signs with the same key. Public keys are kept in the
+database, so receipts signed before a rotation still verify. The signing key
+is not the noise secret (``accountant.noise``): rotating it changes no
+replayed output.
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ import base64
 import hashlib
 import hmac
 import json
-import logging
-import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-log = logging.getLogger(__name__)
+from accountant.keyfiles import create_once
 
 
 class ReceiptError(ValueError):
@@ -46,24 +43,9 @@ def canonical_json(value: Any) -> bytes:
 
 
 def load_or_create(path: Path) -> Ed25519PrivateKey:
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pem = Ed25519PrivateKey.generate().private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption())
-        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".signing-")
-        try:
-            os.fchmod(descriptor, 0o600)
-            os.write(descriptor, pem)
-            os.fsync(descriptor)
-            os.close(descriptor)
-            os.link(temporary, path)
-            log.warning("created a new receipt-signing key; back it up and keep it secret",
-                        extra={"path": str(path)})
-        except FileExistsError:
-            pass  # another process created it first; use theirs
-        finally:
-            os.unlink(temporary)
+    create_once(path, Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()), "receipt-signing key")
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} does not hold an Ed25519 private key")

@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+#: The version of the shared samplers (``_exact``, ``_samplers``): part of every built-in
+#: mechanism's version, so that a change to them is a new implementation (replays of older
+#: charges are then refused, never answered with new noise). tests/test_replay.py pins the
+#: outputs of each version.
+SAMPLERS_VERSION = 2
+
+
+def version(mechanism_version: int) -> str:
+    """A built-in mechanism's version string: its own number and the samplers'."""
+    return f"{mechanism_version}+samplers.{SAMPLERS_VERSION}"
+
+
+def coordinates(data: Mapping[str, Any] | None) -> int:
+    """How many values an additive release noises (1 in a preview without input)."""
+    if not data:
+        return 1
+    if "size" in data:
+        return int(data["size"])
+    return len(data["values"])
 
 #: Inputs are bounded so that every value is a finite double.
 FINITE_NUMBER: dict[str, Any] = {"type": "number", "minimum": -1e300, "maximum": 1e300}

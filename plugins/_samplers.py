@@ -6,17 +6,23 @@ Real-valued mechanisms follow Google's "Secure Noise Generation"
 rounded to a multiple of a power of two g no larger than scale * 2^-40, and
 integer noise times g is added, so every output lies on the grid and its low
 bits carry nothing about the input (Mironov, CCS 2012, exploits the porous
-set of doubles that textbook samplers produce). Rounding moves two
-neighbouring inputs apart by at most g, so the noise is calibrated to the
-sensitivity ceil(Δ/g) + 1 in grid units: the slack goes into the noise
-scale, never into the charged cost.
+set of doubles that textbook samplers produce).
 
-The grid Laplace is exact (``_exact.discrete_laplace``). The grid Gaussian
-has sigma near 2^40 grid units, beyond what int64 can hold squared, so its
-proposal is the exact discrete Laplace and only its acceptance test,
-exp(-(|y| - sigma^2/t)^2 / (2 sigma^2)) against a uniform double, is
-computed in binary64 (a relative error near 2^-52 in each acceptance
-probability). Integer Gaussians small enough for int64 are sampled exactly.
+Rounding is paid for per coordinate. Rounding a value to the nearest multiple
+of g moves it by at most g/2, so two neighbouring inputs x, x' of d values
+with ||x - x'||_1 <= Δ round to grid points whose difference v (an integer
+vector, in grid units) has ||v||_1 <= Δ/g + d, and ||v||_2 <= Δ/g + sqrt(d)
+when ||x - x'||_2 <= Δ (triangle inequality: v = (x - x')/g + e, each
+|e_i| <= 1). The noise is calibrated to those grid sensitivities
+(``grid_sensitivity``, ``grid_l2_sensitivity``): the slack goes into the
+noise scale, never into the charged cost. Raw noise (``size``) is the same
+with d = size: the caller rounds its values to the grid.
+
+Every sampler here is exact: the grid Laplace is ``_exact.discrete_laplace``,
+and the grid Gaussian, whose sigma near 2^40 grid units is beyond what int64
+holds squared, is ``_exact.discrete_gaussian_large``. Outputs are turned into
+doubles only at the end (g times an integer, plus a grid value): rounding a
+released value is post-processing and costs nothing.
 """
 
 from __future__ import annotations
@@ -43,13 +49,23 @@ def grid_for(scale: float) -> float:
     return math.ldexp(1.0, exponent - 1 - 40)
 
 
-def grid_sensitivity(sensitivity: float, grid: float) -> int:
-    """Sensitivity in grid units after rounding inputs to the grid: ceil(Δ/g) + 1."""
-    return math.ceil(sensitivity / grid) + 1
+def grid_sensitivity(sensitivity: float, grid: float, coordinates: int = 1) -> int:
+    """L1 sensitivity in grid units after rounding ``coordinates`` values to the grid:
+    ceil(Δ/g) + d, an integer at least Δ/g + d."""
+    return math.ceil(sensitivity / grid) + coordinates
+
+
+def grid_l2_sensitivity(sensitivity: float, grid: float, coordinates: int = 1) -> Fraction:
+    """L2 sensitivity in grid units after rounding ``coordinates`` values to the grid: a
+    rational at least Δ/g + sqrt(d)."""
+    root = math.isqrt(coordinates)
+    sqrt_d = root if root * root == coordinates else Fraction(math.isqrt(coordinates * 4**20)
+                                                               + 1, 2**20)
+    return Fraction(sensitivity) / Fraction(grid) + sqrt_d
 
 
 def snap(values: FloatArray, grid: float) -> FloatArray:
-    """Round each value to the nearest multiple of ``grid`` (exact in binary64)."""
+    """Round each value to a nearest multiple of ``grid`` (exact in binary64)."""
     small = np.abs(values) < _EXACT_MULTIPLES * grid
     snapped: FloatArray = np.where(small, np.round(values / grid) * grid, values)
     return snapped
@@ -68,28 +84,32 @@ def laplace_ratio(scale: Fraction) -> tuple[int, int]:
 
 
 def discrete_gaussian(source: RandomSource, sigma2: Fraction, n: int) -> IntArray:
-    """n draws of the discrete Gaussian with variance parameter at least ``sigma2``: exact when
-    sigma^2, rounded up to a multiple of 2^-k, fits int64; else with a binary64 acceptance."""
+    """n draws of the discrete Gaussian with variance parameter at least ``sigma2``, exactly:
+    sigma^2 rounded up to a multiple of 2^-k in the int64 sampler where it fits, else rounded
+    up to an integer for ``_exact.discrete_gaussian_large`` (a relative increase below 2^-40
+    there)."""
     for k in range(20, -1, -1):
         p = math.ceil(sigma2 * 2**k)
         if _exact.fits_exactly(p, 2**k):
             return _exact.discrete_gaussian(source, p, 2**k, n)
-    return _large_discrete_gaussian(source, math.sqrt(float(sigma2)) * (1 + 2**-40), n)
+    return _exact.discrete_gaussian_large(source, math.ceil(sigma2), n)
 
 
-def _large_discrete_gaussian(source: RandomSource, sigma: float, n: int) -> IntArray:
-    t = math.floor(sigma) + 1
-    out = np.empty(n, dtype=np.int64)
-    filled = 0
-    while filled < n:
-        want = max(64, int((n - filled) * 1.6))
-        y = _exact.discrete_laplace(source, 1, t, want)
-        excess = np.abs(y) - sigma * sigma / t
-        accept = source.uniform(want) <= np.exp(-(excess * excess) / (2 * sigma * sigma))
-        taken = y[accept][: n - filled]
-        out[filled : filled + taken.size] = taken
-        filled += taken.size
-    return out
+_LARGEST = np.finfo(np.float64).max
+
+
+def on_grid(noise: IntArray, grid: float) -> list[float]:
+    """Integer noise times the grid, as doubles (exact below 2^53 grid units; beyond, rounding
+    and clipping to the largest double are post-processing)."""
+    return add_on_grid(np.zeros(noise.size), noise, grid)
+
+
+def add_on_grid(values: FloatArray, noise: IntArray, grid: float) -> list[float]:
+    """Grid values plus integer noise times the grid, as doubles."""
+    with np.errstate(over="ignore"):
+        total = values + noise.astype(np.float64) * grid
+    clipped: list[float] = np.clip(total, -_LARGEST, _LARGEST).tolist()
+    return clipped
 
 
 def as_floats(values: list[object]) -> FloatArray:

@@ -7,13 +7,15 @@
   stays within epsilon (Bun and Steinke 2016, Proposition 1.3): sound and a
   little noisier than an exact profile. The cost is exactly (epsilon, delta).
 
-Sampling is exact (CKS20, Algorithm 3) whenever sigma², rounded up to a
-multiple of 2^-k, fits the int64 sampler (sigma up to about 2900); larger
-sigmas use a binary64 acceptance test (see ``_samplers``).
+Sampling is exact at every sigma (CKS20, Algorithm 3): in int64 while sigma²,
+rounded up to a multiple of 2^-k, fits (sigma up to about 2900), and with
+``_exact.discrete_gaussian_large`` beyond; sigma above 2^50 is refused before
+anything is charged.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from decimal import Decimal
 from fractions import Fraction
@@ -22,10 +24,10 @@ from typing import Any
 from accountant import hookimpl
 from accountant.accounting.modes import rho_limit
 from accountant.exact import RHO
-from accountant.mechanism import Cost, Mechanism, PrivacyContext
+from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _samplers
-from accountant_plugins._common import INTEGER_INPUT
+from accountant_plugins._common import INTEGER_INPUT, version
 from accountant_plugins.gaussian import PARAMS_SCHEMA
 from accountant_plugins.gaussian import cost as gaussian_cost
 
@@ -43,13 +45,30 @@ def sigma_squared(params: Mapping[str, Any]) -> Fraction:
     else:
         units = rho_limit(Decimal(params["epsilon"]), Decimal(params["delta"]))
         if units == 0:
-            raise ValueError("epsilon and delta leave no room for noise")
+            raise UnusableParameters("params.epsilon", "epsilon and delta leave no room for "
+                                     "noise; raise epsilon")
         rho = Fraction(units, RHO.scale)
     return sensitivity**2 / (2 * rho)
 
 
-def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
+#: The proposal's scale must stay below the exact sampler's 2^55.
+MAX_SIGMA = 2**50
+
+
+def calibrate(params: Mapping[str, Any]) -> Fraction:
     sigma2 = sigma_squared(params)
+    if sigma2 >= MAX_SIGMA**2:
+        raise UnusableParameters("params", f"the noise's sigma is {math.sqrt(float(sigma2)):.3g}"
+                                 "; at most 2^50 (about 1.1e15) is supported")
+    return sigma2
+
+
+def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
+    calibrate(params)
+
+
+def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
+    sigma2 = calibrate(params)
     if "size" in data:
         return {"noise": _samplers.discrete_gaussian(source, sigma2, int(data["size"])).tolist()}
     values = _samplers.as_ints(list(data["values"]))
@@ -65,6 +84,8 @@ DISCRETE_GAUSSIAN = Mechanism(
     accounting=("approx", "zcdp"),
     cost=cost,
     run=run,
+    prepare=prepare,
+    version=version(2),
 )
 
 

@@ -3,7 +3,8 @@
 P(noise = y) is proportional to exp(-|y| epsilon / Δ) (Ghosh, Roughgarden and
 Sundararajan, STOC 2009; sampled exactly by Canonne, Kamath and Steinke 2020,
 Algorithm 2). The scale Δ/epsilon is used exactly when it is a ratio of
-integers below 2^50, else rounded up. The cost is exactly epsilon.
+integers below 2^50, else rounded up; scales of 2^50 and more are refused
+before anything is charged. The cost is exactly epsilon.
 """
 
 from __future__ import annotations
@@ -13,18 +14,31 @@ from fractions import Fraction
 from typing import Any
 
 from accountant import hookimpl
-from accountant.mechanism import Cost, Mechanism, PrivacyContext
+from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _exact, _samplers
-from accountant_plugins._common import INTEGER_INPUT, epsilon_params
+from accountant_plugins._common import INTEGER_INPUT, epsilon_params, version
 
 
 def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
     return Cost(epsilon=params["epsilon"])
 
 
+def calibrate(params: Mapping[str, Any]) -> tuple[int, int]:
+    """(s, t): the noise's scale t/s >= Δ/epsilon, or ``UnusableParameters``."""
+    scale = Fraction(params["sensitivity"]) / Fraction(params["epsilon"])
+    if scale >= 2**50:
+        raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {float(scale):.3g}; "
+                                 "at most 2^50 (about 1.1e15) is supported")
+    return _samplers.laplace_ratio(scale)
+
+
+def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
+    calibrate(params)
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
-    s, t = _samplers.laplace_ratio(Fraction(params["sensitivity"]) / Fraction(params["epsilon"]))
+    s, t = calibrate(params)
     if "size" in data:
         return {"noise": _exact.discrete_laplace(source, s, t, int(data["size"])).tolist()}
     values = _samplers.as_ints(list(data["values"]))
@@ -39,6 +53,8 @@ DISCRETE_LAPLACE = Mechanism(
     accounting=("pure", "approx", "zcdp"),
     cost=cost,
     run=run,
+    prepare=prepare,
+    version=version(2),
 )
 
 

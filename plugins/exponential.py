@@ -8,10 +8,16 @@ u_i) / (2 Δ) computed in rationals, a candidate is proposed uniformly and
 accepted with probability exp(-gamma_i) by the Bernoulli(exp(-gamma)) sampler
 of Canonne, Kamath and Steinke (2020, Algorithm 1), whole batches at once;
 the first accepted proposal is the answer. This is the exact fix that
-Ilvento (arXiv 1912.04222) asks for. gamma_i is rounded up to a multiple of
-2^-k (and capped at 2^20) so it fits int64; to keep the ratio bound,
-epsilon' = epsilon (1 - 2^-20) and 2^-k <= epsilon' 2^-22. The cost is
-exactly epsilon.
+Ilvento (arXiv 1912.04222) asks for.
+
+gamma_i is rounded up to a multiple of 2^-k and capped at 2^20. Capping is
+the exponential mechanism on the utilities max(u_i, u_max - 2^21 Δ/epsilon'),
+which are still Δ-sensitive (a maximum of Δ-sensitive functions), so the
+cap costs nothing. Rounding each gamma up by less than 2^-k changes each
+probability ratio by less than e^(2^-k) in the numerator and in the
+normaliser, so the mechanism is (epsilon' + 2^(1-k))-DP; with epsilon' =
+epsilon (1 - 2^-20) and 2^-k <= epsilon' 2^-22, at every epsilon however
+small, that is below epsilon. The cost is exactly epsilon.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from typing import Any
 import numpy as np
 
 from accountant import hookimpl
-from accountant.mechanism import Cost, Mechanism, PrivacyContext
+from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _exact
-from accountant_plugins._common import FINITE_NUMBER, epsilon_params
+from accountant_plugins._common import FINITE_NUMBER, epsilon_params, version
 
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -44,16 +50,24 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
 
 
 def exponents(epsilon: Fraction, sensitivity: Fraction,
-              utilities: list[Fraction]) -> tuple[np.ndarray, int]:
-    """Numerators over a common power-of-two denominator of each gamma_i (rounded up)."""
+              utilities: list[Fraction]) -> tuple[list[int], int]:
+    """Numerators over a common power-of-two denominator 2^k of each gamma_i (rounded up),
+    with 2^-k <= epsilon' 2^-22 at every epsilon (exact integers, any size)."""
     effective = epsilon * (1 - Fraction(1, 2**20))
-    k = max(0, min(34, math.ceil(-math.log2(float(effective))) + 22))
+    k = 0
+    while Fraction(1, 2**k) > effective / 2**22:
+        k += 1
     denominator = 2**k
     best = max(utilities)
     numerators = [min(_CAP * denominator,
                       math.ceil(effective * (best - u) / (2 * sensitivity) * denominator))
                   for u in utilities]
-    return np.array(numerators, dtype=np.int64), denominator
+    return numerators, denominator
+
+
+def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
+    if data is not None and len(data["utilities"]) > 2**40:
+        raise UnusableParameters("input.utilities", "too many candidates")
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
@@ -61,13 +75,22 @@ def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
     numerators, denominator = exponents(Fraction(params["epsilon"]),
                                         Fraction(params["sensitivity"]), utilities)
     n = len(utilities)
-    batch = max(256, n)
+    if max(numerators) < 2**62 // 2 and denominator < 2**40:
+        exact = np.array(numerators, dtype=np.int64)
+        batch = max(256, n)
+        while True:
+            proposals = _exact.uniform_below(source, np.full(batch, n, dtype=np.int64))
+            accepted = _exact.bernoulli_exp(source, exact[proposals],
+                                            np.full(batch, denominator, dtype=np.int64))
+            if accepted.any():
+                return {"index": int(proposals[np.argmax(accepted)])}
+    # Exponents beyond int64 (epsilon below about 10^-6): the same rejection loop, one
+    # proposal at a time in Python integers.
+    words = _exact.Words(source)
     while True:
-        proposals = _exact.uniform_below(source, np.full(batch, n, dtype=np.int64))
-        accepted = _exact.bernoulli_exp(source, numerators[proposals],
-                                        np.full(batch, denominator, dtype=np.int64))
-        if accepted.any():
-            return {"index": int(proposals[np.argmax(accepted)])}
+        proposal = words.below(n)
+        if words.bernoulli_exp(numerators[proposal], denominator):
+            return {"index": proposal}
 
 
 EXPONENTIAL = Mechanism(
@@ -78,6 +101,8 @@ EXPONENTIAL = Mechanism(
     accounting=("pure", "approx", "zcdp"),
     cost=cost,
     run=run,
+    prepare=prepare,
+    version=version(2),
 )
 
 

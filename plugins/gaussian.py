@@ -5,17 +5,17 @@
   profile of the Gaussian mechanism (the analytic Gaussian mechanism, Balle
   and Wang, ICML 2018, Theorem 8):
       Φ(Δ/(2σ) - εσ/Δ) - e^ε Φ(-Δ/(2σ) - εσ/Δ) <= δ,
-  found by bisection and then enlarged by one part in 10^9 to cover the
-  floating-point error of the profile. The cost is exactly (epsilon, delta).
+  found by bisection at 80 significant digits, from above. The cost is
+  exactly (epsilon, delta).
 - On ``zcdp`` datasets the caller states ``sigma`` or ``rho``; the cost is
   rho = Δ² / (2σ²) (Bun and Steinke 2016, Proposition 1.6).
 
-Noise is a discrete Gaussian on the grid g <= σ * 2^-40 with the sensitivity
-ceil(Δ/g) + 1 in grid units and σ scaled by the same factor, so the ratio
-Δ/σ that fixes the privacy of the discrete Gaussian is preserved (Canonne,
-Kamath and Steinke 2020, Theorem 4 for zCDP; its approximate-DP profile is
-at least as good as the continuous one's at integer sensitivity, Theorem 7
-and Section 5).
+Noise is an exact discrete Gaussian on the grid g <= σ * 2^-40 with the L2
+sensitivity Δ/g + sqrt(d) in grid units for d values and σ scaled by the same
+factor, so the ratio Δ/σ that fixes the privacy of the discrete Gaussian is
+preserved (Canonne, Kamath and Steinke 2020, Theorem 4 for zCDP; its
+approximate-DP profile at integer sensitivity is at most the continuous
+one's, Theorem 7; tests/test_gaussian_privacy.py computes it exactly).
 """
 
 from __future__ import annotations
@@ -23,13 +23,23 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
+import mpmath
+
 from accountant import hookimpl
-from accountant.mechanism import Cost, Mechanism, PrivacyContext
+from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _samplers
-from accountant_plugins._common import ADDITIVE_INPUT, DELTA, POSITIVE_EPSILON, SENSITIVITY
+from accountant_plugins._common import (
+    ADDITIVE_INPUT,
+    DELTA,
+    POSITIVE_EPSILON,
+    SENSITIVITY,
+    coordinates,
+    version,
+)
 
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": 1e15}
 PARAMS_SCHEMA: dict[str, Any] = {
@@ -53,31 +63,49 @@ PARAMS_SCHEMA: dict[str, Any] = {
 }
 
 
-def _phi(x: float) -> float:
-    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+#: Working precision of the privacy profile, in decimal digits.
+_DIGITS = 80
+#: Noise beyond 2^54 grid units is out of the exact sampler's range; grids must be normal
+#: doubles, and outputs finite.
+MIN_SIGMA, MAX_SIGMA = Fraction(2) ** -980, Fraction(2) ** 960
+MAX_GRID_SIGMA = 2**54
 
 
-def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
-    """δ(ε) of the Gaussian mechanism with noise σ (Balle and Wang 2018, Theorem 8)."""
-    a = sensitivity / (2 * sigma)
-    b = epsilon * sigma / sensitivity
-    tail = _phi(-a - b)
-    subtracted = 0.0 if tail == 0.0 else math.exp(epsilon + math.log(tail))
-    return _phi(a - b) - subtracted
+def gaussian_delta(ratio: mpmath.mpf, epsilon: mpmath.mpf) -> mpmath.mpf:
+    """δ(ε) of the Gaussian mechanism with σ = ratio * Δ (Balle and Wang 2018, Theorem 8):
+    Φ(1/(2r) - εr) - e^ε Φ(-1/(2r) - εr), at the working precision."""
+    a, b = 1 / (2 * ratio), epsilon * ratio
+    return mpmath.ncdf(a - b) - mpmath.exp(epsilon) * mpmath.ncdf(-a - b)
+
+
+@lru_cache(maxsize=4096)
+def noise_ratio(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """The least σ/Δ with δ(ε) <= delta, from above: bisection at 80 digits (in binary64 the
+    two terms of δ(ε) cancel for small ε, and σ came out below the optimum), ending at a
+    point whose δ(ε) is at most delta (1 - 10^-30), as an exact rational."""
+    with mpmath.workdps(_DIGITS):
+        eps, target = mpmath.mpf(epsilon.numerator) / epsilon.denominator, \
+            mpmath.mpf(delta.numerator) / delta.denominator
+        target *= 1 - mpmath.mpf(10) ** -30
+        low, high = mpmath.mpf(1), mpmath.mpf(1)
+        while gaussian_delta(high, eps) > target:
+            high *= 2
+        while gaussian_delta(low, eps) <= target:
+            low /= 2
+        while high - low > high * mpmath.mpf(2) ** -70:
+            middle = (low + high) / 2
+            if gaussian_delta(middle, eps) > target:
+                low = middle
+            else:
+                high = middle
+        mantissa, exponent = high.man_exp
+    return Fraction(int(mantissa)) * Fraction(2) ** int(exponent)
 
 
 def analytic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
-    """The smallest σ with δ(ε) <= delta, from above, with a 10^-9 relative margin."""
-    low, high = 1e-12 * sensitivity, sensitivity
-    while gaussian_delta(high, epsilon, sensitivity) > delta:
-        low, high = high, high * 2
-    while (high - low) > 1e-13 * high:
-        middle = (low + high) / 2
-        if gaussian_delta(middle, epsilon, sensitivity) > delta:
-            low = middle
-        else:
-            high = middle
-    return high * (1 + 1e-9)
+    """The analytic Gaussian's σ for (epsilon, delta) and Δ, as a double (rounded up)."""
+    ratio = noise_ratio(Fraction(epsilon), Fraction(delta)) * Fraction(sensitivity)
+    return math.nextafter(float(ratio), math.inf)
 
 
 def _uses_zcdp_form(params: Mapping[str, Any]) -> bool:
@@ -98,27 +126,47 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
     return Cost(epsilon=params["epsilon"], delta=params["delta"])
 
 
-def sigma_of(params: Mapping[str, Any]) -> float:
-    sensitivity = float(params["sensitivity"])
+def noise_to_sensitivity(params: Mapping[str, Any]) -> Fraction:
+    """(σ/Δ)^2, exactly (the analytic calibration is rounded up)."""
+    sensitivity = Fraction(params["sensitivity"])
     if "sigma" in params:
-        return float(params["sigma"])
+        return (Fraction(params["sigma"]) / sensitivity) ** 2
     if "rho" in params:
-        return sensitivity / math.sqrt(2 * float(params["rho"]))
-    return analytic_sigma(float(params["epsilon"]), float(params["delta"]), sensitivity)
+        return 1 / (2 * Fraction(params["rho"]))
+    return noise_ratio(Fraction(params["epsilon"]), Fraction(params["delta"])) ** 2
+
+
+def calibrate(params: Mapping[str, Any], d: int) -> tuple[float, Fraction]:
+    """(grid g, σ^2 in grid units) for d values: σ in grid units is σ/Δ times the L2
+    sensitivity in grid units, Δ/g + sqrt(d) (``_samplers``), so the ratio that fixes the
+    privacy of the discrete Gaussian is at least the continuous one's."""
+    ratio2 = noise_to_sensitivity(params)
+    sigma2 = ratio2 * Fraction(params["sensitivity"]) ** 2
+    if not MIN_SIGMA**2 <= sigma2 <= MAX_SIGMA**2:
+        raise UnusableParameters("params", f"the noise's sigma is {math.sqrt(float(sigma2)):.3g}"
+                                 "; it must lie between 2^-980 and 2^960 (about 1e-295 to 1e289)")
+    grid = _samplers.grid_for(math.sqrt(float(sigma2)))
+    grid_sigma2 = ratio2 * _samplers.grid_l2_sensitivity(float(params["sensitivity"]), grid,
+                                                         d) ** 2
+    if grid_sigma2 >= MAX_GRID_SIGMA**2:
+        raise UnusableParameters(
+            "params", f"sigma/sensitivity {math.sqrt(float(ratio2)):.3g} is too large for {d} "
+            f"values: keep it below {2.0**53 / math.sqrt(d):.3g}")
+    return grid, grid_sigma2
+
+
+def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
+    calibrate(params, coordinates(data))
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
-    sensitivity = float(params["sensitivity"])
-    sigma = sigma_of(params)
-    grid = _samplers.grid_for(sigma)
-    grid_sigma = sigma / sensitivity * _samplers.grid_sensitivity(sensitivity, grid)
-    sigma2 = Fraction(grid_sigma) ** 2
+    grid, sigma2 = calibrate(params, coordinates(data))
     if "size" in data:
         noise = _samplers.discrete_gaussian(source, sigma2, int(data["size"]))
-        return {"noise": (noise * grid).tolist(), "grid": grid}
+        return {"noise": _samplers.on_grid(noise, grid), "grid": grid}
     values = _samplers.snap(_samplers.as_floats(list(data["values"])), grid)
     noise = _samplers.discrete_gaussian(source, sigma2, values.size)
-    return {"values": (values + noise * grid).tolist()}
+    return {"values": _samplers.add_on_grid(values, noise, grid)}
 
 
 GAUSSIAN = Mechanism(
@@ -129,6 +177,8 @@ GAUSSIAN = Mechanism(
     accounting=("approx", "zcdp"),
     cost=cost,
     run=run,
+    prepare=prepare,
+    version=version(2),
 )
 
 

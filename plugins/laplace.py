@@ -2,9 +2,13 @@
 
 Scale b = Δ / epsilon (Dwork, McSherry, Nissim and Smith, TCC 2006). The
 noise is the exact discrete Laplace (Canonne, Kamath and Steinke 2020,
-Algorithm 2) on the grid g <= b * 2^-40, with scale t = ceil((ceil(Δ/g) + 1)
-/ epsilon) grid units, which is epsilon-DP for inputs rounded to the grid
-(see ``_samplers``). The cost is exactly epsilon.
+Algorithm 2) on a grid g <= b * 2^-40, with scale t = ceil((ceil(Δ/g) + d) /
+epsilon) grid units for d values: rounding d values to the grid moves their
+L1 distance by at most d grid units (see ``_samplers``), and a discrete
+Laplace of scale t is (L/t)-DP for integer shifts of L1 norm L. So the
+release is epsilon-DP and the cost is exactly epsilon. For long vectors the
+grid is made finer (g <= Δ 2^-20 / d) so that rounding adds at most a
+fraction 2^-20 to the noise, as long as t stays below 2^54.
 """
 
 from __future__ import annotations
@@ -15,27 +19,53 @@ from fractions import Fraction
 from typing import Any
 
 from accountant import hookimpl
-from accountant.mechanism import Cost, Mechanism, PrivacyContext
+from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _exact, _samplers
-from accountant_plugins._common import ADDITIVE_INPUT, epsilon_params
+from accountant_plugins._common import ADDITIVE_INPUT, coordinates, epsilon_params, version
+
+#: Scales whose grid is a normal double and whose outputs stay finite (|noise| < 2^63 g).
+MIN_SCALE, MAX_SCALE = Fraction(2) ** -980, Fraction(2) ** 960
+MAX_T = 2**54
 
 
 def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
     return Cost(epsilon=params["epsilon"])
 
 
+def calibrate(params: Mapping[str, Any], d: int) -> tuple[float, int]:
+    """(grid g, discrete Laplace scale t in grid units) for d values, or ``UnusableParameters``."""
+    epsilon, sensitivity = Fraction(params["epsilon"]), Fraction(params["sensitivity"])
+    scale = sensitivity / epsilon
+    if not MIN_SCALE <= scale <= MAX_SCALE:
+        raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {float(scale):.3g}; "
+                                 "it must lie between 2^-980 and 2^960 (about 1e-295 to 1e289)")
+    coarsest = _samplers.grid_for(float(scale))
+    grid = min(coarsest, _samplers.grid_for(float(sensitivity * 2**20 / d)))
+    while True:
+        t = math.ceil(_samplers.grid_sensitivity(float(sensitivity), grid, d) / epsilon)
+        if t < MAX_T:
+            return grid, t
+        if grid >= coarsest:
+            raise UnusableParameters(
+                "params.epsilon", f"epsilon {float(epsilon):.3g} is too small for {d} values: "
+                f"the noise would exceed the exact sampler's range; use epsilon >= "
+                f"{d * 2.0**-53:.3g} or fewer values")
+        grid *= 2
+
+
+def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
+    calibrate(params, coordinates(data))
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
-    epsilon = Fraction(params["epsilon"])
-    sensitivity = float(params["sensitivity"])
-    grid = _samplers.grid_for(sensitivity / float(epsilon))
-    t = math.ceil(_samplers.grid_sensitivity(sensitivity, grid) / epsilon)
+    grid, t = calibrate(params, coordinates(data))
     if "size" in data:
         noise = _exact.discrete_laplace(source, 1, t, int(data["size"]))
-        return {"noise": (noise * grid).tolist(), "grid": grid}
+        return {"noise": _samplers.on_grid(noise, grid), "grid": grid}
     values = _samplers.snap(_samplers.as_floats(list(data["values"])), grid)
     noise = _exact.discrete_laplace(source, 1, t, values.size)
-    return {"values": (values + noise * grid).tolist()}
+    return {"values": _samplers.add_on_grid(values, noise, grid)}
 
 
 LAPLACE = Mechanism(
@@ -46,6 +76,8 @@ LAPLACE = Mechanism(
     accounting=("pure", "approx", "zcdp"),
     cost=cost,
     run=run,
+    prepare=prepare,
+    version=version(2),
 )
 
 

@@ -72,7 +72,8 @@ def price(mechanism: Mechanism, params: Mapping[str, Any], sensitivity_unit: str
                            f"{error}") from None
     stated = _stated(declared, mechanism.name)
     if factor > 1 and not mechanism.has_sensitivity:
-        stated = _group(stated, factor, mechanism.name)
+        stated = (_compose(stated, factor) if mechanism.independent_values
+                  else _group(stated, factor, mechanism.name))
     try:
         cost = mode.amount_of(stated)
     except UnsupportedCost as error:
@@ -107,6 +108,16 @@ def _group(stated: StatedCost, factor: int, name: str) -> StatedCost:
                            "so it cannot be scaled to record-level contributions")
     rho = None if stated.rho is None else stated.rho * factor * factor
     return StatedCost(stated.epsilon * factor, Fraction(0), rho)
+
+
+def _compose(stated: StatedCost, factor: int) -> StatedCost:
+    """A person's f values randomised independently, each at the stated cost: f-fold basic
+    composition, epsilon * f and delta * f (Dwork and Roth 2014, Theorem 3.16) and rho * f
+    (Bun and Steinke 2016, Lemma 2.3); an epsilon-DP value without rho is epsilon^2/2-zCDP,
+    so its f values cost f epsilon^2 / 2."""
+    rho = stated.epsilon**2 / 2 if stated.rho is None and stated.delta == 0 else stated.rho
+    return StatedCost(stated.epsilon * factor, stated.delta * factor,
+                      None if rho is None else rho * factor)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
-"""/v1/charges: the noise token. Validate, charge (commit), then run the mechanism."""
+"""/v1/charges: the noise token. Validate, charge, run the mechanism, commit, respond."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from flask import Blueprint, Response, request
@@ -22,8 +24,10 @@ from accountant.errors import (
     BudgetExhausted,
     Forbidden,
     IdempotencyKeyReused,
+    MechanismFailed,
     NotFound,
     ProblemError,
+    ReplayUnavailable,
     WindowExhausted,
     field_error,
 )
@@ -36,6 +40,7 @@ from accountant.services.charges import ChargeRequest, ChargeResult, Evaluation
 from accountant.services.consumers import Principal
 
 bp = Blueprint("charges", __name__)
+log = logging.getLogger(__name__)
 
 
 def _mechanism(body: dict[str, Any]) -> Mechanism:
@@ -47,7 +52,7 @@ def _mechanism(body: dict[str, Any]) -> Mechanism:
     return mechanism
 
 
-def _request(body: dict[str, Any], caller: Principal) -> tuple[ChargeRequest, Any]:
+def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
     """Everything that can be checked before the transaction: mechanism, params, input."""
     mechanism = _mechanism(body)
     params = dict(body["params"])
@@ -70,7 +75,7 @@ def _request(body: dict[str, Any], caller: Principal) -> tuple[ChargeRequest, An
         raise field_error("partitions", f"at most {limit} partition keys per charge; "
                                         "charge '*' or split the release")
     return ChargeRequest(body["dataset"], partitions, body.get("release", "joint"), mechanism,
-                         params, unit, caller), data
+                         params, unit, caller, data, runtime().noise.id)
 
 
 def _check_vector_limits(data: dict[str, Any]) -> None:
@@ -82,12 +87,22 @@ def _check_vector_limits(data: dict[str, Any]) -> None:
             raise field_error("input.size", f"at most {limit} values per vector")
 
 
+@dataclass(frozen=True)
+class _Fresh:
+    """A charge made by this request, with its output when granted (computed before commit)."""
+
+    result: ChargeResult
+    output: dict[str, Any] | None
+    output_sha256: str | None
+    outcome: idempotency.Outcome | None  # the remembered response, for a request with a key
+
+
 @bp.post("/v1/charges")
 def create() -> Any:
     caller = principal("admin", "service")
     body = json_body(schemas.CHARGE)
     key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
-    charge_request, data = _request(body, caller)
+    charge_request = _request(body, caller)
     fingerprint = idempotency.fingerprint(body)
     connection = driver()
     for attempt in (1, 2):
@@ -107,21 +122,22 @@ def create() -> Any:
             connection.rollback()
             raise
     if isinstance(done, idempotency.Outcome):
-        return _respond(done, charge_request.mechanism, data)  # a replay: no new alerts
-    outcome = _outcome(done, charge_request, fingerprint)
-    evaluation = done.evaluation
+        return _replay(done, charge_request)  # a replay: no new alerts
+    evaluation = done.result.evaluation
     if evaluation.granted:  # after the commit, never failing the charge
         runtime().alerts.fire(crossings(
             evaluation.checks, evaluation.mode.components, runtime().settings.alert_thresholds,
             dataset=evaluation.dataset.name, consumer=charge_request.principal.name,
-            charge_id=done.charge_id, at=done.created_at / 1e6))
-    return _respond(outcome, charge_request.mechanism, data)
+            charge_id=done.result.charge_id, at=done.result.created_at / 1e6))
+    outcome = done.outcome or _outcome(done, charge_request, fingerprint)
+    return _render(outcome, done.output)
 
 
 def _charge_once(connection: Driver, charge_request: ChargeRequest, key: str | None,
-                 fingerprint: str) -> idempotency.Outcome | ChargeResult:
-    """Lock the dataset, then replay a known key, or charge (and remember the response of a
-    request with a key). Without a key, the response is built after the commit."""
+                 fingerprint: str) -> idempotency.Outcome | _Fresh:
+    """Lock the dataset, then replay a known key, or charge, run the mechanism and remember
+    the response of a request with a key; the caller commits. Without a key, the receipt is
+    signed after the commit."""
     consumer_id = charge_request.principal.consumer_id
     reads = charges.send_reads(connection, charge_request, time.time(), lock=True)
     # Sent after the lock: a duplicate that waited for it sees the first one's row.
@@ -136,22 +152,47 @@ def _charge_once(connection: Driver, charge_request: ChargeRequest, key: str | N
                     "use a new key for a new request")
             return stored
     result = charges.charge(connection, reads, charge_request, now_us())
-    if key is not None:
-        idempotency.remember(connection, consumer_id, key,
-                             _outcome(result, charge_request, fingerprint), now_us())
-    return result
+    output = digest = None
+    if result.evaluation.granted:
+        output, digest = _run(charge_request, result)
+    fresh = _Fresh(result, output, digest, None)
+    if key is None:
+        return fresh
+    outcome = _outcome(fresh, charge_request, fingerprint)
+    idempotency.remember(connection, consumer_id, key, outcome, now_us())
+    return _Fresh(result, output, digest, outcome)
 
 
-def _outcome(result: ChargeResult, charge_request: ChargeRequest,
+def _run(charge_request: ChargeRequest, result: ChargeResult) -> tuple[dict[str, Any], str]:
+    """Run the mechanism inside the charge's transaction: if it fails, nothing is charged."""
+    mechanism = charge_request.mechanism
+    try:
+        output = mechanism.run(result.evaluation.priced.run_params, charge_request.data or {},
+                               runtime().noise.source_for(result.charge_id))
+        return output, receipts.output_sha256(output)
+    except Exception as error:  # a plugin's run may raise anything
+        log.error("mechanism failed after its preparation passed; the charge is rolled back",
+                  extra={"mechanism": mechanism.name, "implementation": mechanism.implementation,
+                         "error": repr(error)[:500]}, exc_info=True)
+        raise MechanismFailed(
+            f"mechanism {mechanism.name!r} failed to run ({type(error).__name__}); nothing was "
+            "charged. This is a bug of its plugin, and it has been logged; report it to the "
+            f"plugin's authors ({mechanism.implementation})") from None
+
+
+def _outcome(fresh: _Fresh, charge_request: ChargeRequest,
              fingerprint: str) -> idempotency.Outcome:
     """The response of a charge as remembered: a denial's problem, or the grant without its
-    output (which is generated from the charge id whenever it is sent)."""
+    output (regenerated from the charge's random source on replay, and checked against
+    ``output_sha256``) but with its receipt."""
+    result = fresh.result
     evaluation = result.evaluation
     if evaluation.denial is not None:
         problem = _denial_problem(evaluation, evaluation.denial, result.charge_id)
         return idempotency.outcome(fingerprint, result.charge_id, problem.status,
                                    problem.body(), problem.headers)
-    return idempotency.outcome(fingerprint, result.charge_id, 201, {
+    assert fresh.output is not None and fresh.output_sha256 is not None
+    body = idempotency.plain({
         "charge_id": result.charge_id,
         "dataset": evaluation.dataset.name,
         "mechanism": charge_request.mechanism.name,
@@ -160,29 +201,26 @@ def _outcome(result: ChargeResult, charge_request: ChargeRequest,
         "cost": _report(evaluation, evaluation.priced.cost),
         "remaining": _report(evaluation, evaluation.remaining),
         "created_at": isoformat(result.created_at / 1e6),
-        "iat": result.created_at // 1_000_000,
         "run_params": idempotency.encode_params(evaluation.priced.run_params),
-    }, {})
+        "output_sha256": fresh.output_sha256,
+    })
+    body["receipt"] = receipts.receipt(
+        runtime().signer, charge_id=result.charge_id, dataset=body["dataset"],
+        partitions=body["partitions"], mechanism=body["mechanism"], cost=body["cost"],
+        output_sha256=fresh.output_sha256, issued_at=result.created_at // 1_000_000)
+    return idempotency.outcome(fingerprint, result.charge_id, 201, body, {})
 
 
-def _respond(outcome: idempotency.Outcome, mechanism: Mechanism, data: Any) -> Response:
-    """The response of a charge, first time or replay alike (the noise is regenerated)."""
-    stored = dict(outcome.body)
+def _render(outcome: idempotency.Outcome, output: dict[str, Any] | None) -> Response:
+    """The response of a charge, first time or replay alike, from what is remembered."""
+    stored = outcome.body
     if outcome.status != 201:
         response = Response(dumps(stored), status=outcome.status,
                             mimetype="application/problem+json")
     else:
-        # Only now, with the cost durably recorded, does the mechanism run.
-        params = idempotency.decode_params(stored.pop("run_params"))
-        issued_at = stored.pop("iat")
-        output = mechanism.run(params, data, runtime().random_for(outcome.charge_id))
-        receipt = receipts.receipt(
-            runtime().signer, charge_id=outcome.charge_id, dataset=stored["dataset"],
-            partitions=stored["partitions"], mechanism=stored["mechanism"],
-            cost=stored["cost"], output=output, issued_at=issued_at)
         body = {**{k: stored[k] for k in ("charge_id", "dataset", "mechanism", "release",
                                           "partitions", "cost")},
-                "output": output, "remaining": stored["remaining"], "receipt": receipt,
+                "output": output, "remaining": stored["remaining"], "receipt": stored["receipt"],
                 "created_at": stored["created_at"]}
         response = Response(dumps(body), status=201, mimetype="application/json")
     for name, value in outcome.headers.items():
@@ -190,11 +228,52 @@ def _respond(outcome: idempotency.Outcome, mechanism: Mechanism, data: Any) -> R
     return response
 
 
+def _replay(outcome: idempotency.Outcome, charge_request: ChargeRequest) -> Response:
+    """The first response again, its output regenerated from the charge's random source. An
+    output that cannot be regenerated exactly is refused, never drawn afresh."""
+    if outcome.status != 201:
+        return _render(outcome, None)
+    stored = outcome.body
+    mechanism = charge_request.mechanism
+    why = None
+    if "output_sha256" not in stored:
+        why = "it was recorded before this service kept what a replay needs"
+    elif outcome.noise_secret != runtime().noise.id:
+        why = (f"its noise was drawn with noise secret {outcome.noise_secret}, and this host "
+               f"has {runtime().noise.id}")
+    elif outcome.implementation != mechanism.implementation:
+        why = (f"it was produced by {outcome.implementation}, and this service runs "
+               f"{mechanism.implementation}")
+    output = None
+    if why is None:
+        try:
+            output = mechanism.run(idempotency.decode_params(stored["run_params"]),
+                                   charge_request.data or {},
+                                   runtime().noise.source_for(outcome.charge_id))
+        except Exception as error:  # a plugin's run may raise anything
+            log.error("a replay's mechanism failed", extra={
+                "mechanism": mechanism.name, "error": repr(error)[:500]})
+            why = f"its mechanism failed when run again ({type(error).__name__})"
+        if output is not None and receipts.output_sha256(output) != stored["output_sha256"]:
+            log.error("a replay's output differs from the first; its implementation changed "
+                      "without a new version", extra={"implementation": mechanism.implementation,
+                                                      "charge_id": outcome.charge_id})
+            why = "regenerated, its output differs from the first one"
+    if why is not None:
+        raise ReplayUnavailable(
+            f"the first response to this request (charge {outcome.charge_id}) cannot be "
+            f"given again exactly: {why}. Nothing is released: a retry never draws new noise. "
+            "The charge stands (GET /v1/charges/{id}); send a new request with a new "
+            "idempotency key for a new release, which is charged again",
+            extra={"charge_id": outcome.charge_id})
+    return _render(outcome, output)
+
+
 @bp.post("/v1/charges/preview")
 def preview() -> Any:
     caller = principal("admin", "service", "auditor")
     body = json_body(schemas.PREVIEW)
-    charge_request, _ = _request(body, caller)
+    charge_request = _request(body, caller)
     connection = driver()
     connection.begin_read()
     try:

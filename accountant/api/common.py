@@ -17,8 +17,9 @@ from accountant.config import Settings
 from accountant.driver import Driver
 from accountant.errors import ValidationProblem
 from accountant.jsonio import JSONInputError, loads
+from accountant.noise import NoiseSecret
 from accountant.plugins import MechanismRegistry
-from accountant.randomness import KeyedRandomSource, RandomSource
+from accountant.randomness import RandomSource
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,8 @@ class Runtime:
     random: RandomSource
     head_revision: str
     signer: Ed25519PrivateKey
-    noise_secret: bytes
+    noise: NoiseSecret
     alerts: AlertDispatcher
-
-    def random_for(self, charge_id: str) -> RandomSource:
-        """The random source of one charge: replaying the charge replays its noise."""
-        return KeyedRandomSource(self.noise_secret, charge_id)
 
 
 def runtime() -> Runtime:

@@ -32,6 +32,7 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "cost": MODES[dataset.accounting].report(entry.cost, dataset.limit_delta or 0),
         "detail": entry.detail or None,
         "created_at": isoformat(entry.created_at / 1e6),
+        "noise_secret": entry.noise_secret, "implementation": entry.implementation,
         "prev_hash": entry.prev_hash, "hash": entry.hash,
     }
 
@@ -108,7 +109,8 @@ def verify() -> Any:
 
 
 EXPORT_FIELDS = ["id", "seq", "kind", "charge_id", "dataset", "consumer", "status", "mechanism",
-                 "release", "partitions", "cost", "detail", "created_at", "prev_hash", "hash"]
+                 "release", "partitions", "cost", "detail", "created_at", "noise_secret",
+                 "implementation", "prev_hash", "hash"]
 
 
 @bp.get("/v1/ledger/export")

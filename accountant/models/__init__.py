@@ -7,6 +7,7 @@ from accountant.models.consumer import ApiKey, Consumer, Grant
 from accountant.models.dataset import Dataset, WindowBudget
 from accountant.models.idempotency import IdempotencyKey
 from accountant.models.ledger import LedgerEntry
+from accountant.models.noise_secret import NoiseSecret
 from accountant.models.partition import Partition
 from accountant.models.signing_key import SigningKey
 from accountant.models.tally import Tally, TallySpend
@@ -19,6 +20,7 @@ __all__ = [
     "Grant",
     "IdempotencyKey",
     "LedgerEntry",
+    "NoiseSecret",
     "Partition",
     "SigningKey",
     "Tally",

@@ -40,6 +40,10 @@ class LedgerEntry(Base):
     cost_rho: Mapped[Units]
     multiplicity: Mapped[int] = mapped_column(BigInteger, default=1)
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    #: For a granted charge: the id of the noise secret and the mechanism implementation
+    #: ("plugin/name/version") that produced its output; a replay must find both again.
+    noise_secret: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    implementation: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[Microseconds]
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))

@@ -23,8 +23,9 @@ One charge is one transaction that reads top to bottom:
    writes needs another's result, so on PostgreSQL they travel with the
    COMMIT in one more round trip.
 
-The caller commits, and only then runs the mechanism: no noise exists
-before its cost is durably recorded. Every statement here goes straight
+The caller then runs the mechanism, still inside the transaction, and
+commits only once it has its output: no charge is committed without its
+output, and no output is released before its charge is durable. Every statement here goes straight
 through the database driver (``accountant.driver``): a simple charge holds
 the lock for two round trips, as few as a bare driver-level transaction
 doing the same writes.
@@ -45,7 +46,7 @@ from accountant.accounting.windows import PERIODS, Window
 from accountant.driver import Driver, Pending, Rows
 from accountant.errors import Forbidden, field_error
 from accountant.exact import Amount, ComponentName, Limit
-from accountant.mechanism import Mechanism
+from accountant.mechanism import Mechanism, UnusableParameters
 from accountant.services import dataset_state, datasets, ledger
 from accountant.services.consumers import Principal
 from accountant.services.dataset_state import DatasetState
@@ -62,6 +63,10 @@ class ChargeRequest:
     params: Mapping[str, Any]
     sensitivity_unit: str | None
     principal: Principal
+    #: The input the mechanism will run on (None in a preview that sends none).
+    data: Mapping[str, Any] | None = None
+    #: The id of the noise secret the output is drawn with (recorded with a grant).
+    noise_secret: str | None = None
 
 
 @dataclass(frozen=True)
@@ -198,6 +203,7 @@ def evaluate(driver: Driver, reads: Reads, request: ChargeRequest,
                                rule, dataset.max_records_per_user, request.release, len(keys))
     except pricing.PricingError as error:
         raise field_error(error.field, str(error)) from None
+    prepare(request.mechanism, priced.run_params, request.data)
     windows = [Window.containing(w.period_seconds, now) for w in dataset.windows]
     rows = reads.scopes.result()
     if any(w.start > Window.containing(w.period, reads.now).end for w in windows):
@@ -232,6 +238,21 @@ def evaluate(driver: Driver, reads: Reads, request: ChargeRequest,
                       scopes, ids, all_partitions, never, tuple(checks))
 
 
+def prepare(mechanism: Mechanism, run_params: Mapping[str, Any],
+            data: Mapping[str, Any] | None) -> None:
+    """The mechanism's own check that it can run these parameters on this input: a 400
+    naming the field and the usable range, before anything is charged."""
+    if mechanism.prepare is None:
+        return
+    try:
+        mechanism.prepare(run_params, data)
+    except UnusableParameters as error:
+        raise field_error(error.field, str(error)) from None
+    except (ValueError, ArithmeticError) as error:
+        raise field_error("params", f"mechanism {mechanism.name!r} cannot run with these "
+                                    f"parameters: {error}") from None
+
+
 def charge(driver: Driver, reads: Reads, request: ChargeRequest, now_us: int) -> ChargeResult:
     """Evaluate and record one charge from ``reads`` sent under the dataset lock; the caller
     commits, then runs the mechanism."""
@@ -251,6 +272,8 @@ def charge(driver: Driver, reads: Reads, request: ChargeRequest, now_us: int) ->
         partitions=evaluation.partitions, params=_plain_params(request),
         cost=evaluation.priced.cost, multiplicity=evaluation.priced.multiplicity,
         detail={} if evaluation.denial is None else _denial_detail(evaluation),
+        noise_secret=request.noise_secret if evaluation.granted else None,
+        implementation=request.mechanism.implementation if evaluation.granted else None,
     )
     return ChargeResult(charge_id, evaluation, now_us)
 

@@ -1,9 +1,12 @@
 """Idempotency keys: the same key and body replay the first response; another body is a 422.
 
-What is kept. The row holds the first response without its output: the
-output is regenerated on replay from the charge's keyed random source
-(``KeyedRandomSource``), so the database never holds noise, and a retry can
-never draw fresh noise (which would let a caller average it away).
+What is kept. The row holds the first response without its output but with
+its receipt and the SHA-256 of its output. A replay regenerates the output
+from the charge's keyed random source (``accountant.noise``), so the database
+never holds noise; it does so only with the noise secret and the mechanism
+implementation recorded with the charge (in its ledger entry), and releases
+the output only if its hash is the first one's. Anything else is refused: a
+retry never draws fresh noise (which would let a caller average it away).
 
 How long. Rows are kept as long as the ledger: a key is never forgotten, so
 a retry however late can neither charge twice nor draw new noise. A row is
@@ -50,20 +53,25 @@ class Outcome:
     status: int
     body: dict[str, Any]
     headers: dict[str, str]
+    #: What produced a granted charge's output (from its ledger entry), when read back.
+    noise_secret: str | None = None
+    implementation: str | None = None
 
 
 def find(driver: Driver, consumer_id: int, key: str) -> Pending[Outcome | None]:
     """The response remembered for ``key``, if any: sent now, read on demand."""
     return driver.send(
-        "SELECT request_hash, charge_id, status, body, headers FROM idempotency_keys "
-        "WHERE consumer_id = :c AND key = :k", {"c": consumer_id, "k": key}, _outcome)
+        "SELECT k.request_hash, k.charge_id, k.status, k.body, k.headers, e.noise_secret, "
+        "e.implementation FROM idempotency_keys AS k LEFT JOIN ledger_entries AS e "
+        "ON e.charge_id = k.charge_id WHERE k.consumer_id = :c AND k.key = :k",
+        {"c": consumer_id, "k": key}, _outcome)
 
 
 def _outcome(rows: Rows) -> Outcome | None:
     if not rows:
         return None
     row = rows[0]
-    return Outcome(row[0], row[1], row[2], _json(row[3]), _json(row[4]))
+    return Outcome(row[0], row[1], row[2], _json(row[3]), _json(row[4]), row[5], row[6])
 
 
 def _json(value: Any) -> Any:
@@ -74,7 +82,7 @@ def _json(value: Any) -> Any:
 def outcome(request_hash: str, charge_id: str, status: int, body: dict[str, Any],
             headers: dict[str, str]) -> Outcome:
     """A response as it is sent, remembered and replayed."""
-    return Outcome(request_hash, charge_id, status, _plain(body), headers)
+    return Outcome(request_hash, charge_id, status, plain(body), headers)
 
 
 def remember(driver: Driver, consumer_id: int, key: str, outcome: Outcome, now: int) -> None:
@@ -97,13 +105,13 @@ def decode_params(stored: Mapping[str, Any]) -> dict[str, Any]:
             for k, v in stored.items()}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """Decimals as JSON numbers' exact text cannot be stored in a JSON column; use floats,
     which is what the response carries anyway."""
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value

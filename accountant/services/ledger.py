@@ -48,6 +48,11 @@ def _canonical(values: dict[str, Any], dataset_name: str, consumer_name: str | N
         "multiplicity": values["multiplicity"], "detail": values["detail"],
         "created_at": values["created_at"],
     }
+    # Replay provenance, recorded with granted charges since revision 0004; hashed when present,
+    # so entries written before it keep their hashes.
+    for name in ("noise_secret", "implementation"):
+        if values.get(name) is not None:
+            content[name] = values[name]
     return json.dumps(content, sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False).encode()
 
@@ -61,7 +66,8 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
            mechanism: str | None = None, release: str | None = None,
            partitions: list[str] | None = None, params: dict[str, Any] | None = None,
            cost: Amount = Amount(), multiplicity: int = 1,
-           detail: dict[str, Any] | None = None) -> None:
+           detail: dict[str, Any] | None = None, noise_secret: str | None = None,
+           implementation: str | None = None) -> None:
     """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked).
 
     Two driver statements and no ORM object: this runs on every charge."""
@@ -72,6 +78,7 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
         "partitions": partitions or [], "params": params or {},
         "cost_epsilon": cost.epsilon, "cost_delta": cost.delta, "cost_rho": cost.rho,
         "multiplicity": multiplicity, "detail": detail or {}, "created_at": created_at,
+        "noise_secret": noise_secret, "implementation": implementation,
         "prev_hash": dataset.ledger_head or GENESIS,
     }
     values["hash"] = chain_hash(values["prev_hash"], _canonical(
@@ -88,7 +95,8 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
 
 _COLUMNS = ("seq", "kind", "charge_id", "dataset_id", "consumer_id", "status", "mechanism",
             "release", "partitions", "params", "cost_epsilon", "cost_delta", "cost_rho",
-            "multiplicity", "detail", "created_at", "prev_hash", "hash")
+            "multiplicity", "detail", "created_at", "noise_secret", "implementation",
+            "prev_hash", "hash")
 _INSERT = (f"INSERT INTO ledger_entries ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join(':' + name for name in _COLUMNS)})")
 

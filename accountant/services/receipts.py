@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -11,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from accountant.models import SigningKey
-from accountant.signing import canonical_json, public_jwk, sign
+from accountant.signing import public_jwk, sign
 
 
 def register(session: Session, private: Ed25519PrivateKey, now: int) -> None:
@@ -29,13 +30,16 @@ def jwks(session: Session, private: Ed25519PrivateKey) -> list[dict[str, str]]:
 
 
 def output_sha256(output: Any) -> str:
-    """SHA-256 of the output as JSON with sorted keys and no spaces (Python's json.dumps)."""
-    return hashlib.sha256(canonical_json(output)).hexdigest()
+    """SHA-256 of the output exactly as the README states it:
+    ``json.dumps(output, sort_keys=True, separators=(",", ":"))`` (ASCII escapes for other
+    characters). NaN and infinities are refused: no output may contain them."""
+    text = json.dumps(output, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def receipt(private: Ed25519PrivateKey, *, charge_id: str, dataset: str, partitions: list[str],
-            mechanism: str, cost: dict[str, Decimal], output: Any, issued_at: int) -> str:
+            mechanism: str, cost: dict[str, Decimal], output_sha256: str, issued_at: int) -> str:
     claims = {"charge_id": charge_id, "dataset": dataset, "partitions": partitions,
               "mechanism": mechanism, "cost": {k: float(v) for k, v in cost.items()},
-              "output_sha256": output_sha256(output), "iat": issued_at}
+              "output_sha256": output_sha256, "iat": issued_at}
     return sign(private, claims)

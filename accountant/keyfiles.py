@@ -1,0 +1,36 @@
+"""Secret files created once: the first process to start writes them, every other reads them.
+
+The content is written to a temporary file with mode 0600, synced, and
+hard-linked into place; the link either succeeds once or fails because
+another process won, whose file the losers then read. So every worker and
+every process started at the same moment ends up with the same secret.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def create_once(path: Path, content: bytes, what: str) -> None:
+    """Write ``content`` to ``path`` unless the file exists (or another process wins)."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".secret-")
+    try:
+        os.fchmod(descriptor, 0o600)
+        os.write(descriptor, content)
+        os.fsync(descriptor)
+        os.close(descriptor)
+        os.link(temporary, path)
+        log.warning(f"created a new {what}; back it up and keep it secret",
+                    extra={"path": str(path)})
+    except FileExistsError:
+        pass  # another process created it first; use theirs
+    finally:
+        os.unlink(temporary)
