@@ -109,6 +109,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     from gunicorn.app.base import BaseApplication
 
     settings = _settings()
+    _check_noise_secret(settings)
     # Latency metrics from every worker are summed through files in this folder; it must be
     # set before any worker imports prometheus_client, and be empty at start.
     metrics_dir = tempfile.mkdtemp(prefix="accountant-metrics-")
@@ -139,6 +140,85 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         _Server().run()
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _check_noise_secret(settings: Settings) -> None:
+    """Refuse to serve with a noise secret other than the database's (before any worker
+    starts), registering this one if the database has none; the engine is disposed after."""
+    from pathlib import Path
+
+    from sqlalchemy.exc import ProgrammingError
+
+    from accountant import noise
+    from accountant.db import make_engine
+
+    secret = noise.load_or_create(Path(settings.noise_secret_file))
+    engine = make_engine(settings)
+    try:
+        with engine.connect() as connection:
+            noise.register(connection, secret)
+    except noise.NoiseSecretMismatch as error:
+        raise click.ClickException(str(error)) from None
+    except (OperationalError, ProgrammingError):
+        pass  # no schema yet: /readyz says so until 'accountant db upgrade' has run
+    finally:
+        engine.dispose()
+
+
+@main.group("noise-secret")
+def noise_secret() -> None:
+    """The secret that keys every charge's noise (ACCOUNTANT_NOISE_SECRET_FILE)."""
+
+
+@noise_secret.command("show")
+def noise_secret_show() -> None:
+    """Print the id of this host's noise secret and of the database's."""
+    from pathlib import Path
+
+    from sqlalchemy import text
+
+    from accountant import noise
+    from accountant.db import make_engine
+
+    settings = _settings()
+    secret = noise.load_or_create(Path(settings.noise_secret_file))
+    engine = make_engine(settings)
+    try:
+        with engine.connect() as connection:
+            known = connection.execute(text("SELECT id FROM noise_secrets WHERE current")).scalar()
+    finally:
+        engine.dispose()
+    click.echo(f"this host: {secret.id} ({settings.noise_secret_file})")
+    click.echo(f"database:  {known or 'none registered yet'}")
+
+
+@noise_secret.command("adopt")
+@click.option("--yes", is_flag=True, required=True,
+              help="Confirm: replays of charges made under the old secret will be refused.")
+def noise_secret_adopt(yes: bool) -> None:
+    """Make this host's noise secret the database's, retiring the old one.
+
+    Only for a secret that is lost for good: every retry of a charge made under
+    the retired secret is then refused with a 409 (never answered with new noise),
+    and every host must use the new secret file.
+    """
+    from pathlib import Path
+
+    from accountant import noise
+    from accountant.db import make_engine
+
+    settings = _settings()
+    secret = noise.load_or_create(Path(settings.noise_secret_file))
+    engine = make_engine(settings)
+    try:
+        with engine.connect() as connection:
+            retired = noise.adopt(connection, secret)
+    finally:
+        engine.dispose()
+    if retired is None:
+        click.echo(f"the database already uses this host's noise secret ({secret.id})")
+    else:
+        click.echo(f"retired noise secret {retired}; the database now uses {secret.id}")
 
 
 def _mark_dead(_server: Any, worker: Any) -> None:

@@ -278,7 +278,7 @@ def discrete_gaussian_large(source: RandomSource, p: int, n: int) -> Ints:
     Bernoulli(exp(-1)) draws, then Bernoulli(f / k) for k = 1, 2, ... with f the
     fractional part, each the comparison of a uniform U with f / k. Numpy
     decides them from a binary64 enclosure [gamma - E, gamma + E] that provably
-    holds (``_enclosure``): the whole part when the enclosure does not straddle
+    holds (``enclosure``): the whole part when the enclosure does not straddle
     an integer, and each comparison from the first 63 bits of U when they lie
     clear of the enclosure of f / k. Whatever the enclosure cannot decide
     (probability about 2^-40 per draw), and every proposal of 2^52 or more, is
@@ -303,27 +303,7 @@ def discrete_gaussian_large(source: RandomSource, p: int, n: int) -> Ints:
     while filled < n:
         want = max(64, int((n - filled) * 1.4))
         y = discrete_laplace(source, 1, t, want)
-        small = (np.abs(y) < 2**52) if y.dtype != object else np.zeros(want, dtype=bool)
-        a = np.where(small, np.abs(np.where(small, y, 0)), 0).astype(np.int64)
-        low, high = _enclosure(a, p, t)
-        whole = np.floor(low)
-        fast = small & (whole == np.floor(high))
-        accept = np.zeros(want, dtype=bool)
-        index = np.flatnonzero(fast)
-        alive = bernoulli_exp(source, whole[index].astype(np.int64),
-                              np.ones(index.size, dtype=np.int64))
-        index = index[alive]
-        fraction_low = np.floor((low[index] - whole[index]) * 2.0**63).astype(np.int64)
-        fraction_high = np.ceil((high[index] - whole[index]) * 2.0**63).astype(np.int64)
-
-        def exactly(j: int, k: int, word: int, a: Ints = a, index: Ints = index) -> bool:
-            r = (int(a[index[j]]) * t - p) ** 2 % denominator
-            return words.fraction_tail(r, denominator, k, word)
-
-        accept[index] = _fraction_rounds(source, fraction_low, fraction_high, exactly)
-        for i in np.flatnonzero(~fast):
-            accept[i] = words.bernoulli_exp((abs(int(y[i])) * t - p) ** 2, denominator)
-        values = y[accept][: n - filled]
+        values = y[accept_large(source, words, y, p)][: n - filled]
         if values.dtype == object and out.dtype != object:
             out = out.astype(object)
         out[filled : filled + values.size] = values
@@ -331,7 +311,35 @@ def discrete_gaussian_large(source: RandomSource, p: int, n: int) -> Ints:
     return out
 
 
-def _enclosure(a: Ints, p: int, t: int) -> tuple[npt.NDArray[np.float64],
+def accept_large(source: RandomSource, words: Words, y: Ints, p: int) -> Bools:
+    """For each proposal y, Bernoulli(exp(-gamma)) with gamma = (|y| t - p)^2 / (2 p t^2),
+    t = isqrt(p) + 1, exactly (see ``discrete_gaussian_large``)."""
+    t = math.isqrt(p) + 1
+    denominator = 2 * p * t * t
+    small = (np.abs(y) < 2**52) if y.dtype != object else np.zeros(y.size, dtype=bool)
+    a = np.where(small, np.abs(np.where(small, y, 0)), 0).astype(np.int64)
+    low, high = enclosure(a, p, t)
+    whole = np.floor(low)
+    fast = small & (whole == np.floor(high))
+    accept = np.zeros(y.size, dtype=bool)
+    index = np.flatnonzero(fast)
+    alive = bernoulli_exp(source, whole[index].astype(np.int64),
+                          np.ones(index.size, dtype=np.int64))
+    index = index[alive]
+    fraction_low = np.floor((low[index] - whole[index]) * 2.0**63).astype(np.int64)
+    fraction_high = np.ceil((high[index] - whole[index]) * 2.0**63).astype(np.int64)
+
+    def exactly(j: int, k: int, word: int) -> bool:
+        r = (int(a[index[j]]) * t - p) ** 2 % denominator
+        return words.fraction_tail(r, denominator, k, word)
+
+    accept[index] = fraction_rounds(source, fraction_low, fraction_high, exactly)
+    for i in np.flatnonzero(~fast):
+        accept[i] = words.bernoulli_exp((abs(int(y[i])) * t - p) ** 2, denominator)
+    return accept
+
+
+def enclosure(a: Ints, p: int, t: int) -> tuple[npt.NDArray[np.float64],
                                                    npt.NDArray[np.float64]]:
     """Binary64 bounds low <= gamma <= high of gamma = (a - p/t)^2 / (2p), for 0 <= a < 2^52.
 
@@ -353,7 +361,7 @@ def _enclosure(a: Ints, p: int, t: int) -> tuple[npt.NDArray[np.float64],
     return np.maximum(gamma - error, 0.0), gamma + error
 
 
-def _fraction_rounds(source: RandomSource, low: Ints, high: Ints,
+def fraction_rounds(source: RandomSource, low: Ints, high: Ints,
                      exactly: Callable[[int, int, int], bool]) -> Bools:
     """Bernoulli(exp(-f)) for f known to lie in [low, high] / 2^63 (Algorithm 1, first case):
     round k compares U_k, whose first 63 bits are a fresh word w, with f / k. It succeeds

@@ -67,7 +67,8 @@ def grid_l2_sensitivity(sensitivity: float, grid: float, coordinates: int = 1) -
 def snap(values: FloatArray, grid: float) -> FloatArray:
     """Round each value to a nearest multiple of ``grid`` (exact in binary64)."""
     small = np.abs(values) < _EXACT_MULTIPLES * grid
-    snapped: FloatArray = np.where(small, np.round(values / grid) * grid, values)
+    inside = np.where(small, values, 0.0)  # no division of values the grid cannot hold
+    snapped: FloatArray = np.where(small, np.round(inside / grid) * grid, values)
     return snapped
 
 
@@ -83,16 +84,24 @@ def laplace_ratio(scale: Fraction) -> tuple[int, int]:
     raise ValueError(f"Laplace scale {float(scale)} is too large")
 
 
-def discrete_gaussian(source: RandomSource, sigma2: Fraction, n: int) -> IntArray:
-    """n draws of the discrete Gaussian with variance parameter at least ``sigma2``, exactly:
-    sigma^2 rounded up to a multiple of 2^-k in the int64 sampler where it fits, else rounded
-    up to an integer for ``_exact.discrete_gaussian_large`` (a relative increase below 2^-40
-    there)."""
+def sampled_sigma2(sigma2: Fraction) -> Fraction:
+    """The variance parameter ``discrete_gaussian`` samples for a requested one: sigma^2 rounded
+    up to a multiple of 2^-k where the int64 sampler can take it, else up to an integer (a
+    relative increase below 2^-40 there)."""
     for k in range(20, -1, -1):
         p = math.ceil(sigma2 * 2**k)
         if _exact.fits_exactly(p, 2**k):
-            return _exact.discrete_gaussian(source, p, 2**k, n)
-    return _exact.discrete_gaussian_large(source, math.ceil(sigma2), n)
+            return Fraction(p, 2**k)
+    return Fraction(math.ceil(sigma2))
+
+
+def discrete_gaussian(source: RandomSource, sigma2: Fraction, n: int) -> IntArray:
+    """n draws of the discrete Gaussian with variance parameter ``sampled_sigma2(sigma2)``,
+    exactly (``_exact``)."""
+    used = sampled_sigma2(sigma2)
+    if used.denominator > 1 or _exact.fits_exactly(used.numerator, 1):
+        return _exact.discrete_gaussian(source, used.numerator, used.denominator, n)
+    return _exact.discrete_gaussian_large(source, used.numerator, n)
 
 
 _LARGEST = np.finfo(np.float64).max

@@ -14,11 +14,12 @@ WORKERS = 4
 ATTEMPTS = 40  # per worker: 160 attempts against room for exactly 50
 
 
-def _charge_many(database_url: str, dataset: str, partitions: list[list[str]],
-                 start: Any, results: Any) -> None:
+def _charge_many(database_url: str, signing_key_file: str, dataset: str,
+                 partitions: list[list[str]], start: Any, results: Any) -> None:
     from accountant.app import create_app
 
-    app = create_app({"database_url": database_url})
+    # the same key folder as the test's app, so the same noise secret (one per database)
+    app = create_app({"database_url": database_url, "signing_key_file": signing_key_file})
     client = Api(app.test_client(), ADMIN_KEY)
     start.wait(timeout=120)  # every process starts charging at the same moment
     codes = []
@@ -31,7 +32,8 @@ def _charge_many(database_url: str, dataset: str, partitions: list[list[str]],
 
 
 @pytest.mark.slow
-def test_processes_grant_exactly_what_the_budget_allows(api: Api, database_url: str) -> None:
+def test_processes_grant_exactly_what_the_budget_allows(api: Api, database_url: str,
+                                                        signing_key_file: str) -> None:
     # record unit, lifetime 5.0, window 1d 5.0: each partition fits 50 charges of 0.1.
     # Every attempt touches partition "hot", so exactly 50 may be granted in all.
     api.make_dataset("shared", budget={"epsilon": 5}, windows=[{"period": "1d", "epsilon": 5}])
@@ -40,7 +42,8 @@ def test_processes_grant_exactly_what_the_budget_allows(api: Api, database_url: 
     results = context.Queue()
     start = context.Barrier(WORKERS)
     workers = [context.Process(target=_charge_many,
-                               args=(database_url, "shared", partition_sets, start, results))
+                               args=(database_url, signing_key_file, "shared", partition_sets,
+                                     start, results))
                for _ in range(WORKERS)]
     for worker in workers:
         worker.start()

@@ -1,0 +1,208 @@
+"""A replay returns the first response byte for byte, or releases nothing: never new noise.
+
+The noise of a charge is regenerated from the noise secret and the charge id.
+These tests change what a replay depends on (the signing key, the noise
+secret, the mechanism's implementation) and check that the answer is either
+identical or a 409 that releases nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from accountant import hookimpl, noise
+from accountant.app import create_app
+from accountant.cli import main
+from accountant.mechanism import Mechanism
+from accountant.randomness import RandomSource
+from accountant_plugins.laplace import LAPLACE
+from tests.conftest import ADMIN_KEY, Api, run_sql
+
+CHARGE = {"input": {"values": [10.0, 20.0]}, "headers": {"Idempotency-Key": "retry-me"}}
+
+
+def _app(database_url: str, folder: Path, *, key: str = "signing-key.pem",
+         secret: str = "noise-secret", **extra: Any) -> Any:
+    return create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
+                       "signing_key_file": str(folder / key),
+                       "noise_secret_file": str(folder / secret)}, **extra)
+
+
+def _first(database_url: str, tmp_path: Path) -> tuple[Api, Any]:
+    api = Api(_app(database_url, tmp_path).test_client())
+    api.make_dataset()
+    first = api.charge(**CHARGE)
+    assert first.status_code == 201
+    return api, first
+
+
+def test_rotating_the_signing_key_changes_no_replayed_byte(database_url: str,
+                                                          tmp_path: Path) -> None:
+    _, first = _first(database_url, tmp_path)
+    rotated = Api(_app(database_url, tmp_path, key="rotated.pem").test_client())
+    again = rotated.charge(**CHARGE)
+    assert again.status_code == 201 and again.text == first.text
+    # the old receipt still verifies, and the new key signs new charges
+    check = rotated.post("/v1/receipts/verify", {"receipt": first.get_json()["receipt"]})
+    assert check.get_json()["valid"] is True
+    fresh = rotated.charge(input={"values": [10.0, 20.0]})
+    assert fresh.get_json()["receipt"].split(".")[0] != first.get_json()["receipt"].split(".")[0]
+    assert len(rotated.ledger()) == 2
+
+
+def test_a_host_with_another_noise_secret_refuses_to_start(database_url: str,
+                                                          tmp_path: Path) -> None:
+    _first(database_url, tmp_path)
+    with pytest.raises(noise.NoiseSecretMismatch, match="noise secret"):
+        _app(database_url, tmp_path, secret="other-secret")
+    env = {"ACCOUNTANT_DATABASE_URL": database_url,
+           "ACCOUNTANT_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
+           "ACCOUNTANT_NOISE_SECRET_FILE": str(tmp_path / "other-secret")}
+    result = CliRunner().invoke(main, ["serve", "--port", "1"], env=env)
+    assert result.exit_code != 0 and "is not the one this database is served with" in \
+        result.output
+
+
+def test_after_the_secret_is_replaced_a_replay_is_refused_and_releases_nothing(
+        database_url: str, tmp_path: Path) -> None:
+    api, first = _first(database_url, tmp_path)
+    env = {"ACCOUNTANT_DATABASE_URL": database_url,
+           "ACCOUNTANT_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
+           "ACCOUNTANT_NOISE_SECRET_FILE": str(tmp_path / "new-secret")}
+    adopted = CliRunner().invoke(main, ["noise-secret", "adopt", "--yes"], env=env)
+    assert adopted.exit_code == 0, adopted.output
+    replaced = Api(_app(database_url, tmp_path, secret="new-secret").test_client())
+    refused = replaced.charge(**CHARGE)
+    assert refused.status_code == 409
+    assert refused.content_type == "application/problem+json"
+    body = refused.get_json()
+    assert body["type"].endswith("/replay-unavailable") and "output" not in body
+    assert body["charge_id"] == first.get_json()["charge_id"]
+    assert "noise secret" in body["detail"]
+    for value in first.get_json()["output"]["values"]:
+        assert repr(value) not in refused.text
+    assert len(replaced.ledger()) == 1 and replaced.budget()["loss"]["epsilon"] == 0.1
+    # and the old host may no longer serve
+    with pytest.raises(noise.NoiseSecretMismatch):
+        _app(database_url, tmp_path)
+    assert api.get("/healthz").status_code == 200
+
+
+class _Plugin:
+    """A stand-in for a new release of the laplace plugin."""
+
+    def __init__(self, mechanism: Mechanism) -> None:
+        self.mechanism = mechanism
+
+    @hookimpl
+    def accountant_register_mechanisms(self) -> list[Mechanism]:
+        return [self.mechanism]
+
+
+def _upgraded(database_url: str, tmp_path: Path, mechanism: Mechanism) -> Api:
+    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
+                      "signing_key_file": str(tmp_path / "signing-key.pem"),
+                      "noise_secret_file": str(tmp_path / "noise-secret"),
+                      "disabled_plugins": ("laplace",)},
+                     extra_plugins=[("laplace", _Plugin(mechanism))])
+    return Api(app.test_client())
+
+
+def test_a_new_mechanism_version_refuses_the_replay(database_url: str, tmp_path: Path) -> None:
+    _, first = _first(database_url, tmp_path)
+    same = _upgraded(database_url, tmp_path, LAPLACE)
+    assert same.charge(**CHARGE).text == first.text  # the same implementation replays
+    newer = _upgraded(database_url, tmp_path, replace(LAPLACE, version="99"))
+    refused = newer.charge(**CHARGE)
+    assert refused.status_code == 409 and "laplace/laplace/99" in refused.get_json()["detail"]
+    assert "output" not in refused.get_json()
+
+
+def test_a_changed_sampler_without_a_new_version_is_caught_by_the_output_hash(
+        database_url: str, tmp_path: Path) -> None:
+    _first(database_url, tmp_path)
+
+    def shifted(params: Mapping[str, Any], data: Mapping[str, Any],
+                source: RandomSource) -> dict[str, Any]:
+        out = LAPLACE.run(params, data, source)
+        return {"values": [v + 1.0 for v in out["values"]]}
+
+    changed = _upgraded(database_url, tmp_path, replace(LAPLACE, run=shifted))
+    refused = changed.charge(**CHARGE)
+    assert refused.status_code == 409 and "differs" in refused.get_json()["detail"]
+    assert "output" not in refused.get_json()
+
+
+def test_a_charge_recorded_without_provenance_is_not_replayed(database_url: str,
+                                                             tmp_path: Path) -> None:
+    api, _ = _first(database_url, tmp_path)
+    body = json.loads(run_sql(database_url, "SELECT body FROM idempotency_keys")[0][0]) \
+        if database_url.startswith("sqlite") else \
+        run_sql(database_url, "SELECT body FROM idempotency_keys")[0][0]
+    body.pop("output_sha256")
+    run_sql(database_url, "UPDATE idempotency_keys SET body = '"
+            + json.dumps(body).replace("'", "''") + "'")
+    refused = api.charge(**CHARGE)
+    assert refused.status_code == 409 and "output" not in refused.get_json()
+
+
+def test_the_ledger_records_what_produced_each_output(api: Api) -> None:
+    api.make_dataset()
+    assert api.charge().status_code == 201
+    entry = api.ledger()[0]
+    assert entry["implementation"] == f"laplace/laplace/{LAPLACE.version}"
+    assert len(entry["noise_secret"]) == 32
+    verified = api.get("/v1/ledger/verify").get_json()
+    assert verified["ok"] is True
+
+
+#: The output of each built-in version for one fixed secret, charge id and request. A change
+#: of a sampler that changes these outputs needs a new version (``_common.SAMPLERS_VERSION`` or
+#: the mechanism's own): replays of charges made before it are then refused, not re-noised.
+GOLDEN: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+    "laplace": ({"epsilon": "0.5", "sensitivity": "1"}, {"values": [1.5, 2.5, 1e6]},
+                "2+samplers.2"),
+    "discrete_laplace": ({"epsilon": "0.5", "sensitivity": "1"}, {"values": [3, 4]},
+                         "2+samplers.2"),
+    "gaussian": ({"epsilon": "0.5", "delta": "1e-6", "sensitivity": "1"}, {"size": 40},
+                 "2+samplers.2"),
+    "discrete_gaussian": ({"sigma": "4000", "sensitivity": "1"}, {"values": [3] * 40},
+                          "2+samplers.2"),
+    "exponential": ({"epsilon": "1e-9", "sensitivity": "1"}, {"utilities": [1, 5, 2]},
+                    "2+samplers.2"),
+    "randomized_response": ({"epsilon": "0.5"}, {"values": [True, None, False]},
+                            "2+samplers.2"),
+}
+GOLDEN_SHA256 = {
+    "laplace": "4fed705d09214cbd82fdf2bd48b6ba281fcd95a604b7251021f58e2110c9448d",
+    "discrete_laplace": "caf136162cbee54d8b319c5a3a5914877a52048f6e7653e580bccc233da0a521",
+    "gaussian": "16df117c0a85d8cd200df7987c5a8227cdbab07385c0dc1ba9dc6cbec0902ede",
+    "discrete_gaussian": "f8e6c4acc2ff697eb004ed56eb3b5e2e82c8fbd261e03e632d0eb44fa43678e2",
+    "exponential": "498664be952a5e21d7df82566a947a140292f109313b41dcb5bd1c7b2ec14e0d",
+    "randomized_response": "7c92302faafc91df46a0b44283523ad6120697807f488b1a0e991575f21c4f3d",
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_each_builtin_version_reproduces_its_outputs(name: str) -> None:
+    from accountant.plugins import MechanismRegistry, make_plugin_manager
+
+    mechanism = MechanismRegistry(*make_plugin_manager()).get(name)
+    assert mechanism is not None
+    params, data, version = GOLDEN[name]
+    assert mechanism.version == version, "a new version: update GOLDEN and GOLDEN_SHA256"
+    secret = noise.from_bytes(bytes(range(32)))
+    output = mechanism.run({k: Decimal(v) for k, v in params.items()}, data,
+                           secret.source_for("00000000-0000-4000-8000-000000000000"))
+    digest = hashlib.sha256(json.dumps(output, sort_keys=True).encode()).hexdigest()
+    assert digest == GOLDEN_SHA256[name], (
+        f"{name} {version} no longer reproduces its outputs: give it a new version")
