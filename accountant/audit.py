@@ -71,7 +71,8 @@ def configurations(mechanism: Mechanism, samples: int) -> list[Configuration]:
 
     Additive mechanisms (``values`` of numbers): x = 0 and x' = Δ. Selections
     (``utilities``): the one candidate's utility raised by Δ, the other
-    lowered by Δ. Randomized response: a true and a false value. A plugin may
+    lowered by Δ. Randomized response: a true and a false value, and (over a
+    roster) a member with a value and the same member absent. A plugin may
     audit differently by offering ``audit_configurations(samples)`` on its module.
     """
     properties = dict(mechanism.input_schema).get("properties", {})
@@ -87,9 +88,15 @@ def configurations(mechanism: Mechanism, samples: int) -> list[Configuration]:
                               {"utilities": [0, 1]}, {"utilities": [1, 0]}, 1)]
     items = properties.get("values", {}).get("items", {})
     if "boolean" in str(items):
-        return [Configuration("value true vs false", params, accounting,
-                              {"values": [True] * samples}, {"values": [False] * samples},
-                              samples)]
+        configurations = [Configuration("value true vs false", params, accounting,
+                                        {"values": [True] * samples},
+                                        {"values": [False] * samples}, samples)]
+        if "null" in str(items):  # a roster: add/remove turns a member's value into null
+            configurations += [Configuration(f"member {value} vs absent", params, accounting,
+                                             {"values": [value] * samples},
+                                             {"values": [None] * samples}, samples)
+                               for value in (True, False)]
+        return configurations
     zero: Any = 0 if items.get("type") == "integer" else 0.0
     return [Configuration("value 0 vs sensitivity", params, accounting,
                           {"values": [zero] * samples},

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal, localcontext
+from fractions import Fraction
 from typing import Any
 
 #: The version of the shared samplers (``_exact``, ``_samplers``): part of every built-in
@@ -15,6 +17,13 @@ SAMPLERS_VERSION = 2
 def version(mechanism_version: int) -> str:
     """A built-in mechanism's version string: its own number and the samplers'."""
     return f"{mechanism_version}+samplers.{SAMPLERS_VERSION}"
+
+
+def approx(value: Fraction) -> str:
+    """A rational in three significant digits, however large or small (no float overflow)."""
+    with localcontext() as context:
+        context.prec = 3
+        return f"{Decimal(value.numerator) / Decimal(value.denominator):g}"
 
 
 def coordinates(data: Mapping[str, Any] | None) -> int:

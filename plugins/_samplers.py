@@ -49,13 +49,14 @@ def grid_for(scale: float) -> float:
     return math.ldexp(1.0, exponent - 1 - 40)
 
 
-def grid_sensitivity(sensitivity: float, grid: float, coordinates: int = 1) -> int:
+def grid_sensitivity(sensitivity: float | Fraction, grid: float, coordinates: int = 1) -> int:
     """L1 sensitivity in grid units after rounding ``coordinates`` values to the grid:
-    ceil(Δ/g) + d, an integer at least Δ/g + d."""
-    return math.ceil(sensitivity / grid) + coordinates
+    ceil(Δ/g) + d, computed exactly (an integer at least Δ/g + d)."""
+    return math.ceil(Fraction(sensitivity) / Fraction(grid)) + coordinates
 
 
-def grid_l2_sensitivity(sensitivity: float, grid: float, coordinates: int = 1) -> Fraction:
+def grid_l2_sensitivity(sensitivity: float | Fraction, grid: float,
+                        coordinates: int = 1) -> Fraction:
     """L2 sensitivity in grid units after rounding ``coordinates`` values to the grid: a
     rational at least Δ/g + sqrt(d)."""
     root = math.isqrt(coordinates)

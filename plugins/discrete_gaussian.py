@@ -15,7 +15,6 @@ anything is charged.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from decimal import Decimal
 from fractions import Fraction
@@ -27,7 +26,7 @@ from accountant.exact import RHO
 from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _samplers
-from accountant_plugins._common import INTEGER_INPUT, version
+from accountant_plugins._common import INTEGER_INPUT, approx, version
 from accountant_plugins.gaussian import PARAMS_SCHEMA
 from accountant_plugins.gaussian import cost as gaussian_cost
 
@@ -58,8 +57,8 @@ MAX_SIGMA = 2**50
 def calibrate(params: Mapping[str, Any]) -> Fraction:
     sigma2 = sigma_squared(params)
     if sigma2 >= MAX_SIGMA**2:
-        raise UnusableParameters("params", f"the noise's sigma is {math.sqrt(float(sigma2)):.3g}"
-                                 "; at most 2^50 (about 1.1e15) is supported")
+        raise UnusableParameters("params", f"the noise's sigma squared is {approx(sigma2)}"
+                                 "; sigma at most 2^50 (about 1.1e15) is supported")
     return sigma2
 
 

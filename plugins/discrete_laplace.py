@@ -17,7 +17,7 @@ from accountant import hookimpl
 from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _exact, _samplers
-from accountant_plugins._common import INTEGER_INPUT, epsilon_params, version
+from accountant_plugins._common import INTEGER_INPUT, approx, epsilon_params, version
 
 
 def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
@@ -28,7 +28,7 @@ def calibrate(params: Mapping[str, Any]) -> tuple[int, int]:
     """(s, t): the noise's scale t/s >= Δ/epsilon, or ``UnusableParameters``."""
     scale = Fraction(params["sensitivity"]) / Fraction(params["epsilon"])
     if scale >= 2**50:
-        raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {float(scale):.3g}; "
+        raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {approx(scale)}; "
                                  "at most 2^50 (about 1.1e15) is supported")
     return _samplers.laplace_ratio(scale)
 

@@ -37,6 +37,7 @@ from accountant_plugins._common import (
     DELTA,
     POSITIVE_EPSILON,
     SENSITIVITY,
+    approx,
     coordinates,
     version,
 )
@@ -143,16 +144,22 @@ def calibrate(params: Mapping[str, Any], d: int) -> tuple[float, Fraction]:
     ratio2 = noise_to_sensitivity(params)
     sigma2 = ratio2 * Fraction(params["sensitivity"]) ** 2
     if not MIN_SIGMA**2 <= sigma2 <= MAX_SIGMA**2:
-        raise UnusableParameters("params", f"the noise's sigma is {math.sqrt(float(sigma2)):.3g}"
-                                 "; it must lie between 2^-980 and 2^960 (about 1e-295 to 1e289)")
+        raise UnusableParameters(_noise_field(params), f"the noise's sigma squared is "
+                                 f"{approx(sigma2)}; sigma must lie between 2^-980 and 2^960 "
+                                 "(about 1e-295 to 1e289)")
     grid = _samplers.grid_for(math.sqrt(float(sigma2)))
-    grid_sigma2 = ratio2 * _samplers.grid_l2_sensitivity(float(params["sensitivity"]), grid,
-                                                         d) ** 2
+    grid_sigma2 = ratio2 * _samplers.grid_l2_sensitivity(Fraction(params["sensitivity"]),
+                                                         grid, d) ** 2
     if grid_sigma2 >= MAX_GRID_SIGMA**2:
         raise UnusableParameters(
-            "params", f"sigma/sensitivity {math.sqrt(float(ratio2)):.3g} is too large for {d} "
-            f"values: keep it below {2.0**53 / math.sqrt(d):.3g}")
+            _noise_field(params), f"(sigma/sensitivity)^2 {approx(ratio2)} is too large for {d} "
+            f"values: keep sigma/sensitivity below {2.0**53 / math.sqrt(d):.3g}")
     return grid, grid_sigma2
+
+
+def _noise_field(params: Mapping[str, Any]) -> str:
+    """The parameter that sets the noise, to name in a refusal."""
+    return next(f"params.{name}" for name in ("sigma", "rho", "epsilon") if name in params)
 
 
 def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:

@@ -22,7 +22,13 @@ from accountant import hookimpl
 from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _exact, _samplers
-from accountant_plugins._common import ADDITIVE_INPUT, coordinates, epsilon_params, version
+from accountant_plugins._common import (
+    ADDITIVE_INPUT,
+    approx,
+    coordinates,
+    epsilon_params,
+    version,
+)
 
 #: Scales whose grid is a normal double and whose outputs stay finite (|noise| < 2^63 g).
 MIN_SCALE, MAX_SCALE = Fraction(2) ** -980, Fraction(2) ** 960
@@ -38,17 +44,18 @@ def calibrate(params: Mapping[str, Any], d: int) -> tuple[float, int]:
     epsilon, sensitivity = Fraction(params["epsilon"]), Fraction(params["sensitivity"])
     scale = sensitivity / epsilon
     if not MIN_SCALE <= scale <= MAX_SCALE:
-        raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {float(scale):.3g}; "
+        raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {approx(scale)}; "
                                  "it must lie between 2^-980 and 2^960 (about 1e-295 to 1e289)")
     coarsest = _samplers.grid_for(float(scale))
-    grid = min(coarsest, _samplers.grid_for(float(sensitivity * 2**20 / d)))
+    finer = sensitivity * 2**20 / d
+    grid = coarsest if finer < MIN_SCALE else min(coarsest, _samplers.grid_for(float(finer)))
     while True:
-        t = math.ceil(_samplers.grid_sensitivity(float(sensitivity), grid, d) / epsilon)
+        t = math.ceil(_samplers.grid_sensitivity(sensitivity, grid, d) / epsilon)
         if t < MAX_T:
             return grid, t
         if grid >= coarsest:
             raise UnusableParameters(
-                "params.epsilon", f"epsilon {float(epsilon):.3g} is too small for {d} values: "
+                "params.epsilon", f"epsilon {approx(epsilon)} is too small for {d} values: "
                 f"the noise would exceed the exact sampler's range; use epsilon >= "
                 f"{d * 2.0**-53:.3g} or fewer values")
         grid *= 2

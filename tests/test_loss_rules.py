@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
+
 from tests.conftest import Api
 
 
@@ -145,3 +147,17 @@ def test_record_level_sensitivity_is_scaled_by_the_contribution_bounds(api: Api)
     response = api.charge(dataset="rows", params=params)
     assert response.status_code == 400
     assert response.get_json()["errors"][0]["field"] == "params.sensitivity_unit"
+
+
+def test_record_unit_loss_is_the_max_over_every_partition(api: Api) -> None:
+    """A charge on a quiet partition leaves the loss at the busiest one: the remaining budget
+    says so, and a limit lowered below that loss blocks charges on any partition."""
+    api.make_dataset(budget={"epsilon": 1})
+    assert api.charge(partitions=["busy"], epsilon=0.9).status_code == 201
+    quiet = api.charge(partitions=["quiet"], epsilon=0.05)
+    assert quiet.status_code == 201
+    assert quiet.get_json()["remaining"]["epsilon"] == pytest.approx(0.1)
+    assert api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 0.5},
+                                             "reason": "tighten"}).status_code == 200
+    blocked = api.charge(partitions=["other"], epsilon=0.05)
+    assert blocked.status_code == 409 and blocked.get_json()["scope"] == "dataset"

@@ -173,3 +173,41 @@ def test_grid_gaussian_follows_the_normal_law() -> None:
     # sigma is inflated by the grid slack (ceil(1/g) + 1) g, a factor 1 + 2^-40 or so
     assert stats.kstest(noise / 4, "norm").pvalue > 1e-4
     assert abs(noise.std() / 4 - 1) < 0.01
+
+
+@pytest.mark.parametrize("d", [1, 10, 100_000])
+def test_grid_rounding_is_paid_for_per_coordinate(d: int) -> None:
+    """Rounding d values to the grid moves them up to d grid units apart in L1 and sqrt(d) in
+    L2, so the noise must be calibrated to Δ/g + d (Laplace) and Δ/g + sqrt(d) (Gaussian)."""
+    from decimal import Decimal
+
+    from accountant_plugins import laplace
+
+    params = {"epsilon": Decimal(1), "sensitivity": Decimal(1)}
+    grid, t = laplace.calibrate(params, d)
+    assert Fraction(t) >= (Fraction(1) / Fraction(grid) + d) / 1
+    zcdp = {"sigma": Decimal(3), "sensitivity": Decimal(1)}
+    grid, sigma2 = gaussian.calibrate(zcdp, d)
+    ratio = Fraction(3)
+    assert sigma2 >= (ratio * (Fraction(1) / Fraction(grid) + Fraction(math.sqrt(d)))) ** 2 \
+        * (1 - Fraction(1, 10**15))
+
+
+def test_randomized_response_answers_the_whole_roster(api: Api) -> None:
+    """The output has one response per roster member, present or not, so its length is the
+    public roster size; absent members are answered uniformly."""
+    api.make_dataset(budget={"epsilon": 10})
+    roster = [True, None, False, None] * 500
+    response = api.charge(mechanism="randomized_response", params={"epsilon": 2},
+                          input={"values": roster})
+    assert response.status_code == 201
+    answers = response.get_json()["output"]["values"]
+    assert len(answers) == len(roster)
+    absent = [a for a, v in zip(answers, roster, strict=True) if v is None]
+    assert stats.binomtest(sum(absent), len(absent), 0.5).pvalue > 1e-4
+    present = [a == v for a, v in zip(answers, roster, strict=True) if v is not None]
+    kept = math.exp(2) / (math.exp(2) + 1)
+    assert stats.binomtest(sum(present), len(present), kept).pvalue > 1e-4
+    labels = api.charge(mechanism="randomized_response", params={"epsilon": 1},
+                        input={"values": ["a", None], "categories": ["a", "b", "c"]})
+    assert labels.status_code == 201 and len(labels.get_json()["output"]["values"]) == 2

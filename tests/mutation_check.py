@@ -1,0 +1,136 @@
+"""Disable each privacy-critical rule in turn and show that the tests go red.
+
+Each mutation edits one line of a copy of the source (the checked text must be
+found, so a renamed rule fails here loudly rather than passing silently), runs
+the tests that guard the rule against the copy, and expects them to fail. Run
+it directly (``python tests/mutation_check.py [NAME ...]``); tests/test_mutations.py
+runs it in the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # in the source tree
+    before: str
+    after: str
+    tests: tuple[str, ...]
+
+
+MUTATIONS = [
+    Mutation("costs round down", "accountant/exact.py",
+             "return min(math.ceil(exact * self.scale), SATURATION)",
+             "return min(math.floor(exact * self.scale), SATURATION)",
+             ("tests/test_exact.py",)),
+    Mutation("limits round up", "accountant/exact.py",
+             "return min(math.floor(exact * self.scale), SATURATION)",
+             "return min(math.ceil(exact * self.scale), SATURATION)",
+             ("tests/test_exact.py",)),
+    Mutation("joint record scaling dropped", "accountant/accounting/pricing.py",
+             "return max_records * (n if k is None else min(k, n))",
+             "return max_records",
+             ("tests/test_pricing.py",)),
+    Mutation("parallel record scaling dropped", "accountant/accounting/pricing.py",
+             "    if release == \"parallel\":\n        return max_records\n",
+             "    if release == \"parallel\":\n        return 1\n",
+             ("tests/test_pricing.py",)),
+    Mutation("max over partitions dropped", "accountant/accounting/loss.py",
+             "values[name] = max(state.max_all[name], state.max_touched[name] + c)",
+             "values[name] = state.max_touched[name] + c",
+             ("tests/test_loss_rules.py",)),
+    Mutation("top-k reduced to the largest", "accountant/accounting/loss.py",
+             "top = sorted(candidates, reverse=True)[: rule.max_partitions_per_user]",
+             "top = sorted(candidates, reverse=True)[:1]",
+             ("tests/test_loss_rules.py",)),
+    Mutation("parallel multiplicity dropped", "accountant/accounting/loss.py",
+             "            return min(k, partition_count)\n        return partition_count",
+             "            return 1\n        return partition_count",
+             ("tests/test_loss_rules.py",)),
+    Mutation("grid rounding paid once per release", "plugins/_samplers.py",
+             "return math.ceil(sensitivity / grid) + coordinates",
+             "return math.ceil(sensitivity / grid) + 1",
+             ("tests/test_mechanisms.py",)),
+    Mutation("replay ignores the implementation", "accountant/api/charges.py",
+             "elif outcome.implementation != mechanism.implementation:",
+             "elif False:",
+             ("tests/test_replay.py",)),
+    Mutation("randomized response composes as rho * f^2", "accountant/accounting/pricing.py",
+             "None if rho is None else rho * factor)",
+             "None if rho is None else rho * factor * factor)",
+             ("tests/test_pricing.py",)),
+]
+
+#: Where each source folder lives as an importable package in the copy.
+_PACKAGES = {"accountant": "accountant", "plugins": "accountant_plugins",
+             "migrations": "accountant_migrations", "tests": "tests"}
+
+
+def _copy(target: Path) -> None:
+    for source, name in _PACKAGES.items():
+        shutil.copytree(ROOT / source, target / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")
+
+
+def _source_path(copy: Path, path: str) -> Path:
+    folder, rest = path.split("/", 1)
+    return copy / _PACKAGES[folder] / rest
+
+
+def run(mutation: Mutation, *, applied: bool = True) -> tuple[bool, float]:
+    """Whether the guarding tests failed (as they must) with ``mutation`` applied (or, with
+    ``applied=False``, on the unchanged copy, where they must pass)."""
+    with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
+        copy = Path(folder)
+        _copy(copy)
+        target = _source_path(copy, mutation.path)
+        text = target.read_text()
+        if text.count(mutation.before) != 1:
+            raise SystemExit(f"{mutation.name}: the rule's text was not found once in "
+                             f"{mutation.path}; update tests/mutation_check.py")
+        if applied:
+            target.write_text(text.replace(mutation.before, mutation.after))
+        env = {k: v for k, v in os.environ.items() if k != "ACCOUNTANT_TEST_POSTGRES_URL"}
+        started = time.monotonic()
+        # The copy is the working directory, so it is imported before the installed package.
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+             *mutation.tests], cwd=copy, env=env, capture_output=True, text=True)
+        return result.returncode == 1, time.monotonic() - started
+
+
+def main(names: list[str]) -> int:
+    chosen = [m for m in MUTATIONS if not names or m.name in names]
+    tests = sorted({test for m in chosen for test in m.tests})
+    failed, seconds = run(Mutation("baseline", chosen[0].path, chosen[0].before,
+                                   chosen[0].before, tuple(tests)), applied=False)
+    print(f"{'FAILED' if failed else 'passes':8} the unchanged copy ({seconds:.0f} s)", flush=True)
+    if failed:
+        return 1
+    survivors = []
+    for mutation in chosen:
+        killed, seconds = run(mutation)
+        verdict = "killed" if killed else "SURVIVED"
+        print(f"{verdict:8} {mutation.name} ({', '.join(mutation.tests)}, {seconds:.0f} s)",
+              flush=True)
+        if not killed:
+            survivors.append(mutation.name)
+    print(f"{len(chosen) - len(survivors)} of {len(chosen)} mutations killed")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
