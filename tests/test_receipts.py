@@ -71,3 +71,16 @@ def test_the_key_file_is_private_and_old_receipts_verify_after_rotation(
     assert len(keys) == 2
     for token in (old_receipt, new_receipt):
         assert new_api.post("/v1/receipts/verify", {"receipt": token}).get_json()["valid"]
+
+
+def test_the_output_hash_is_the_documented_one_for_non_ascii_outputs(api: Api,
+                                                                    client: FlaskClient) -> None:
+    """README: sha256 of json.dumps(output, sort_keys=True, separators=(",", ":")), whose
+    default escapes non-ASCII characters."""
+    api.make_dataset()
+    body = api.charge(mechanism="randomized_response", params={"epsilon": 1},
+                      input={"values": ["é", "ß"], "categories": ["é", "ß", "日本"]}).get_json()
+    claims = _verify_offline(body["receipt"], client.get("/v1/receipts/public-key").get_json())
+    digest = hashlib.sha256(json.dumps(body["output"], sort_keys=True,
+                                       separators=(",", ":")).encode()).hexdigest()
+    assert claims["output_sha256"] == digest
