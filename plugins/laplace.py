@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from accountant import hookimpl
@@ -41,7 +42,12 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
 
 def calibrate(params: Mapping[str, Any], d: int) -> tuple[float, int]:
     """(grid g, discrete Laplace scale t in grid units) for d values, or ``UnusableParameters``."""
-    epsilon, sensitivity = Fraction(params["epsilon"]), Fraction(params["sensitivity"])
+    return _calibrate(params["epsilon"], params["sensitivity"], d)
+
+
+@lru_cache(maxsize=4096)  # called twice per charge (prepare, run) with few distinct values
+def _calibrate(epsilon_value: Any, sensitivity_value: Any, d: int) -> tuple[float, int]:
+    epsilon, sensitivity = Fraction(epsilon_value), Fraction(sensitivity_value)
     scale = sensitivity / epsilon
     if not MIN_SCALE <= scale <= MAX_SCALE:
         raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {approx(scale)}; "
