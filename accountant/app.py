@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +80,8 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
     @app.after_request
     def _observe(response: Response) -> Response:
         if request.endpoint == "charges.create" and "started" in g:
-            CHARGE_SECONDS.labels(outcome_of(response.status_code)).observe(
-                time.perf_counter() - g.started)
+            record_metric(lambda: CHARGE_SECONDS.labels(outcome_of(response.status_code))
+                          .observe(time.perf_counter() - g.started))
         return response
     _register_error_handlers(app)
     _register_signing_key(app)
@@ -102,6 +102,52 @@ def _register_signing_key(app: Flask) -> None:
         except (OperationalError, IntegrityError) as error:
             session.rollback()  # no schema yet, or another worker registered it first
             log.info("signing key not registered yet", extra={"error": type(error).__name__})
+
+
+def record_metric(update: Callable[[], object]) -> None:
+    """Update a metric; a failure (its multiprocess folder gone, a full disk) is logged and
+    never turns an answer, least of all a committed charge, into an error."""
+    try:
+        update()
+    except Exception as error:  # prometheus_client writes files; anything may fail
+        log.error("could not record a metric", extra={"error": repr(error)[:200]})
+
+
+def prepare_host(settings: Settings) -> None:
+    """What ``accountant serve`` does once before it starts any worker: create the signing key
+    and noise secret files, publish the signing key, check the noise secret, create the first
+    admin. It opens its own connections and closes all of them: a SQLite connection inherited
+    across fork shares its file locks with the parent, and when the parent dies the WAL can be
+    deleted under the workers, losing acknowledged charges."""
+    engine = make_engine(settings)
+    try:
+        signer = signing.load_or_create(Path(settings.signing_key_file))
+        secret = noise.load_or_create(Path(settings.noise_secret_file))
+        try:
+            with engine.connect() as connection:
+                noise.register(connection, secret)
+        except (OperationalError, ProgrammingError):
+            log.info("no schema yet; run 'accountant db upgrade'")
+            return
+        with make_session_factory(engine)() as session:
+            try:
+                begin_write(session)
+                register_key(session, signer, time.time_ns() // 1000)
+                session.commit()
+            except IntegrityError:
+                session.rollback()  # another host registered it at the same moment
+        if settings.admin_key:
+            with make_session_factory(engine)() as session:
+                try:
+                    begin_write(session)
+                    if ensure_first_admin(session, settings.admin_key, time.time_ns() // 1000):
+                        log.info("created the first admin consumer 'admin' from "
+                                 "ACCOUNTANT_ADMIN_KEY")
+                    session.commit()
+                except IntegrityError:
+                    session.rollback()  # another host created it first
+    finally:
+        engine.dispose()
 
 
 def _register_noise_secret(app: Flask) -> None:
@@ -175,7 +221,7 @@ def _register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(OperationalError)
     def _on_database(error: OperationalError) -> Response:
-        DATABASE_ERRORS.inc()
+        record_metric(DATABASE_ERRORS.inc)
         log.error("database unavailable", extra={"path": request.path,
                                                  "error": str(error.orig)[:200]})
         return _problem(Unavailable("the database is unavailable; retry with the same "

@@ -109,15 +109,22 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     from gunicorn.app.base import BaseApplication
 
     settings = _settings()
-    _check_noise_secret(settings)
+    master = os.getpid()
+    _remove_stale_metrics_folders()
     # Latency metrics from every worker are summed through files in this folder; it must be
-    # set before any worker imports prometheus_client, and be empty at start.
-    metrics_dir = tempfile.mkdtemp(prefix="accountant-metrics-")
+    # set before prometheus_client's metrics are created (accountant.app imports them), and
+    # be empty at start. Its name carries the master's pid, so that a later start can remove
+    # the folder of a crashed master.
+    metrics_dir = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{master}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    if settings.admin_key:
-        from accountant.app import create_app
+    from accountant.app import prepare_host
+    from accountant.noise import NoiseSecretMismatch
 
-        create_app(settings)  # creates the first admin once, before any worker starts
+    try:
+        prepare_host(settings)  # no database connection stays open across the fork
+    except NoiseSecretMismatch as error:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        raise click.ClickException(str(error)) from None
 
     class _Server(BaseApplication):  # type: ignore[misc]
         def load_config(self) -> None:
@@ -139,30 +146,23 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     try:
         _Server().run()
     finally:
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+        # Forked workers unwind through here too when they exit (SIGHUP, TTOU,
+        # max-requests): only the master may remove the folder every worker writes to.
+        if os.getpid() == master:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _check_noise_secret(settings: Settings) -> None:
-    """Refuse to serve with a noise secret other than the database's (before any worker
-    starts), registering this one if the database has none; the engine is disposed after."""
+_METRICS_PREFIX = "accountant-metrics-"
+
+
+def _remove_stale_metrics_folders() -> None:
+    """Remove the metrics folders of masters that are no longer running (killed, crashed)."""
     from pathlib import Path
 
-    from sqlalchemy.exc import ProgrammingError
-
-    from accountant import noise
-    from accountant.db import make_engine
-
-    secret = noise.load_or_create(Path(settings.noise_secret_file))
-    engine = make_engine(settings)
-    try:
-        with engine.connect() as connection:
-            noise.register(connection, secret)
-    except noise.NoiseSecretMismatch as error:
-        raise click.ClickException(str(error)) from None
-    except (OperationalError, ProgrammingError):
-        pass  # no schema yet: /readyz says so until 'accountant db upgrade' has run
-    finally:
-        engine.dispose()
+    for folder in Path(tempfile.gettempdir()).glob(f"{_METRICS_PREFIX}*"):
+        pid = folder.name[len(_METRICS_PREFIX):].split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @main.group("noise-secret")

@@ -141,10 +141,11 @@ def _rate(parts: list[tuple[list[float], dict[int, int]]], clients: int) -> dict
     return {"rate": len(latencies) / busy, "latencies": latencies, "statuses": statuses}
 
 
-def prepare(url: str) -> None:
+def prepare(url: str, folder: str) -> None:
     """Migrate, and create the admin, the dataset, 1000 partitions and both scope rows."""
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": url, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-           "ACCOUNTANT_LOG_LEVEL": "WARNING"}
+           "ACCOUNTANT_LOG_LEVEL": "WARNING",
+           "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(folder) / "key.pem")}
     subprocess.run([BIN / "accountant", "db", "upgrade"], env=env, check=True,
                    capture_output=True)
     code = (
@@ -173,7 +174,7 @@ def serve(command: list[str], env: dict[str, str], port: int, path: str) -> subp
 def start(kind: str, url: str, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes],
                                                                   int, str]:
     """A running server of ``kind`` on a prepared database: (process, port, charge path)."""
-    prepare(url)
+    prepare(url, args.folder)
     port = free_port()
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": url, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
            "ACCOUNTANT_LOG_LEVEL": "WARNING", "CEILING_DATABASE_URL": url,
