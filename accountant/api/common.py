@@ -15,8 +15,8 @@ from accountant.alerts import AlertDispatcher
 from accountant.api import schemas
 from accountant.config import Settings
 from accountant.driver import Driver
-from accountant.errors import ValidationProblem
-from accountant.jsonio import JSONInputError, loads
+from accountant.errors import ValidationProblem, field_error
+from accountant.jsonio import JSONInputError, NumberOutOfRange, loads
 from accountant.noise import NoiseSecret
 from accountant.plugins import MechanismRegistry
 from accountant.randomness import RandomSource
@@ -83,6 +83,8 @@ def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
         raw = b"{}"
     try:
         body = loads(raw)
+    except NumberOutOfRange as error:
+        raise field_error(error.field, str(error).split(": ", 1)[1]) from None
     except JSONInputError as error:
         raise ValidationProblem(str(error), errors=[{"field": "", "message": str(error)}]) \
             from None

@@ -72,12 +72,17 @@ def parse_filter(args: Mapping[str, str], default_limit: int = 100,
         raise field_error("status", "must be granted or denied")
     limit_raw = args.get("limit", str(default_limit))
     cursor_raw = args.get("cursor", "0")
-    if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= max_limit:
+    # ASCII digits only: "²" and "٣" pass str.isdigit but not int(); 19 digits bound int().
+    if not _digits(limit_raw) or not 1 <= int(limit_raw) <= max_limit:
         raise field_error("limit", f"must be an integer from 1 to {max_limit}")
-    if not cursor_raw.isdigit() or len(cursor_raw) > 18:
+    if not _digits(cursor_raw) or len(cursor_raw) > 18:
         raise field_error("cursor", "must be a next_cursor from an earlier page")
     return ledger.LedgerFilter(dataset_id, consumer_id, status, _moment(args, "since"),
                                _moment(args, "until"), int(cursor_raw), int(limit_raw))
+
+
+def _digits(raw: str) -> bool:
+    return raw.isascii() and raw.isdigit() and len(raw) <= 19
 
 
 @bp.get("/v1/ledger")
