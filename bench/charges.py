@@ -246,9 +246,9 @@ print(count / (time.perf_counter() - started))
 """
 
 
-def raw_rate(url: str, seconds: float) -> float:
+def raw_rate(url: str, seconds: float, folder: str) -> float:
     """Charges/s of the ceiling's transaction in a loop, in process, on one connection."""
-    prepare(url)
+    prepare(url, folder)
     env = {**os.environ, "CEILING_DATABASE_URL": url}
     done = subprocess.run([sys.executable, "-c", RAW_LOOP, str(seconds)], env=env, cwd=BENCH,
                           check=True, capture_output=True, text=True)
@@ -282,7 +282,7 @@ def main() -> None:
             print(f"{label:11} ratio service/ceiling: {results['ratio']:.2f} "
                   f"(median of rounds: {rounds})")
             print(f"{label:11} raw driver, in process, 1 connection: "
-                  f"{raw_rate(make_url('raw'), min(args.seconds, 5)):.0f} charges/s")
+                  f"{raw_rate(make_url('raw'), min(args.seconds, 5), args.folder):.0f} charges/s")
 
 
 _CREATED: list[str] = []
