@@ -34,50 +34,69 @@ MAX_NUMBER_CHARACTERS = 100
 MAX_EXPONENT = 400
 
 
-class NumberOutOfRange(ValueError):
-    """A number with too many digits or too large an exponent; ``field`` names where it is."""
+class RefusedValue(JSONInputError):
+    """A value the service refuses at parsing; ``field`` names where it is."""
 
-    def __init__(self, field: str) -> None:
-        super().__init__(f"{field or 'a number'}: too many digits or too large an exponent; "
-                         f"send at most {MAX_NUMBER_CHARACTERS} characters with a decimal "
-                         f"exponent within ±{MAX_EXPONENT}")
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field or 'the body'}: {message}")
         self.field = field
+        self.message = message
 
 
 class _Refused(str):
     """A number refused while parsing, kept in place so its field can be named."""
 
 
-def _decimal(text: str) -> Decimal | _Refused:
-    if len(text) > MAX_NUMBER_CHARACTERS:
-        return _Refused(text)
-    value = Decimal(text)
-    if not -MAX_EXPONENT <= value.adjusted() <= MAX_EXPONENT:
-        return _Refused(text)
-    return value
-
-
-def _integer(text: str) -> int | _Refused:
-    return _Refused(text) if len(text) > MAX_NUMBER_CHARACTERS else int(text)
-
-
-def _refused_field(value: Any, path: str = "") -> str | None:
-    """The dotted path of the first refused number in ``value``, if any."""
-    if isinstance(value, _Refused):
+def _refused_field(value: Any, bad: Any, path: str = "") -> str | None:
+    """The dotted path of the first value in ``value`` for which ``bad`` is true, if any."""
+    if bad(value):
         return path
     items = value.items() if isinstance(value, dict) else \
         enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        found = _refused_field(item, f"{path}.{key}" if path else str(key))
+        found = _refused_field(item, bad, f"{path}.{key}" if path else str(key))
         if found is not None:
             return found
+    if isinstance(value, dict):  # a key may be the culprit too
+        for key in value:
+            if bad(key):
+                return path
     return None
 
 
-def loads(text: str | bytes) -> Any:
-    """Parse a request body; ``NumberOutOfRange`` names a number too large to make exact."""
+def _lone_surrogate(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
     try:
-        value = json.loads(text, parse_float=_decimal, parse_int=_integer,
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse a request body. ``RefusedValue`` names a number too large to make exact, or a
+    string with a lone surrogate (which no database can store)."""
+    refused: list[str] = []
+
+    def number(text: str) -> Decimal | _Refused:
+        if len(text) > MAX_NUMBER_CHARACTERS:
+            refused.append(text)
+            return _Refused(text)
+        value = Decimal(text)
+        if not -MAX_EXPONENT <= value.adjusted() <= MAX_EXPONENT:
+            refused.append(text)
+            return _Refused(text)
+        return value
+
+    def integer(text: str) -> int | _Refused:
+        if len(text) > MAX_NUMBER_CHARACTERS:
+            refused.append(text)
+            return _Refused(text)
+        return int(text)
+
+    try:
+        value = json.loads(text, parse_float=number, parse_int=integer,
                            parse_constant=_refuse_constant,
                            object_pairs_hook=_object_without_duplicates)
     except RecursionError:
@@ -86,9 +105,17 @@ def loads(text: str | bytes) -> Any:
         raise JSONInputError(f"malformed JSON: {error}") from None
     except UnicodeDecodeError:
         raise JSONInputError("the body is not UTF-8") from None
-    field = _refused_field(value)
-    if field is not None:
-        raise NumberOutOfRange(field)
+    if refused:  # only then is the whole document walked, to name the field
+        raise RefusedValue(_refused_field(value, lambda v: isinstance(v, _Refused)) or "",
+                           f"too many digits or too large an exponent; send at most "
+                           f"{MAX_NUMBER_CHARACTERS} characters with a decimal exponent "
+                           f"within ±{MAX_EXPONENT}")
+    raw = text if isinstance(text, str) else text.decode("utf-8", "replace")
+    if "\\ud" in raw.lower():  # an escaped surrogate: make sure each one is paired
+        field = _refused_field(value, _lone_surrogate)
+        if field is not None:
+            raise RefusedValue(field, "a string holds a lone UTF-16 surrogate (an unpaired "
+                                      "\\ud800-\\udfff escape); send valid Unicode text")
     return value
 
 

@@ -37,3 +37,20 @@ def test_digits_must_be_ascii_digits(api: Api, query: str) -> None:
         response = api.get(f"{path}?{query}")
         assert response.status_code == 400, (path, response.text)
         assert response.content_type == "application/problem+json"
+
+
+@pytest.mark.parametrize(("path", "method", "body"), [
+    ("/v1/datasets", "POST", r'{"name": "x\ud800", "privacy_unit": "record", '
+                             r'"accounting": "pure", "budget": {"epsilon": 1}}'),
+    ("/v1/datasets/clicks", "PATCH", r'{"budget": {"epsilon": 2}, "reason": "a\udfffb"}'),
+    ("/v1/consumers", "POST", r'{"name": "svc", "role": "service", "datasets": ["\ud800"]}'),
+])
+def test_a_lone_surrogate_is_a_400_and_changes_nothing(api: Api, path: str, method: str,
+                                                      body: str) -> None:
+    api.make_dataset()
+    before = api.ledger()
+    response = api.call(method, path, raw=body)
+    assert response.status_code == 400, response.text
+    assert response.content_type == "application/problem+json"
+    assert "surrogate" in response.get_json()["detail"]
+    assert api.ledger() == before

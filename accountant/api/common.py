@@ -16,7 +16,7 @@ from accountant.api import schemas
 from accountant.config import Settings
 from accountant.driver import Driver
 from accountant.errors import ValidationProblem, field_error
-from accountant.jsonio import JSONInputError, NumberOutOfRange, loads
+from accountant.jsonio import JSONInputError, RefusedValue, loads
 from accountant.noise import NoiseSecret
 from accountant.plugins import MechanismRegistry
 from accountant.randomness import RandomSource
@@ -83,8 +83,8 @@ def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
         raw = b"{}"
     try:
         body = loads(raw)
-    except NumberOutOfRange as error:
-        raise field_error(error.field, str(error).split(": ", 1)[1]) from None
+    except RefusedValue as error:
+        raise field_error(error.field, error.message) from None
     except JSONInputError as error:
         raise ValidationProblem(str(error), errors=[{"field": "", "message": str(error)}]) \
             from None
