@@ -99,8 +99,11 @@ def _register_signing_key(app: Flask) -> None:
             begin_write(session)
             register_key(session, runtime.signer, time.time_ns() // 1000)
             session.commit()
-        except (OperationalError, IntegrityError) as error:
-            session.rollback()  # no schema yet, or another worker registered it first
+            runtime.signer_published[0] = True
+        except (OperationalError, ProgrammingError, IntegrityError) as error:
+            # no schema yet, or the database is unreachable, or another worker registered it
+            # at the same moment: the first charge publishes it in its own transaction
+            session.rollback()
             log.info("signing key not registered yet", extra={"error": type(error).__name__})
 
 

@@ -109,6 +109,8 @@ def run(mutation: Mutation, *, applied: bool = True) -> tuple[bool, float]:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
              *mutation.tests], cwd=copy, env=env, capture_output=True, text=True)
+        if not applied and result.returncode != 0:
+            print(result.stdout[-4000:], result.stderr[-2000:], sep="\n", flush=True)
         return result.returncode == 1, time.monotonic() - started
 
 

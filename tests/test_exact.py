@@ -61,7 +61,7 @@ def test_rounding_is_outward() -> None:
 
 def test_json_numbers_are_decimals_and_specials_are_refused() -> None:
     assert loads('{"e": 0.1}') == {"e": Decimal("0.1")}
-    assert loads('{"e": 1e999}')["e"] == Decimal("1e999")
+    assert loads('{"e": 1e400}')["e"] == Decimal("1e400")  # huge but bounded: stays exact
     for text in ('{"e": NaN}', '{"e": Infinity}', '{"e": -Infinity}', '{"e": 1, "e": 2}'):
         with pytest.raises(JSONInputError):
             loads(text)

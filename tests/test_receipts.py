@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from flask.testing import FlaskClient
 
-from accountant.app import create_app
+from accountant.app import bootstrap_admin, create_app
 from tests.conftest import ADMIN_KEY, Api
 
 
@@ -84,3 +84,23 @@ def test_the_output_hash_is_the_documented_one_for_non_ascii_outputs(api: Api,
     digest = hashlib.sha256(json.dumps(body["output"], sort_keys=True,
                                        separators=(",", ":")).encode()).hexdigest()
     assert claims["output_sha256"] == digest
+
+
+def test_a_key_first_used_before_it_could_be_published_still_verifies_after_rotation(
+        tmp_path: Path) -> None:
+    """The service starts while the database cannot take the key (no schema yet); the first
+    charge publishes it in its own transaction, so its receipts verify after a rotation."""
+    from accountant.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'late.db'}"
+    early = create_app({"database_url": url, "admin_key": ADMIN_KEY,
+                        "signing_key_file": str(tmp_path / "first.pem")})
+    upgrade(url)
+    bootstrap_admin(early, ADMIN_KEY)  # the admin only: the key stays unpublished
+    api = Api(early.test_client())
+    assert api.get("/v1/receipts/public-key").status_code == 200
+    assert api.make_dataset()
+    receipt = api.charge().get_json()["receipt"]
+    rotated = Api(create_app({"database_url": url, "admin_key": ADMIN_KEY,
+                              "signing_key_file": str(tmp_path / "second.pem")}).test_client())
+    assert rotated.post("/v1/receipts/verify", {"receipt": receipt}).get_json()["valid"] is True

@@ -125,6 +125,7 @@ def create() -> Any:
         return _replay(done, charge_request)  # a replay: no new alerts
     evaluation = done.result.evaluation
     if evaluation.granted:  # after the commit, never failing the charge
+        runtime().signer_published[0] = True  # committed with the charge
         runtime().alerts.fire(crossings(
             evaluation.checks, evaluation.mode.components, runtime().settings.alert_thresholds,
             dataset=evaluation.dataset.name, consumer=charge_request.principal.name,
@@ -155,6 +156,8 @@ def _charge_once(connection: Driver, charge_request: ChargeRequest, key: str | N
     output = digest = None
     if result.evaluation.granted:
         output, digest = _run(charge_request, result)
+        if not runtime().signer_published[0]:
+            receipts.publish(connection, runtime().signer, now_us())
     fresh = _Fresh(result, output, digest, None)
     if key is None:
         return fresh

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -35,6 +35,9 @@ class Runtime:
     signer: Ed25519PrivateKey
     noise: NoiseSecret
     alerts: AlertDispatcher
+    #: Whether the signer's public key is known to be in the database: until it is, every
+    #: charge publishes it in its own transaction, so no receipt leaves with an unknown key.
+    signer_published: list[bool] = field(default_factory=lambda: [False])
 
 
 def runtime() -> Runtime:

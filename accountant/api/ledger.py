@@ -118,6 +118,18 @@ EXPORT_FIELDS = ["id", "seq", "kind", "charge_id", "dataset", "consumer", "statu
                  "implementation", "prev_hash", "hash"]
 
 
+#: What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell that a spreadsheet shows as text: a leading formula character is escaped
+    with a quote (a partition key or a reason may start with "=")."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 @bp.get("/v1/ledger/export")
 def export() -> Any:
     """The filtered entries as CSV or JSON Lines, streamed page by page (constant memory)."""
@@ -161,8 +173,8 @@ def stream_export(args: Mapping[str, str]) -> Response:
         writer = csv.DictWriter(buffer, fieldnames=EXPORT_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows():
-            writer.writerow({k: json.dumps(v, default=float) if isinstance(v, dict | list)
-                             else v for k, v in row.items()})
+            writer.writerow({k: _cell(json.dumps(v, default=float) if isinstance(v, dict | list)
+                                      else v) for k, v in row.items()})
             yield buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()

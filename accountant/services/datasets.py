@@ -242,12 +242,18 @@ def check_keys(keys: list[str], field_name: str) -> None:
         seen.add(key)
 
 
+_KEYS_PER_STATEMENT = 10_000
+
+
 def declare_partitions(session: Session, dataset: Dataset, keys: list[str],
                        now: int) -> tuple[list[str], list[str]]:
     """Create the partitions not yet declared; return (created, already existing)."""
     check_keys(keys, "keys")
-    existing = set(session.execute(select(Partition.key).where(
-        Partition.dataset_id == dataset.id, Partition.key.in_(keys))).scalars())
+    existing: set[str] = set()
+    for start in range(0, len(keys), _KEYS_PER_STATEMENT):  # PostgreSQL binds < 65536 values
+        existing.update(session.execute(select(Partition.key).where(
+            Partition.dataset_id == dataset.id,
+            Partition.key.in_(keys[start:start + _KEYS_PER_STATEMENT]))).scalars())
     created = [key for key in keys if key not in existing]
     if created:
         session.execute(insert(Partition), [

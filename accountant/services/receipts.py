@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from accountant.driver import Driver
 from accountant.models import SigningKey
 from accountant.signing import public_jwk, sign
 
@@ -20,6 +21,14 @@ def register(session: Session, private: Ed25519PrivateKey, now: int) -> None:
     jwk = public_jwk(private.public_key())
     if session.get(SigningKey, jwk["kid"]) is None:
         session.add(SigningKey(kid=jwk["kid"], public_jwk=jwk, created_at=now))
+
+
+def publish(driver: Driver, private: Ed25519PrivateKey, now: int) -> None:
+    """Keep the public half of ``private`` in the current transaction, if it is not kept yet:
+    the charge that first signs with a key publishes it, atomically with itself."""
+    jwk = public_jwk(private.public_key())
+    driver.run("INSERT INTO signing_keys (kid, public_jwk, created_at) VALUES (:k, :j, :t) "
+               "ON CONFLICT (kid) DO NOTHING", {"k": jwk["kid"], "j": json.dumps(jwk), "t": now})
 
 
 def jwks(session: Session, private: Ed25519PrivateKey) -> list[dict[str, str]]:

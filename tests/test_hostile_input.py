@@ -1,5 +1,5 @@
-"""Numbers that would cost a worker its life when made exact are refused at parsing, naming
-their field; so are digits that are not ASCII digits."""
+"""Hostile input: numbers that would cost a worker its life when made exact, digits that are
+not ASCII, lone surrogates, formula cells in CSV exports, very long declarations."""
 
 from __future__ import annotations
 
@@ -54,3 +54,28 @@ def test_a_lone_surrogate_is_a_400_and_changes_nothing(api: Api, path: str, meth
     assert response.content_type == "application/problem+json"
     assert "surrogate" in response.get_json()["detail"]
     assert api.ledger() == before
+
+
+def test_csv_export_cells_never_start_a_formula(api: Api) -> None:
+    api.make_dataset()
+    assert api.charge(partitions=["=HYPERLINK(\"http://x\")", "@SUM(1)"]).status_code == 201
+    exported = api.get("/v1/ledger/export?format=csv").text
+    from accountant.api.ledger import _cell
+
+    assert _cell("=1+2") == "'=1+2" and _cell("-3") == "'-3" and _cell("ok") == "ok"
+    import csv
+    import io
+    for row in csv.DictReader(io.StringIO(exported)):
+        for value in row.values():
+            assert not value.startswith(("=", "+", "-", "@")), value
+
+
+@pytest.mark.slow
+def test_two_hundred_thousand_partitions_in_one_declaration(api: Api) -> None:
+    api.make_dataset()
+    keys = [f"k{i:06d}" for i in range(200_000)]
+    response = api.post("/v1/datasets/clicks/partitions", {"keys": keys})
+    assert response.status_code == 201, response.text[:300]
+    again = api.post("/v1/datasets/clicks/partitions", {"keys": [*keys[:100_000], "new"]})
+    assert again.status_code == 201
+    assert api.get("/v1/datasets/clicks/partitions?limit=1").status_code == 200
