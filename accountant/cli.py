@@ -81,7 +81,7 @@ def init() -> None:
 
     settings = _settings()
     upgrade(settings.database_url)
-    sessions = make_session_factory(make_engine(settings))
+    sessions = make_session_factory(make_engine(settings, service=False))
     with sessions() as session:
         begin_write(session)
         if session.execute(select(Consumer.id).where(Consumer.role == "admin")).first():
@@ -182,7 +182,7 @@ def noise_secret_show() -> None:
 
     settings = _settings()
     secret = noise.load_or_create(Path(settings.noise_secret_file))
-    engine = make_engine(settings)
+    engine = make_engine(settings, service=False)
     try:
         with engine.connect() as connection:
             known = connection.execute(text("SELECT id FROM noise_secrets WHERE current")).scalar()
@@ -209,7 +209,7 @@ def noise_secret_adopt(yes: bool) -> None:
 
     settings = _settings()
     secret = noise.load_or_create(Path(settings.noise_secret_file))
-    engine = make_engine(settings)
+    engine = make_engine(settings, service=False)
     try:
         with engine.connect() as connection:
             retired = noise.adopt(connection, secret)
@@ -246,7 +246,7 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     from accountant.services.consumers import create_consumer, issue_key
 
     settings = _settings()
-    sessions = make_session_factory(make_engine(settings))
+    sessions = make_session_factory(make_engine(settings, service=False))
     try:
         with sessions() as session:
             begin_write(session)
@@ -278,7 +278,7 @@ def ledger_verify() -> None:
     from accountant.db import make_engine, make_session_factory
     from accountant.services import ledger as ledger_service
 
-    sessions = make_session_factory(make_engine(_settings()))
+    sessions = make_session_factory(make_engine(_settings(), service=False))
     with sessions() as session:
         result = ledger_service.verify(
             session, progress=lambda n: click.echo(f"  {n} entries checked ...", err=True))
@@ -301,7 +301,7 @@ def ledger_rebuild_totals(check_only: bool) -> None:
     from accountant.db import make_engine, make_session_factory
     from accountant.services import totals
 
-    sessions = make_session_factory(make_engine(_settings()))
+    sessions = make_session_factory(make_engine(_settings(), service=False))
     with sessions() as session:
         replayed, differences = totals.check(session)
     for diff in differences:

@@ -40,7 +40,10 @@ class Settings:
     #: that may lose the last charges on power loss (never on a process crash).
     sqlite_synchronous: str = "FULL"
     #: How long a transaction waits for a lock before giving up, in milliseconds.
-    lock_timeout_ms: int = 30_000
+    lock_timeout_ms: int = 5_000
+    #: How much longer than a lock wait one database step (connect, statement, commit) may
+    #: take before the request is answered with a 503: a stalled database never hangs it.
+    database_timeout_ms: int = 3_000
     #: Connection pool size per process on PostgreSQL.
     pool_size: int = 5
     #: Log level of the service's structured logs.
@@ -54,7 +57,7 @@ class Settings:
 
 
 _INT_FIELDS = {"max_body_bytes", "max_vector_length", "max_partitions_per_charge",
-               "lock_timeout_ms", "pool_size", "alert_webhook_timeout_ms"}
+               "lock_timeout_ms", "database_timeout_ms", "pool_size", "alert_webhook_timeout_ms"}
 
 
 def default_database_url() -> str:

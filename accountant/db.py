@@ -17,6 +17,7 @@ dataset row (see ``services.charges``).
 
 from __future__ import annotations
 
+import math
 import select
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,9 @@ def ensure_sqlite_directory(database_url: str) -> None:
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
 
 
-def make_engine(settings: Settings) -> Engine:
+def make_engine(settings: Settings, *, service: bool = True) -> Engine:
+    """The engine of ``settings``' database. A ``service`` engine answers within bounded time
+    on PostgreSQL (see ``pg_deadline``); a command-line tool's may run long statements."""
     url = make_url(settings.database_url)
     if url.get_backend_name() == "sqlite":
         ensure_sqlite_directory(settings.database_url)
@@ -55,16 +58,39 @@ def make_engine(settings: Settings) -> Engine:
         _configure_sqlite(engine, settings)
         _ENGINES.append(engine)
         return engine
+    timeout_s = settings.database_timeout_ms / 1000
+    statement_ms = settings.lock_timeout_ms + settings.database_timeout_ms
+    deadline_s = statement_ms / 1000 + 1  # a server that runs ends a statement itself, first
+    options = f"-c synchronous_commit=on -c lock_timeout={settings.lock_timeout_ms}"
+    if service:  # the server ends what runs too long; the client, what never answers
+        options += f" -c statement_timeout={statement_ms}"
     engine = create_engine(
         url,
         pool_size=settings.pool_size,
         max_overflow=settings.pool_size,
-        connect_args={"options": f"-c synchronous_commit=on "
-                                 f"-c lock_timeout={settings.lock_timeout_ms}"},
+        pool_timeout=deadline_s,
+        connect_args={"options": options,
+                      "connect_timeout": max(2, math.ceil(timeout_s)),  # libpq's minimum
+                      # a server host that vanished is noticed on idle connections too
+                      "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+                      "keepalives_count": 3,
+                      "tcp_user_timeout": settings.database_timeout_ms},
     )
+    if service:
+        _connect_with_deadline(engine, deadline_s)
     event.listen(engine, "checkout", _refuse_if_closed_by_server)
     _ENGINES.append(engine)
     return engine
+
+
+def _connect_with_deadline(engine: Engine, deadline_s: float) -> None:
+    from accountant.pg_deadline import DeadlineConnection
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        connection = DeadlineConnection.connect(*cargs, **cparams)
+        connection.deadline_s = deadline_s
+        return connection
 
 
 def _refuse_if_closed_by_server(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
