@@ -98,3 +98,24 @@ def test_sign_out(client: FlaskClient) -> None:
     page = client.get("/dashboard").get_data(as_text=True)
     assert client.post("/dashboard/sign-out", data={"csrf": _csrf(page)}).status_code == 303
     assert client.get("/dashboard").status_code == 303
+
+
+def test_sign_in_redirects_only_to_a_plain_dashboard_path(client: FlaskClient) -> None:
+    """A ``next`` with a line break, a backslash or another site leads to the overview: never
+    a header injection (or a 500) and never another site."""
+    hostile = ["/dashboard\r\nSet-Cookie: forged=1", "/dashboard\\@evil.example",
+               "/dashboard/../../evil", "//evil.example/dashboard", "https://evil.example",
+               "/dashboard\u2028x", "/dashboard%0d%0aX: 1"]
+    for target in hostile:
+        page = client.get("/dashboard/sign-in").get_data(as_text=True)
+        response = client.post("/dashboard/sign-in", data={
+            "api_key": ADMIN_KEY, "csrf": _csrf(page), "next": target})
+        assert response.status_code == 303, target
+        assert response.headers["Location"].rstrip("/").endswith("/dashboard"), target
+        assert "forged" not in str(response.headers), target
+        client.post("/dashboard/sign-out", data={"csrf": _csrf(
+            client.get("/dashboard").get_data(as_text=True))})
+    page = client.get("/dashboard/sign-in").get_data(as_text=True)
+    kept = client.post("/dashboard/sign-in", data={
+        "api_key": ADMIN_KEY, "csrf": _csrf(page), "next": "/dashboard/ledger?dataset=a-b"})
+    assert kept.headers["Location"].endswith("/dashboard/ledger?dataset=a-b")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,13 @@ def sign_in_submit() -> Any:
         return _page("sign_in.html", None, error=error,
                      next=request.form.get("next", "")), status
     target = request.form.get("next", "")
-    if not target.startswith("/dashboard"):  # never redirect to another site
-        target = url_for("dashboard.overview")
+    if not _PLAIN_DASHBOARD_PATH.fullmatch(target) or ".." in target:
+        target = url_for("dashboard.overview")  # never another site, never a header break
     return redirect(target, code=303)
+
+
+#: A path under /dashboard of unreserved characters, with an optional plain query.
+_PLAIN_DASHBOARD_PATH = re.compile(r"/dashboard(/[A-Za-z0-9._~/-]*)?(\?[A-Za-z0-9._~=&%+-]*)?")
 
 
 @bp.post("/sign-out")
