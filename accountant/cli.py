@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -108,7 +109,11 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     """Serve the API with gunicorn in the foreground; SIGTERM stops every worker."""
     from gunicorn.app.base import BaseApplication
 
+    from accountant import logging as structured_logging
+    from accountant import serving
+
     settings = _settings()
+    structured_logging.configure(settings.log_level)  # every line on standard error is JSON
     master = os.getpid()
     _remove_stale_metrics_folders()
     # Latency metrics from every worker are summed through files in this folder; it must be
@@ -132,6 +137,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
                 "bind": f"{host}:{port}", "workers": workers, "threads": threads,
                 "worker_class": "gthread", "graceful_timeout": 10, "timeout": 60,
                 "accesslog": None, "errorlog": "-", "loglevel": "warning",
+                "logconfig_dict": serving.LOGGING,
             }
             for key, value in options.items():
                 self.cfg.set(key, value)
@@ -142,7 +148,10 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
 
             return app
 
-    click.echo(f"serving on http://{host}:{port} with {workers} workers", err=True)
+    logging.getLogger("accountant.serve").info(
+        f"serving on http://{host}:{port} with {workers} workers",
+        extra={"url": f"http://{host}:{port}", "workers": workers, "threads": threads})
+    serving.install()
     try:
         _Server().run()
     finally:

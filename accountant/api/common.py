@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flask import current_app, g, request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from accountant.alerts import AlertDispatcher
 from accountant.api import schemas
@@ -76,9 +77,20 @@ def close_db(_error: BaseException | None = None) -> None:
         session.close()
 
 
+def _body_bytes() -> bytes:
+    """The request body, refused with a 413 when it is over the limit, declared or not."""
+    if request.content_length is not None:  # werkzeug refuses a declared length over it
+        return request.get_data(cache=False)
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    raw: bytes = request.input_stream.read(limit + 1)  # chunked: read one byte past it
+    if len(raw) > limit:
+        raise RequestEntityTooLarge()
+    return raw
+
+
 def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
     """The request body parsed without binary floats and validated against ``schema``."""
-    raw = request.get_data(cache=False)
+    raw = _body_bytes()
     if not raw.strip():
         if not empty_ok:
             raise ValidationProblem("the request needs a JSON body",

@@ -1,0 +1,51 @@
+"""What `accountant serve` changes in gunicorn: its own error answers and its log lines.
+
+gunicorn answers a request it cannot parse (a header or request line over its limits, a
+malformed chunk) itself, before the application sees it, with an HTML page. Those answers are
+problem+json here, like every other error of the service; and gunicorn's log lines are JSON
+objects, like the service's own.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gunicorn import util
+
+from accountant.errors import PROBLEM_BASE
+
+_WHAT_TO_DO = {
+    414: "the request line is too long; send a shorter URL",
+    431: "a request header is too long or there are too many; send fewer or shorter headers",
+}
+
+
+def write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's ``util.write_error``, answering with problem+json instead of HTML."""
+    detail = _WHAT_TO_DO.get(status_int, "the request is malformed; fix it and send it again")
+    body = json.dumps({
+        "type": PROBLEM_BASE + reason.lower().replace(" ", "-"), "title": reason,
+        "status": status_int, "detail": f"{detail} ({mesg[:200]})" if mesg else detail,
+    }).encode()
+    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+            f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n")
+    util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+def install() -> None:
+    """Make gunicorn's workers answer their own errors with ``write_problem``."""
+    util.write_error = write_problem
+
+
+#: gunicorn's loggers write through the service's JSON formatter, on standard error.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "accountant.logging.JSONFormatter"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json",
+                            "stream": "ext://sys.stderr"}},
+    "root": {"level": "INFO", "handlers": ["stderr"]},
+    "loggers": {"gunicorn.error": {"level": "WARNING", "handlers": ["stderr"],
+                                   "propagate": False}},
+}

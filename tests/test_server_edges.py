@@ -1,0 +1,99 @@
+"""What gunicorn itself answers under `accountant serve`: problem+json for requests it refuses
+before the application sees them, 413 for a chunked body over the limit, JSON log lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import ADMIN_KEY
+from tests.server import Server, running_service
+
+HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@pytest.fixture
+def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[Server]:
+    if database_url.startswith("postgresql"):
+        pytest.skip("gunicorn answers these before any database is involved")
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
+           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+           "ACCOUNTANT_MAX_BODY_BYTES": str(1024 * 1024)}
+    with running_service(env, tmp_path / "serve.log", "--workers", "1") as running:
+        yield running
+
+
+def _raw(server: Server, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as it is; the status, headers and body of the answer."""
+    host, port = server.base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as connection:
+        connection.sendall(request)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431),
+    (b"GET /v1/" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+    (b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\n" + b"".join(
+        b"X-H%d: 1\r\n" % n for n in range(150)) + b"\r\n", 431),
+], ids=["long-header", "long-url", "many-headers"])
+def test_requests_gunicorn_refuses_are_answered_with_problem_json(
+        server: Server, request_bytes: bytes, status: int) -> None:
+    code, headers, body = _raw(server, request_bytes)
+    assert code in (400, status)
+    assert headers["content-type"] == "application/problem+json"
+    problem = json.loads(body)
+    assert problem["status"] == code and problem["detail"] and problem["type"]
+
+
+def test_a_chunked_body_over_the_limit_is_a_413_and_charges_nothing(server: Server) -> None:
+    created = requests.post(f"{server.base}/v1/datasets", headers=HEADERS, json={
+        "name": "big", "privacy_unit": "record", "accounting": "pure",
+        "budget": {"epsilon": 1}})
+    assert created.status_code == 201
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"dataset": "big", "partitions": ["p"], "mechanism": "laplace", '
+        yield b'"params": {"epsilon": 0.1, "sensitivity": 1}, "input": {"values": ['
+        for _ in range(10 * 1024):
+            yield b"1.0," * 256
+        yield b"1.0]}}"
+
+    reply = requests.post(f"{server.base}/v1/charges", data=chunks(), headers={
+        **HEADERS, "Content-Type": "application/json"}, timeout=60)
+    assert reply.status_code == 413
+    assert reply.headers["Content-Type"] == "application/problem+json"
+    assert "1048576 bytes" in reply.json()["detail"]
+    budget = requests.get(f"{server.base}/v1/datasets/big/budget", headers=HEADERS).json()
+    assert budget["loss"]["epsilon"] == 0
+
+
+def test_every_log_line_is_json(database_url: str, signing_key_file: str,
+                                tmp_path: Path) -> None:
+    if database_url.startswith("postgresql"):
+        pytest.skip("the log format does not depend on the database")
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
+           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY}
+    log = tmp_path / "serve.log"
+    with running_service(env, log, "--workers", "1") as running:
+        _raw(running, b"GET /v1/" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        requests.get(f"{running.base}/v1/datasets", headers=HEADERS)
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    assert lines, "gunicorn logged nothing: the refused request should be logged"
+    for line in lines:
+        assert isinstance(json.loads(line), dict), line
+    messages = [json.loads(line)["message"] for line in lines]
+    assert any("Invalid request" in message for message in messages)  # gunicorn's
+    assert any(message.startswith("serving on") for message in messages)  # the service's
