@@ -44,6 +44,10 @@ class Settings:
     #: How much longer than a lock wait one database step (connect, statement, commit) may
     #: take before the request is answered with a 503: a stalled database never hangs it.
     database_timeout_ms: int = 3_000
+    #: "pgbouncer" when PostgreSQL is reached through PgBouncer in transaction pooling mode:
+    #: no startup options (the role carries the timeouts) and no server-side prepared
+    #: statements, neither of which survives a pooler that changes servers per transaction.
+    database_pooler: str = ""
     #: Connection pool size per process on PostgreSQL.
     pool_size: int = 5
     #: Log level of the service's structured logs.
@@ -105,6 +109,8 @@ def _validate(settings: Settings) -> None:
     key = settings.admin_key
     if key is not None and (len(key) < 32 or not key.isprintable()):
         raise ConfigError(f"{PREFIX}ADMIN_KEY must be at least 32 printable characters")
+    if settings.database_pooler not in {"", "pgbouncer"}:
+        raise ConfigError(f"{PREFIX}DATABASE_POOLER must be empty or pgbouncer")
     if settings.sqlite_synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
         raise ConfigError(f"{PREFIX}SQLITE_SYNCHRONOUS must be FULL, EXTRA or NORMAL")
     for name in _INT_FIELDS:

@@ -64,18 +64,17 @@ def make_engine(settings: Settings, *, service: bool = True) -> Engine:
     options = f"-c synchronous_commit=on -c lock_timeout={settings.lock_timeout_ms}"
     if service:  # the server ends what runs too long; the client, what never answers
         options += f" -c statement_timeout={statement_ms}"
-    engine = create_engine(
-        url,
-        pool_size=settings.pool_size,
-        max_overflow=settings.pool_size,
-        pool_timeout=deadline_s,
-        connect_args={"options": options,
-                      "connect_timeout": max(2, math.ceil(timeout_s)),  # libpq's minimum
-                      # a server host that vanished is noticed on idle connections too
-                      "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
-                      "keepalives_count": 3,
-                      "tcp_user_timeout": settings.database_timeout_ms},
-    )
+    connect_args: dict[str, Any] = {
+        "options": options,
+        "connect_timeout": max(2, math.ceil(timeout_s)),  # libpq's minimum
+        # a server host that vanished is noticed on idle connections too
+        "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+        "tcp_user_timeout": settings.database_timeout_ms}
+    if settings.database_pooler == "pgbouncer":  # see deploy/README.md, "PgBouncer"
+        del connect_args["options"]
+        connect_args["prepare_threshold"] = None
+    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=settings.pool_size,
+                           pool_timeout=deadline_s, connect_args=connect_args)
     if service:
         _connect_with_deadline(engine, deadline_s)
     event.listen(engine, "checkout", _refuse_if_closed_by_server)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ ADMIN_KEY = "test-admin-key-" + "k" * 32
 POSTGRES_URL = os.environ.get("ACCOUNTANT_TEST_POSTGRES_URL")
 BACKENDS = ["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"]
 _TEMPLATE = f"accountant_template_{os.getpid()}"
+PGBOUNCER = shutil.which("pgbouncer") or os.path.exists("/usr/sbin/pgbouncer")
 
 
 def _admin_engine() -> Any:
@@ -53,9 +55,25 @@ def _close_connections() -> Iterator[None]:
     dispose_all()
 
 
+@pytest.fixture(scope="session")
+def pgbouncer_port() -> Iterator[int]:
+    """A PgBouncer in transaction pooling mode in front of the test server."""
+    from tests.pgbouncer import pgbouncer
+
+    assert POSTGRES_URL is not None
+    url = make_url(POSTGRES_URL)
+    with pgbouncer(url.host or "127.0.0.1", url.port or 5432) as port:
+        yield port
+
+
+#: Backends for tests that must also pass through PgBouncer (pass as ``indirect``).
+POOLED_BACKENDS = BACKENDS + (["pgbouncer"] if POSTGRES_URL and PGBOUNCER else [])
+
+
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path,
-                 postgres_template: str | None) -> Iterator[str]:
+                 postgres_template: str | None, monkeypatch: pytest.MonkeyPatch
+                 ) -> Iterator[str]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'accountant.db'}"
         upgrade(url)
@@ -65,7 +83,11 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path,
     name = f"accountant_test_{uuid.uuid4().hex[:12]}"
     with _admin_engine().connect() as connection:
         connection.execute(text(f"CREATE DATABASE {name} TEMPLATE {postgres_template}"))
-    yield make_url(POSTGRES_URL).set(database=name).render_as_string(False)
+    url = make_url(POSTGRES_URL).set(database=name)
+    if request.param == "pgbouncer":  # every app of the test, and its child processes
+        monkeypatch.setenv("ACCOUNTANT_DATABASE_POOLER", "pgbouncer")
+        url = url.set(port=request.getfixturevalue("pgbouncer_port"))
+    yield url.render_as_string(False)
     with _admin_engine().connect() as connection:
         connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ADMIN_KEY, Api, run_sql
+from tests.conftest import ADMIN_KEY, POOLED_BACKENDS, Api, run_sql
 
 WORKERS = 4
 ATTEMPTS = 40  # per worker: 160 attempts against room for exactly 50
@@ -32,6 +32,7 @@ def _charge_many(database_url: str, signing_key_file: str, dataset: str,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("database_url", POOLED_BACKENDS, indirect=True)
 def test_processes_grant_exactly_what_the_budget_allows(api: Api, database_url: str,
                                                         signing_key_file: str) -> None:
     # record unit, lifetime 5.0, window 1d 5.0: each partition fits 50 charges of 0.1.
