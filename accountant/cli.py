@@ -242,8 +242,22 @@ def keys() -> None:
     """Create API keys."""
 
 
+def _slug(_context: click.Context, parameter: click.Parameter, value: str) -> str:
+    """A name as the HTTP API accepts it (lowercase letters, digits, - and _; at most 63)."""
+    import re
+
+    from accountant.api.schemas import SLUG
+
+    if not re.fullmatch(SLUG, value):
+        raise click.BadParameter(f"{value!r} is not a valid name: use 1 to 63 lowercase letters, "
+                                 "digits, '-' and '_', starting with a letter or digit",
+                                 param=parameter)
+    return value
+
+
 @keys.command("create")
-@click.option("--name", required=True, help="Consumer name; created if it does not exist.")
+@click.option("--name", required=True, callback=_slug,
+              help="Consumer name; created if it does not exist.")
 @click.option("--role", required=True, type=click.Choice(["admin", "service", "auditor"]))
 @click.option("--dataset", "datasets", multiple=True,
               help="Dataset to grant (service role; repeat for several).")
@@ -282,15 +296,28 @@ def ledger() -> None:
 
 
 @ledger.command("verify")
-def ledger_verify() -> None:
-    """Recompute every dataset's hash chain; exit 1 naming the first bad entry."""
+@click.option("--against", "copies", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="An earlier export (JSON Lines or CSV from GET /v1/ledger/export) that the "
+                   "ledger must still contain; repeat for several.")
+def ledger_verify(copies: tuple[str, ...]) -> None:
+    """Recompute every dataset's hash chain; exit 1 naming the first bad entry.
+
+    With --against, also check that nothing an earlier export shows was truncated or
+    rewritten since (the chain alone cannot tell a truncated chain whose recorded head was
+    rewound, or a deleted dataset, from one that never had more)."""
     from accountant.db import make_engine, make_session_factory
     from accountant.services import ledger as ledger_service
 
+    anchors = _anchors(copies)
     sessions = make_session_factory(make_engine(_settings(), service=False))
     with sessions() as session:
         result = ledger_service.verify(
             session, progress=lambda n: click.echo(f"  {n} entries checked ...", err=True))
+        missing = ledger_service.anchors_missing(session, anchors) if result.ok else []
+    for problem in missing:
+        click.echo(f"DAMAGED: {problem}", err=True)
+    if missing:
+        sys.exit(1)
     if result.ok:
         click.echo(f"ok: {result.entries} entries in {len(result.heads)} chains")
         for name, head in sorted(result.heads.items()):
@@ -300,6 +327,36 @@ def ledger_verify() -> None:
         f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
     click.echo(f"DAMAGED: dataset {result.dataset!r}{where}: {result.reason}", err=True)
     sys.exit(1)
+
+
+def _anchors(paths: tuple[str, ...]) -> dict[str, tuple[int, str]]:
+    """The last (seq, hash) of each dataset in the earlier exports at ``paths``."""
+    import csv
+    import json
+
+    last: dict[str, tuple[int, str]] = {}
+    for path in paths:
+        with open(path, newline="", encoding="utf-8") as file:
+            first = file.read(1)
+            file.seek(0)
+            rows = (json.loads(line) for line in file if line.strip()) if first == "{" \
+                else csv.DictReader(file)
+            try:
+                for row in rows:
+                    name, seq = _plain_cell(row["dataset"]), int(row["seq"])
+                    if seq > last.get(name, (0, ""))[0]:
+                        last[name] = (seq, row["hash"])
+            except (KeyError, ValueError) as error:
+                raise click.ClickException(
+                    f"{path} is not a ledger export (JSON Lines or CSV with dataset, seq and "
+                    f"hash): {error}") from None
+    return last
+
+
+def _plain_cell(value: str) -> str:
+    """A CSV cell as it was before the export escaped a leading formula character."""
+    return value[1:] if value[:1] == "'" and value[1:2] in ("=", "+", "-", "@", "\t", "\r") \
+        else value
 
 
 @ledger.command("rebuild-totals")

@@ -34,3 +34,11 @@ def create_once(path: Path, content: bytes, what: str) -> None:
         pass  # another process created it first; use theirs
     finally:
         os.unlink(temporary)
+
+
+def warn_if_readable_by_others(path: Path, what: str) -> None:
+    """Log a warning when the group or other users may read or write a secret file."""
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        log.warning(f"the {what} file is readable or writable by other users (mode "
+                    f"{mode:o}); run 'chmod 600 {path}'", extra={"path": str(path)})

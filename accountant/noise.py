@@ -32,7 +32,7 @@ from pathlib import Path
 from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
 
-from accountant.keyfiles import create_once
+from accountant.keyfiles import create_once, warn_if_readable_by_others
 from accountant.models import Base
 from accountant.randomness import KeyedRandomSource, RandomSource
 
@@ -65,6 +65,7 @@ def from_bytes(secret: bytes) -> NoiseSecret:
 def load_or_create(path: Path) -> NoiseSecret:
     """The secret in ``path`` (hex), created once when missing."""
     create_once(path, os.urandom(32).hex().encode() + b"\n", "noise secret")
+    warn_if_readable_by_others(path, "noise secret")
     text = path.read_text().strip()
     try:
         return from_bytes(bytes.fromhex(text))

@@ -22,7 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from accountant.keyfiles import create_once
+from accountant.keyfiles import create_once, warn_if_readable_by_others
 
 
 class ReceiptError(ValueError):
@@ -46,6 +46,7 @@ def load_or_create(path: Path) -> Ed25519PrivateKey:
     create_once(path, Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption()), "receipt-signing key")
+    warn_if_readable_by_others(path, "receipt-signing key")
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} does not hold an Ed25519 private key")

@@ -49,12 +49,19 @@ TAMPERING = {
     "deleted last": "DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 6",
     "reordered": "UPDATE ledger_entries SET seq = CASE seq WHEN 2 THEN 3 ELSE 2 END "
                  "WHERE dataset_id = 1 AND seq IN (2, 3)",
+    "ids swapped": "",
 }
 
 
 @pytest.mark.parametrize("case", sorted(TAMPERING))
 def test_tampering_is_caught(busy: Api, database_url: str, case: str) -> None:
-    if case == "reordered":
+    if case == "ids swapped":  # GET /v1/ledger lists seq 3 before seq 2 then
+        a, b = (row[0] for row in run_sql(database_url, "SELECT id FROM ledger_entries "
+                                          "WHERE dataset_id = 1 AND seq IN (2, 3) ORDER BY seq"))
+        _sql(database_url, f"UPDATE ledger_entries SET id = -id WHERE id IN ({a}, {b})")
+        _sql(database_url, f"UPDATE ledger_entries SET id = CASE id WHEN -{a} THEN {b} "
+                           f"ELSE {a} END WHERE id IN (-{a}, -{b})")
+    elif case == "reordered":
         _sql(database_url, "UPDATE ledger_entries SET seq = -seq WHERE dataset_id = 1 "
                            "AND seq IN (2, 3)")
         _sql(database_url, "UPDATE ledger_entries SET seq = CASE seq WHEN -2 THEN 3 ELSE 2 END "
@@ -89,3 +96,30 @@ def test_totals_rebuilt_from_the_ledger_match_and_edits_are_reported(
                           "(SELECT id FROM partitions WHERE key = 'a')")
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     assert result.returncode == 1 and "s(a)" in result.stderr
+
+
+REWOUND = {
+    "last entry deleted, head rewound": [
+        "DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 6",
+        "UPDATE datasets SET ledger_seq = 5, ledger_head = (SELECT hash FROM ledger_entries "
+        "WHERE dataset_id = 1 AND seq = 5) WHERE id = 1"],
+    "whole chain deleted": [
+        "DELETE FROM ledger_entries WHERE dataset_id = 1",
+        "UPDATE datasets SET ledger_seq = 0, ledger_head = '' WHERE id = 1"],
+}
+
+
+@pytest.mark.parametrize("export_format", ["jsonl", "csv"])
+@pytest.mark.parametrize("case", sorted(REWOUND))
+def test_a_truncation_the_chain_cannot_see_is_caught_against_an_earlier_export(
+        busy: Api, database_url: str, tmp_path: Path, case: str, export_format: str) -> None:
+    copy = tmp_path / f"earlier.{export_format}"
+    copy.write_text(busy.get(f"/v1/ledger/export?format={export_format}").text)
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
+    verify = [BIN, "ledger", "verify", "--against", str(copy)]
+    assert subprocess.run(verify, env=env, capture_output=True).returncode == 0
+    for statement in REWOUND[case]:
+        _sql(database_url, statement)
+    assert busy.get("/v1/ledger/verify").get_json()["ok"] is True  # the chain alone: blind
+    result = subprocess.run(verify, env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "DAMAGED: dataset 'clicks'" in result.stderr, result.stderr

@@ -9,6 +9,7 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from flask.testing import FlaskClient
 
@@ -104,3 +105,16 @@ def test_a_key_first_used_before_it_could_be_published_still_verifies_after_rota
     rotated = Api(create_app({"database_url": url, "admin_key": ADMIN_KEY,
                               "signing_key_file": str(tmp_path / "second.pem")}).test_client())
     assert rotated.post("/v1/receipts/verify", {"receipt": receipt}).get_json()["valid"] is True
+
+
+def test_a_secret_file_others_can_read_is_warned_about(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    settings = {"database_url": url, "signing_key_file": str(tmp_path / "signing.pem")}
+    create_app(settings)
+    assert not [r for r in caplog.records if "readable" in r.getMessage()]
+    (tmp_path / "signing.pem").chmod(0o644)
+    (tmp_path / "noise-secret").chmod(0o640)
+    create_app(settings)
+    warned = [r.getMessage() for r in caplog.records if "readable" in r.getMessage()]
+    assert len(warned) == 2 and all("chmod 600" in message for message in warned)

@@ -64,10 +64,16 @@ def issue_key(session: Session, consumer: Consumer, now: int,
     """A new key for ``consumer``; the plaintext is returned once and never stored."""
     plaintext = key if key is not None else KEY_PREFIX + secrets.token_urlsafe(32)
     row = ApiKey(id=secrets.token_hex(8), consumer_id=consumer.id, key_hash=hash_key(plaintext),
-                 prefix=plaintext[:12], created_at=now)
+                 prefix=display_prefix(plaintext), created_at=now)
     session.add(row)
     session.flush()
     return row, plaintext
+
+
+def display_prefix(plaintext: str) -> str:
+    """What a key listing shows of a key: the fixed marker of generated keys, never a
+    character of the secret (the key's random id tells keys apart)."""
+    return KEY_PREFIX if plaintext.startswith(KEY_PREFIX) else ""
 
 
 def revoke_key(session: Session, key_id: str, now: int) -> None:

@@ -150,14 +150,17 @@ def verify(session: Session, progress: Any = None) -> Verification:
     """Recompute each dataset's chain from its first entry.
 
     An edited entry no longer matches its hash; a deleted or reordered one
-    breaks the seq count or the prev_hash link; a deleted last entry leaves
-    the dataset's recorded head pointing past the chain's end.
+    breaks the seq count or the prev_hash link; entries whose ids were swapped
+    (which reorders every listing, ordered by id) break the rule that ids grow
+    with seq; a deleted last entry leaves the dataset's recorded head pointing
+    past the chain's end. A chain truncated together with its recorded head is
+    caught only against an earlier copy: ``anchors_missing``.
     """
     consumers = dict(session.execute(select(Consumer.id, Consumer.name)).all())
     checked = 0
     heads: dict[str, str] = {}
     for dataset in session.execute(select(Dataset).order_by(Dataset.id)).scalars():
-        expected_prev, expected_seq = GENESIS, 1
+        expected_prev, expected_seq, previous_id = GENESIS, 1, 0
         entries = session.execute(select(LedgerEntry).where(
             LedgerEntry.dataset_id == dataset.id).order_by(LedgerEntry.seq)).scalars()
         for entry in entries:
@@ -165,6 +168,9 @@ def verify(session: Session, progress: Any = None) -> Verification:
             problem = None
             if entry.seq != expected_seq:
                 problem = f"expected seq {expected_seq}, found {entry.seq} (entry missing?)"
+            elif entry.id <= previous_id:  # listings are in id order: it must be seq order
+                problem = (f"entry id {entry.id} is not after the previous entry's id "
+                           f"{previous_id} (ids swapped or rewritten)")
             elif entry.prev_hash != expected_prev:
                 problem = "prev_hash does not match the previous entry's hash"
             elif chain_hash(entry.prev_hash,
@@ -172,7 +178,7 @@ def verify(session: Session, progress: Any = None) -> Verification:
                 problem = "the entry's content does not match its hash (edited)"
             if problem:
                 return Verification(False, checked, heads, entry, dataset.name, problem)
-            expected_prev, expected_seq = entry.hash, entry.seq + 1
+            expected_prev, expected_seq, previous_id = entry.hash, entry.seq + 1, entry.id
             checked += 1
             if progress is not None and checked % 10_000 == 0:
                 progress(checked)
@@ -184,3 +190,28 @@ def verify(session: Session, progress: Any = None) -> Verification:
         if dataset.ledger_seq:
             heads[dataset.name] = expected_prev
     return Verification(True, checked, heads)
+
+
+def anchors_missing(session: Session, anchors: dict[str, tuple[int, str]]) -> list[str]:
+    """What an earlier copy of the ledger shows that the chains no longer hold.
+
+    ``anchors`` maps each dataset to the last (seq, hash) an earlier export showed. The
+    chain links every entry to the ones before it, so when the current chain (verified
+    first) holds that hash at that seq, it holds the whole earlier copy unchanged; when it
+    does not, entries were truncated, rewritten or the chain deleted since the copy.
+    """
+    problems = []
+    for name, (seq, expected) in sorted(anchors.items()):
+        dataset_id = session.execute(select(Dataset.id).where(Dataset.name == name)).scalar()
+        if dataset_id is None:
+            problems.append(f"dataset {name!r} is gone; an earlier copy has {seq} entries")
+            continue
+        found = session.execute(select(LedgerEntry.hash).where(
+            LedgerEntry.dataset_id == dataset_id, LedgerEntry.seq == seq)).scalar()
+        if found is None:
+            problems.append(f"dataset {name!r} has no entry {seq}, which an earlier copy has "
+                            "(entries deleted and the chain's head rewound?)")
+        elif found != expected:
+            problems.append(f"dataset {name!r} entry {seq} is not the one an earlier copy has "
+                            "(the chain was rewritten)")
+    return problems
