@@ -17,7 +17,7 @@ BIN = Path(sys.executable).parent / "accountant"
 @pytest.fixture
 def busy(api: Api) -> Api:
     api.make_dataset(budget={"epsilon": 10})
-    api.make_dataset("other", budget={"epsilon": 1})
+    api.make_dataset("other", budget={"epsilon": 1}, windows=[{"period": "1d", "epsilon": 1}])
     for index in range(5):
         api.charge(partitions=[f"p{index}"], epsilon=0.1)
     api.charge(dataset="other", epsilon=2)  # denied, also chained
@@ -50,7 +50,17 @@ TAMPERING = {
     "reordered": "UPDATE ledger_entries SET seq = CASE seq WHEN 2 THEN 3 ELSE 2 END "
                  "WHERE dataset_id = 1 AND seq IN (2, 3)",
     "ids swapped": "",
+    "limit edited": "UPDATE datasets SET limit_epsilon = limit_epsilon * 10 WHERE id = 1",
+    "limit and its digest edited": "UPDATE datasets SET limit_epsilon = limit_epsilon * 10, "
+                                   "terms_sha256 = 'f' WHERE id = 1",
+    "window limit edited": "UPDATE window_budgets SET limit_epsilon = limit_epsilon * 10",
+    "bound edited": "UPDATE datasets SET accounting = 'approx' WHERE id = 2",
 }
+
+
+#: Cases that no single entry shows: the chain ends early, or the limits were edited.
+_NO_BAD_ENTRY = {"deleted last", "limit edited", "limit and its digest edited",
+                 "window limit edited", "bound edited"}
 
 
 @pytest.mark.parametrize("case", sorted(TAMPERING))
@@ -70,8 +80,9 @@ def test_tampering_is_caught(busy: Api, database_url: str, case: str) -> None:
         _sql(database_url, TAMPERING[case])
     body = busy.get("/v1/ledger/verify").get_json()
     assert body["ok"] is False
-    assert body["dataset"] == "clicks" and body["reason"]
-    if case != "deleted last":
+    assert body["dataset"] == ("other" if case in ("window limit edited", "bound edited")
+                               else "clicks") and body["reason"]
+    if case not in _NO_BAD_ENTRY:
         assert body["first_bad_entry"]["dataset"] == "clicks"
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
     result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)

@@ -35,6 +35,8 @@ class Dataset(Base):
     has_partition_limit: Mapped[bool] = mapped_column(default=False)
     ledger_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     ledger_head: Mapped[str] = mapped_column(String(64), default="")
+    #: ``services.terms.digest`` of the limits as the service last set them.
+    terms_sha256: Mapped[str] = mapped_column(String(64), default="", server_default="")
     created_at: Mapped[Microseconds]
 
     windows: Mapped[list[WindowBudget]] = relationship(

@@ -16,7 +16,7 @@ from accountant.driver import Driver
 from accountant.errors import Conflict, NotFound, field_error
 from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
-from accountant.services import ledger
+from accountant.services import ledger, terms
 
 
 def find(session: Session, name: str, *, lock: bool = False) -> Dataset:
@@ -72,6 +72,7 @@ def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
     )
     _set_partition_limit(dataset, mode, body.get("partition_budget"))
     _set_windows(dataset, mode, body.get("windows", []))
+    dataset.terms_sha256 = terms.digest(dataset)
     session.add(dataset)
     try:
         session.flush()
@@ -175,10 +176,12 @@ def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], acto
             if budget.period_seconds not in old_periods:
                 _rebuild_window(session, dataset, Window.containing(budget.period_seconds,
                                                                     now / 1e6))
+    dataset.terms_sha256 = terms.digest(dataset)
     for scope, old, new in changes:
         ledger.append(Driver.of(session), dataset, actor, kind="limit_change", status="granted",
                       created_at=now, detail={"scope": scope, "old": _plain(old),
-                                              "new": _plain(new), "reason": reason})
+                                              "new": _plain(new), "reason": reason,
+                                              "terms_sha256": dataset.terms_sha256})
 
 
 def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:

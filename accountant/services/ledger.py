@@ -19,6 +19,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from accountant.driver import Driver
 from accountant.exact import Amount
 from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.services import terms
 from accountant.services.dataset_state import DatasetState
 
 GENESIS = "0" * 64
@@ -153,14 +154,17 @@ def verify(session: Session, progress: Any = None) -> Verification:
     breaks the seq count or the prev_hash link; entries whose ids were swapped
     (which reorders every listing, ordered by id) break the rule that ids grow
     with seq; a deleted last entry leaves the dataset's recorded head pointing
-    past the chain's end. A chain truncated together with its recorded head is
-    caught only against an earlier copy: ``anchors_missing``.
+    past the chain's end; a limit, bound or window edited in the database no
+    longer matches the terms digest the service recorded. A chain truncated
+    together with its recorded head is caught only against an earlier copy:
+    ``anchors_missing``.
     """
     consumers = dict(session.execute(select(Consumer.id, Consumer.name)).all())
     checked = 0
     heads: dict[str, str] = {}
     for dataset in session.execute(select(Dataset).order_by(Dataset.id)).scalars():
         expected_prev, expected_seq, previous_id = GENESIS, 1, 0
+        recorded_terms = dataset.terms_sha256  # unless a limit change in the chain says more
         entries = session.execute(select(LedgerEntry).where(
             LedgerEntry.dataset_id == dataset.id).order_by(LedgerEntry.seq)).scalars()
         for entry in entries:
@@ -179,6 +183,8 @@ def verify(session: Session, progress: Any = None) -> Verification:
             if problem:
                 return Verification(False, checked, heads, entry, dataset.name, problem)
             expected_prev, expected_seq, previous_id = entry.hash, entry.seq + 1, entry.id
+            if entry.kind == "limit_change" and (entry.detail or {}).get("terms_sha256"):
+                recorded_terms = entry.detail["terms_sha256"]
             checked += 1
             if progress is not None and checked % 10_000 == 0:
                 progress(checked)
@@ -187,9 +193,23 @@ def verify(session: Session, progress: Any = None) -> Verification:
             return Verification(False, checked, heads, None, dataset.name,
                                 f"the chain ends at seq {expected_seq - 1} but the dataset "
                                 f"records {dataset.ledger_seq} entries (entries deleted?)")
+        problem = _terms_problem(dataset, recorded_terms)
+        if problem:
+            return Verification(False, checked, heads, None, dataset.name, problem)
         if dataset.ledger_seq:
             heads[dataset.name] = expected_prev
     return Verification(True, checked, heads)
+
+
+def _terms_problem(dataset: Dataset, recorded: str) -> str | None:
+    """Why ``dataset``'s limits are not the ones the service last set, if they are not."""
+    if dataset.terms_sha256 != recorded:
+        return ("the dataset's limits are not the ones its last limit change in the ledger "
+                "recorded (edited in the database?)")
+    if terms.digest(dataset) != dataset.terms_sha256:
+        return ("the dataset's limits, bounds or windows do not match the digest the service "
+                "recorded when it last set them (edited in the database?)")
+    return None
 
 
 def anchors_missing(session: Session, anchors: dict[str, tuple[int, str]]) -> list[str]:
