@@ -1,0 +1,129 @@
+"""deploy/nginx.conf in front of `accountant serve`: clients that send their headers slowly
+hold gunicorn's threads when they reach it directly, never when the buffering proxy is in
+between; nginx's own refusals are problem+json."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import ADMIN_KEY
+from tests.server import Server, free_port, running_service, wait_ready
+
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists()
+                                  else None)
+CONF = Path(__file__).resolve().parent.parent / "deploy" / "nginx.conf"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(NGINX is None, reason="needs nginx (Debian's package)")]
+HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
+SLOW_CLIENTS = 100
+
+
+@pytest.fixture
+def service(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[Server]:
+    if database_url.startswith("postgresql"):
+        pytest.skip("the proxy does not depend on the database")
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
+           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY}
+    with running_service(env, tmp_path / "serve.log", "--workers", "2",
+                         "--threads", "4") as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(service: Server, tmp_path: Path) -> Iterator[str]:
+    """deploy/nginx.conf as shipped, with only its two ports changed."""
+    assert NGINX is not None
+    port = free_port()
+    upstream = service.base.removeprefix("http://")
+    text = CONF.read_text().replace("server 127.0.0.1:8000;", f"server {upstream};")
+    text = re.sub(r"listen 8080;", f"listen 127.0.0.1:{port};", text)
+    prefix = tmp_path / "nginx"
+    prefix.mkdir()
+    (prefix / "nginx.conf").write_text(text)
+    user = "user root; " if os.geteuid() == 0 else ""  # its files live in the test's folder
+    process = subprocess.Popen(
+        [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-g",
+         f"daemon off; {user}pid {prefix / 'nginx.pid'}; error_log {prefix / 'error.log'};"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", "/healthz")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+class SlowClients:
+    """Clients that send a request's headers one line every 0.3 s and never finish them."""
+
+    def __init__(self, base: str) -> None:
+        host, port = base.removeprefix("http://").split(":")
+        self.sockets = []
+        for _ in range(SLOW_CLIENTS):
+            connection = socket.create_connection((host, int(port)))
+            connection.sendall(b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\n")
+            self.sockets.append(connection)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._drip, daemon=True)
+        self.thread.start()
+        time.sleep(1.0)  # every connection has reached the server and is being read
+
+    def _drip(self) -> None:
+        line = 0
+        while not self.stop.wait(0.3):
+            for connection in self.sockets:
+                with contextlib.suppress(OSError):
+                    connection.sendall(b"X-Slow-%d: 1\r\n" % line)
+            line += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        for connection in self.sockets:
+            connection.close()
+
+
+def _answered(url: str) -> int | str:
+    try:
+        return requests.get(url, headers=HEADERS, timeout=10).status_code
+    except requests.Timeout:
+        return "no answer within 10 s"
+
+
+def test_slow_clients_starve_gunicorn_directly_but_not_behind_the_proxy(
+        service: Server, proxy: str) -> None:
+    slow = SlowClients(service.base)
+    try:
+        direct = _answered(f"{service.base}/healthz")
+    finally:
+        slow.close()
+    assert direct == "no answer within 10 s"  # why the proxy is needed
+    slow = SlowClients(proxy)
+    try:
+        through = [_answered(f"{proxy}{path}") for path in ("/healthz", "/v1/datasets") * 5]
+    finally:
+        slow.close()
+    assert through == [200] * 10
+
+
+def test_the_proxys_own_refusals_are_problem_json(proxy: str) -> None:
+    long_url = requests.get(f"{proxy}/v1/{'a' * 9000}", headers=HEADERS)
+    too_large = requests.post(f"{proxy}/v1/charges", headers=HEADERS, data=b"x" * (9 << 20))
+    for reply, status in ((long_url, 414), (too_large, 413)):
+        assert reply.status_code == status
+        assert reply.headers["Content-Type"] == "application/problem+json"
+        assert reply.json()["status"] == status
+    limit = requests.post(f"{proxy}/v1/charges", headers=HEADERS, data=b"x" * (5 << 20))
+    assert limit.status_code == 413 and "4194304 bytes" in limit.json()["detail"]  # the service
