@@ -26,6 +26,10 @@ from typing import Any
 import psycopg
 from psycopg import errors
 
+#: What ``Connection.wait`` raises when its timeout passes (psycopg >= 3.3; an import error
+#: here, rather than a wait without a deadline, if a release renames it).
+_WAIT_TIMEOUT = errors._WaitTimeout
+
 
 class DeadlineConnection(psycopg.Connection[Any]):
     """A connection whose waits for the server end after ``deadline_s`` seconds."""
@@ -36,7 +40,7 @@ class DeadlineConnection(psycopg.Connection[Any]):
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         try:
             return super().wait(gen, interval, self.deadline_s if timeout is None else timeout)
-        except errors._WaitTimeout:
+        except _WAIT_TIMEOUT:
             self.pgconn.finish()  # the protocol state is unknown: never reuse it
             raise psycopg.OperationalError(
                 f"the database did not answer within {self.deadline_s:g} s") from None

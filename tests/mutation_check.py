@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,9 +91,10 @@ def _source_path(copy: Path, path: str) -> Path:
     return copy / _PACKAGES[folder] / rest
 
 
-def run(mutation: Mutation, *, applied: bool = True) -> tuple[bool, float]:
-    """Whether the guarding tests failed (as they must) with ``mutation`` applied (or, with
-    ``applied=False``, on the unchanged copy, where they must pass)."""
+def run(mutation: Mutation, *, applied: bool = True) -> tuple[int, float]:
+    """pytest's exit code for the guarding tests with ``mutation`` applied (where they must
+    fail: 1) or, with ``applied=False``, on the unchanged copy (where they must pass: 0),
+    and the seconds it took."""
     with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
         copy = Path(folder)
         _copy(copy)
@@ -111,25 +113,35 @@ def run(mutation: Mutation, *, applied: bool = True) -> tuple[bool, float]:
              *mutation.tests], cwd=copy, env=env, capture_output=True, text=True)
         if not applied and result.returncode != 0:
             print(result.stdout[-4000:], result.stderr[-2000:], sep="\n", flush=True)
-        return result.returncode == 1, time.monotonic() - started
+        return result.returncode, time.monotonic() - started
 
 
 def main(names: list[str]) -> int:
     chosen = [m for m in MUTATIONS if not names or m.name in names]
     tests = sorted({test for m in chosen for test in m.tests})
-    failed, seconds = run(Mutation("baseline", chosen[0].path, chosen[0].before,
-                                   chosen[0].before, tuple(tests)), applied=False)
-    print(f"{'FAILED' if failed else 'passes':8} the unchanged copy ({seconds:.0f} s)", flush=True)
-    if failed:
-        return 1
+    unchanged = [Mutation(f"unchanged {test}", chosen[0].path, chosen[0].before,
+                          chosen[0].before, (test,)) for test in tests]
     survivors = []
-    for mutation in chosen:
-        killed, seconds = run(mutation)
-        verdict = "killed" if killed else "SURVIVED"
-        print(f"{verdict:8} {mutation.name} ({', '.join(mutation.tests)}, {seconds:.0f} s)",
-              flush=True)
-        if not killed:
-            survivors.append(mutation.name)
+    # Every run has a copy of its own, so they run side by side, one per core; the verdicts
+    # count only if the guarding tests pass on the unchanged copies.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        baselines = [pool.submit(run, copy, applied=False) for copy in unchanged]
+        mutants = [pool.submit(run, mutation) for mutation in chosen]
+        for copy, future in zip(unchanged, baselines, strict=True):
+            code, seconds = future.result()
+            print(f"{'passes' if code == 0 else 'FAILED':8} {copy.name} ({seconds:.0f} s)",
+                  flush=True)
+            if code != 0:
+                pool.shutdown(cancel_futures=True)
+                return 1
+        for mutation, future in zip(chosen, mutants, strict=True):
+            code, seconds = future.result()
+            killed = code == 1  # tests failed (2 and above: pytest itself could not run)
+            verdict = "killed" if killed else "SURVIVED"
+            print(f"{verdict:8} {mutation.name} ({', '.join(mutation.tests)}, {seconds:.0f} s)",
+                  flush=True)
+            if not killed:
+                survivors.append(mutation.name)
     print(f"{len(chosen) - len(survivors)} of {len(chosen)} mutations killed")
     return 1 if survivors else 0
 
