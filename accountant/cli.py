@@ -299,12 +299,18 @@ def ledger() -> None:
 @click.option("--against", "copies", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="An earlier export (JSON Lines or CSV from GET /v1/ledger/export) that the "
                    "ledger must still contain; repeat for several.")
-def ledger_verify(copies: tuple[str, ...]) -> None:
+@click.option("--file", "export_file", type=click.Path(exists=True, dir_okay=False),
+              help="Verify this JSON Lines export alone, offline: no database, no settings.")
+def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
     """Recompute every dataset's hash chain; exit 1 naming the first bad entry.
 
     With --against, also check that nothing an earlier export shows was truncated or
     rewritten since (the chain alone cannot tell a truncated chain whose recorded head was
-    rewound, or a deleted dataset, from one that never had more)."""
+    rewound, or a deleted dataset, from one that never had more). With --file, verify an
+    export instead of the database (docs/ledger.md)."""
+    if export_file is not None:
+        _verify_export(export_file)
+        return
     from accountant.db import make_engine, make_session_factory
     from accountant.services import ledger as ledger_service
 
@@ -327,6 +333,20 @@ def ledger_verify(copies: tuple[str, ...]) -> None:
         f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
     click.echo(f"DAMAGED: dataset {result.dataset!r}{where}: {result.reason}", err=True)
     sys.exit(1)
+
+
+def _verify_export(path: str) -> None:
+    from accountant.ledger_file import verify_lines
+
+    with open(path, encoding="utf-8") as file:
+        result = verify_lines(file)
+    if not result.ok:
+        click.echo(f"DAMAGED: {result.problem}", err=True)
+        sys.exit(1)
+    click.echo(f"ok: {result.lines} entries in {len(result.segments)} chains")
+    for name, (first, last, head) in sorted(result.segments.items()):
+        whole = "whole chain" if first == 1 else "a segment"
+        click.echo(f"  {name} seq {first}..{last} ({whole}) {head}")
 
 
 def _anchors(paths: tuple[str, ...]) -> dict[str, tuple[int, str]]:

@@ -34,6 +34,10 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "created_at": isoformat(entry.created_at / 1e6),
         "noise_secret": entry.noise_secret, "implementation": entry.implementation,
         "prev_hash": entry.prev_hash, "hash": entry.hash,
+        # what the hash covers, in the form it covers it (docs/ledger.md)
+        "params": entry.params, "multiplicity": entry.multiplicity,
+        "cost_units": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
+        "created_at_us": entry.created_at,
     }
 
 
@@ -115,7 +119,8 @@ def verify() -> Any:
 
 EXPORT_FIELDS = ["id", "seq", "kind", "charge_id", "dataset", "consumer", "status", "mechanism",
                  "release", "partitions", "cost", "detail", "created_at", "noise_secret",
-                 "implementation", "prev_hash", "hash"]
+                 "implementation", "prev_hash", "hash", "params", "multiplicity", "cost_units",
+                 "created_at_us"]
 
 
 #: What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
