@@ -105,3 +105,18 @@ def test_a_dataset_filtered_export_verifies_as_a_segment(api: Api, tmp_path: Pat
     path.write_text("\n".join(tail) + "\n", encoding="utf-8")
     result = _verifiers(tmp_path)["cli"](path)
     assert result.returncode == 0 and "clicks seq 2..3 (a segment)" in result.stdout
+
+
+def test_charged_is_cost_times_multiplicity_and_sums_to_the_running_total(
+        export: list[str], api: Api) -> None:
+    entries = [json.loads(line) for line in export]
+    people = [e for e in entries if e["dataset"] == "people" and e["kind"] == "charge"]
+    assert people[0]["multiplicity"] == 2  # parallel over 3 partitions, at most 2 per user
+    assert people[0]["charged"]["rho"] == 2 * people[0]["cost"]["rho"]
+    clicks = [e for e in entries if e["dataset"] == "clicks" and e["kind"] == "charge"]
+    denied = [e for e in clicks if e["status"] == "denied"]
+    assert denied and all(e["charged"]["epsilon"] == 0 for e in denied)
+    # the record-unit dataset's loss is the max over partitions of the sums; here every
+    # grant touches "städte-ü", so its running total is the sum of charged
+    total = sum(e["charged"]["epsilon"] for e in clicks)
+    assert total == 4 * 0.25 == api.budget()["loss"]["epsilon"]

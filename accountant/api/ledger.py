@@ -18,6 +18,7 @@ from accountant.accounting.windows import isoformat
 from accountant.api.auth import principal
 from accountant.api.common import db
 from accountant.errors import NotFound, field_error
+from accountant.exact import Amount
 from accountant.models import Consumer, Dataset, LedgerEntry
 from accountant.services import ledger
 
@@ -25,17 +26,24 @@ bp = Blueprint("ledger", __name__)
 
 
 def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
+    mode = MODES[dataset.accounting]
+    charged = None  # what the running total grew by: cost x multiplicity, when granted
+    if entry.kind == "charge":
+        grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)
+        charged = mode.report(grew.scaled(entry.multiplicity) if entry.status == "granted"
+                              else Amount(), dataset.limit_delta or 0)
     return {
         "id": entry.id, "seq": entry.seq, "kind": entry.kind, "charge_id": entry.charge_id,
         "dataset": dataset.name, "consumer": consumer, "status": entry.status,
         "mechanism": entry.mechanism, "release": entry.release, "partitions": entry.partitions,
-        "cost": MODES[dataset.accounting].report(entry.cost, dataset.limit_delta or 0),
+        "cost": mode.report(entry.cost, dataset.limit_delta or 0),
+        "multiplicity": entry.multiplicity, "charged": charged,
         "detail": entry.detail or None,
         "created_at": isoformat(entry.created_at / 1e6),
         "noise_secret": entry.noise_secret, "implementation": entry.implementation,
         "prev_hash": entry.prev_hash, "hash": entry.hash,
         # what the hash covers, in the form it covers it (docs/ledger.md)
-        "params": entry.params, "multiplicity": entry.multiplicity,
+        "params": entry.params,
         "cost_units": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
         "created_at_us": entry.created_at,
     }
@@ -120,7 +128,7 @@ def verify() -> Any:
 EXPORT_FIELDS = ["id", "seq", "kind", "charge_id", "dataset", "consumer", "status", "mechanism",
                  "release", "partitions", "cost", "detail", "created_at", "noise_secret",
                  "implementation", "prev_hash", "hash", "params", "multiplicity", "cost_units",
-                 "created_at_us"]
+                 "created_at_us", "charged"]
 
 
 #: What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
