@@ -120,3 +120,13 @@ def test_charged_is_cost_times_multiplicity_and_sums_to_the_running_total(
     # grant touches "städte-ü", so its running total is the sum of charged
     total = sum(e["charged"]["epsilon"] for e in clicks)
     assert total == 4 * 0.25 == api.budget()["loss"]["epsilon"]
+
+
+def test_loss_after_is_the_datasets_loss_after_each_entry(export: list[str], api: Api) -> None:
+    entries = [json.loads(line) for line in export]
+    for name in ("clicks", "people"):
+        own = [e for e in entries if e["dataset"] == name]
+        assert own[-1]["loss_after"] == api.budget(name)["loss"]
+    clicks = [e for e in entries if e["dataset"] == "clicks"]
+    assert [e["loss_after"]["epsilon"] for e in clicks] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert clicks[-1]["kind"] == "limit_change" and clicks[-2]["status"] == "denied"

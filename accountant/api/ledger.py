@@ -38,6 +38,8 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "mechanism": entry.mechanism, "release": entry.release, "partitions": entry.partitions,
         "cost": mode.report(entry.cost, dataset.limit_delta or 0),
         "multiplicity": entry.multiplicity, "charged": charged,
+        "loss_after": None if (after := entry.loss_after) is None
+        else mode.report(after, dataset.limit_delta or 0),
         "detail": entry.detail or None,
         "created_at": isoformat(entry.created_at / 1e6),
         "noise_secret": entry.noise_secret, "implementation": entry.implementation,
@@ -128,7 +130,7 @@ def verify() -> Any:
 EXPORT_FIELDS = ["id", "seq", "kind", "charge_id", "dataset", "consumer", "status", "mechanism",
                  "release", "partitions", "cost", "detail", "created_at", "noise_secret",
                  "implementation", "prev_hash", "hash", "params", "multiplicity", "cost_units",
-                 "created_at_us", "charged"]
+                 "created_at_us", "charged", "loss_after"]
 
 
 #: What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").

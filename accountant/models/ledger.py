@@ -44,6 +44,11 @@ class LedgerEntry(Base):
     #: ("plugin/name/version") that produced its output; a replay must find both again.
     noise_secret: Mapped[str | None] = mapped_column(String(32), nullable=True)
     implementation: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    #: The dataset's lifetime loss after this entry (NULL on entries from before 0007). Not
+    #: hashed: it follows from the chain and the accounting rules.
+    loss_after_epsilon: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    loss_after_delta: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    loss_after_rho: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at: Mapped[Microseconds]
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
@@ -51,3 +56,10 @@ class LedgerEntry(Base):
     @property
     def cost(self) -> Amount:
         return Amount(self.cost_epsilon, self.cost_delta, self.cost_rho)
+
+    @property
+    def loss_after(self) -> Amount | None:
+        if self.loss_after_epsilon is None:
+            return None
+        return Amount(self.loss_after_epsilon, self.loss_after_delta or 0,
+                      self.loss_after_rho or 0)

@@ -274,6 +274,7 @@ def charge(driver: Driver, reads: Reads, request: ChargeRequest, now_us: int) ->
         detail={} if evaluation.denial is None else _denial_detail(evaluation),
         noise_secret=request.noise_secret if evaluation.granted else None,
         implementation=request.mechanism.implementation if evaluation.granted else None,
+        loss_after=evaluation.lifetime_after if evaluation.granted else evaluation.lifetime_now,
     )
     return ChargeResult(charge_id, evaluation, now_us)
 

@@ -177,11 +177,13 @@ def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], acto
                 _rebuild_window(session, dataset, Window.containing(budget.period_seconds,
                                                                     now / 1e6))
     dataset.terms_sha256 = terms.digest(dataset)
+    loss = lifetime_loss(session, dataset)  # a limit change leaves the loss as it was
     for scope, old, new in changes:
         ledger.append(Driver.of(session), dataset, actor, kind="limit_change", status="granted",
                       created_at=now, detail={"scope": scope, "old": _plain(old),
                                               "new": _plain(new), "reason": reason,
-                                              "terms_sha256": dataset.terms_sha256})
+                                              "terms_sha256": dataset.terms_sha256},
+                      loss_after=loss)
 
 
 def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
@@ -291,6 +293,15 @@ def _report(mode: Mode, amount: Amount, dataset: Dataset,
     if only is not None and mode.name != "zcdp":
         report = {k: v for k, v in report.items() if k in only}
     return report
+
+
+def lifetime_loss(session: Session, dataset: Dataset) -> Amount:
+    """The dataset's lifetime loss now, from its lifetime tally."""
+    names = MODES[dataset.accounting].components
+    rule = rule_of(dataset)
+    lifetime = session.execute(select(Tally).where(
+        Tally.dataset_id == dataset.id, Tally.kind == "lifetime")).scalar()
+    return loss_now(rule, tally_state(session, lifetime, rule, names), names)
 
 
 def budget_report(session: Session, dataset: Dataset, now: float) -> dict[str, Any]:

@@ -68,7 +68,7 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
            partitions: list[str] | None = None, params: dict[str, Any] | None = None,
            cost: Amount = Amount(), multiplicity: int = 1,
            detail: dict[str, Any] | None = None, noise_secret: str | None = None,
-           implementation: str | None = None) -> None:
+           implementation: str | None = None, loss_after: Amount | None = None) -> None:
     """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked).
 
     Two driver statements and no ORM object: this runs on every charge."""
@@ -80,6 +80,9 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
         "cost_epsilon": cost.epsilon, "cost_delta": cost.delta, "cost_rho": cost.rho,
         "multiplicity": multiplicity, "detail": detail or {}, "created_at": created_at,
         "noise_secret": noise_secret, "implementation": implementation,
+        "loss_after_epsilon": None if loss_after is None else loss_after.epsilon,
+        "loss_after_delta": None if loss_after is None else loss_after.delta,
+        "loss_after_rho": None if loss_after is None else loss_after.rho,
         "prev_hash": dataset.ledger_head or GENESIS,
     }
     values["hash"] = chain_hash(values["prev_hash"], _canonical(
@@ -97,7 +100,7 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
 _COLUMNS = ("seq", "kind", "charge_id", "dataset_id", "consumer_id", "status", "mechanism",
             "release", "partitions", "params", "cost_epsilon", "cost_delta", "cost_rho",
             "multiplicity", "detail", "created_at", "noise_secret", "implementation",
-            "prev_hash", "hash")
+            "loss_after_epsilon", "loss_after_delta", "loss_after_rho", "prev_hash", "hash")
 _INSERT = (f"INSERT INTO ledger_entries ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join(':' + name for name in _COLUMNS)})")
 
