@@ -134,3 +134,20 @@ def test_a_truncation_the_chain_cannot_see_is_caught_against_an_earlier_export(
     assert busy.get("/v1/ledger/verify").get_json()["ok"] is True  # the chain alone: blind
     result = subprocess.run(verify, env=env, capture_output=True, text=True)
     assert result.returncode == 1 and "DAMAGED: dataset 'clicks'" in result.stderr, result.stderr
+
+
+def test_every_limit_the_service_sets_keeps_the_terms_digest(api: Api) -> None:
+    api.make_dataset("z", accounting="zcdp", budget={"epsilon": 4, "delta": 1e-6},
+                     windows=[{"period": "1d", "epsilon": 2}])
+    api.make_dataset("u", privacy_unit="user", max_partitions_per_user=3,
+                     budget={"epsilon": 3}, partition_budget={"epsilon": 1})
+    api.charge(dataset="z", mechanism="gaussian", params={"sigma": 20, "sensitivity": 1})
+    for dataset, change in [
+            ("z", {"windows": [{"period": "1h", "epsilon": 1}, {"period": "7d", "epsilon": 3}]}),
+            ("z", {"budget": {"epsilon": 5, "delta": 1e-7}}),
+            ("z", {"windows": []}),
+            ("u", {"partition_budget": {"epsilon": 2}, "budget": {"epsilon": 2.5}}),
+            ("u", {"partition_budget": None})]:
+        response = api.patch(f"/v1/datasets/{dataset}", {**change, "reason": "test"})
+        assert response.status_code == 200, response.get_json()
+        assert api.get("/v1/ledger/verify").get_json()["ok"] is True, change
