@@ -129,6 +129,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         prepare_host(settings)  # no database connection stays open across the fork
     except NoiseSecretMismatch as error:
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # never point anyone at it again
         raise click.ClickException(str(error)) from None
 
     class _Server(BaseApplication):  # type: ignore[misc]
@@ -159,6 +160,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         # max-requests): only the master may remove the folder every worker writes to.
         if os.getpid() == master:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
 
 _METRICS_PREFIX = "accountant-metrics-"

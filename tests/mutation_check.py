@@ -105,11 +105,13 @@ def run(mutation: Mutation, *, applied: bool = True) -> tuple[int, float]:
                              f"{mutation.path}; update tests/mutation_check.py")
         if applied:
             target.write_text(text.replace(mutation.before, mutation.after))
-        env = {k: v for k, v in os.environ.items() if k != "ACCOUNTANT_TEST_POSTGRES_URL"}
+        # SQLite only, and no metrics folder of some server this process once ran
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("ACCOUNTANT_TEST_POSTGRES_URL", "PROMETHEUS_MULTIPROC_DIR")}
         started = time.monotonic()
         # The copy is the working directory, so it is imported before the installed package.
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-n", "0",
              *mutation.tests], cwd=copy, env=env, capture_output=True, text=True)
         if not applied and result.returncode != 0:
             print(result.stdout[-4000:], result.stderr[-2000:], sep="\n", flush=True)
