@@ -118,3 +118,17 @@ def test_a_secret_file_others_can_read_is_warned_about(
     create_app(settings)
     warned = [r.getMessage() for r in caplog.records if "readable" in r.getMessage()]
     assert len(warned) == 2 and all("chmod 600" in message for message in warned)
+
+
+def test_the_response_and_the_receipt_state_multiplicity_and_the_amount_charged(
+        api: Api, client: FlaskClient) -> None:
+    """A parallel release over 3 partitions of a user dataset (at most 2 per user) costs 0.1
+    per release and grows the running total by 0.2: both figures are stated and signed."""
+    api.make_dataset("people", privacy_unit="user", max_partitions_per_user=2,
+                     budget={"epsilon": 10})
+    body = api.charge(dataset="people", partitions=["a", "b", "c"], release="parallel",
+                      epsilon=0.1, input={"values": [1.0, 2.0, 3.0]}).get_json()
+    assert body["cost"]["epsilon"] == 0.1 and body["multiplicity"] == 2
+    assert body["charged"]["epsilon"] == 0.2 == api.budget("people")["loss"]["epsilon"]
+    claims = _verify_offline(body["receipt"], client.get("/v1/receipts/public-key").get_json())
+    assert claims["multiplicity"] == 2 and claims["charged"] == {"epsilon": 0.2, "delta": 0.0}

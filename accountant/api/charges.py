@@ -202,6 +202,9 @@ def _outcome(fresh: _Fresh, charge_request: ChargeRequest,
         "release": charge_request.release,
         "partitions": evaluation.partitions,
         "cost": _report(evaluation, evaluation.priced.cost),
+        "multiplicity": evaluation.priced.multiplicity,
+        "charged": _report(evaluation, evaluation.priced.cost.scaled(
+            evaluation.priced.multiplicity)),
         "remaining": _report(evaluation, evaluation.remaining),
         "created_at": isoformat(result.created_at / 1e6),
         "run_params": idempotency.encode_params(evaluation.priced.run_params),
@@ -210,6 +213,7 @@ def _outcome(fresh: _Fresh, charge_request: ChargeRequest,
     body["receipt"] = receipts.receipt(
         runtime().signer, charge_id=result.charge_id, dataset=body["dataset"],
         partitions=body["partitions"], mechanism=body["mechanism"], cost=body["cost"],
+        multiplicity=body["multiplicity"], charged=body["charged"],
         output_sha256=fresh.output_sha256, issued_at=result.created_at // 1_000_000)
     return idempotency.outcome(fingerprint, result.charge_id, 201, body, {})
 
@@ -221,10 +225,13 @@ def _render(outcome: idempotency.Outcome, output: dict[str, Any] | None) -> Resp
         response = Response(dumps(stored), status=outcome.status,
                             mimetype="application/problem+json")
     else:
-        body = {**{k: stored[k] for k in ("charge_id", "dataset", "mechanism", "release",
-                                          "partitions", "cost")},
-                "output": output, "remaining": stored["remaining"], "receipt": stored["receipt"],
-                "created_at": stored["created_at"]}
+        # multiplicity and charged are remembered since they were added, so a replay of an
+        # older charge stays identical
+        shown = ("charge_id", "dataset", "mechanism", "release", "partitions", "cost",
+                 "multiplicity", "charged")
+        body: dict[str, Any] = {k: stored[k] for k in shown if k in stored}
+        body.update({"output": output, "remaining": stored["remaining"],
+                     "receipt": stored["receipt"], "created_at": stored["created_at"]})
         response = Response(dumps(body), status=201, mimetype="application/json")
     for name, value in outcome.headers.items():
         response.headers[name] = value

@@ -47,8 +47,13 @@ def output_sha256(output: Any) -> str:
 
 
 def receipt(private: Ed25519PrivateKey, *, charge_id: str, dataset: str, partitions: list[str],
-            mechanism: str, cost: dict[str, Decimal], output_sha256: str, issued_at: int) -> str:
+            mechanism: str, cost: dict[str, Decimal], multiplicity: int,
+            charged: dict[str, Decimal], output_sha256: str, issued_at: int) -> str:
+    """The signed claims of a grant: ``cost`` per release, and ``charged`` = cost x
+    ``multiplicity``, what the dataset's running total grew by."""
     claims = {"charge_id": charge_id, "dataset": dataset, "partitions": partitions,
               "mechanism": mechanism, "cost": {k: float(v) for k, v in cost.items()},
+              "multiplicity": multiplicity,
+              "charged": {k: float(v) for k, v in charged.items()},
               "output_sha256": output_sha256, "iat": issued_at}
     return sign(private, claims)
