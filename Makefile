@@ -27,4 +27,5 @@ serve: $(STAMP)  ## install, migrate ./var/accountant.db, print a first admin ke
 test: $(STAMP) $(TEST_PLUGINS)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/vulture
 	PYTHONPATH=$(TEST_PLUGINS) $(BIN)/python -m pytest

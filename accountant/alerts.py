@@ -14,7 +14,7 @@ from typing import Any
 
 import pluggy
 
-from accountant.accounting.pricing import ScopeCheck
+from accountant.accounting.checks import ScopeCheck
 from accountant.accounting.windows import isoformat
 from accountant.config import Settings
 from accountant.exact import COMPONENTS, Amount, ComponentName
@@ -79,17 +79,43 @@ def crossings(checks: tuple[ScopeCheck, ...], names: tuple[ComponentName, ...],
     return alerts
 
 
-class AlertDispatcher:
-    """Calls every ``accountant_budget_alert`` implementation; never raises."""
+@dataclass(frozen=True)
+class AlertSettings:
+    """What an alert plugin may know of the service's settings, and nothing more."""
 
-    def __init__(self, pm: pluggy.PluginManager, settings: Settings) -> None:
-        self._hook = pm.hook.accountant_budget_alert
-        self._settings = settings
+    thresholds: tuple[int, ...]
+    webhook_url: str | None
+    webhook_timeout_ms: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> AlertSettings:
+        return cls(settings.alert_thresholds, settings.alert_webhook_url,
+                   settings.alert_webhook_timeout_ms)
+
+
+class AlertDispatcher:
+    """Calls every plugin's ``accountant_budget_alert`` through the plugin manager, one
+    plugin at a time, so that one plugin's failure is logged and reaches neither the other
+    plugins nor the charge."""
+
+    def __init__(self, pm: pluggy.PluginManager, alerting: AlertSettings) -> None:
+        self.alerting = alerting
+        hook = pm.hook.accountant_budget_alert
+        plugins = [impl.plugin for impl in hook.get_hookimpls()]
+        self._callers = [
+            (pm.get_name(plugin), pm.subset_hook_caller(
+                "accountant_budget_alert", [p for p in plugins if p is not plugin]))
+            for plugin in plugins]
+
+    def after_grant(self, checks: tuple[ScopeCheck, ...], names: tuple[ComponentName, ...],
+                    **facts: Any) -> None:
+        """Send an alert for each threshold a granted charge crossed."""
+        self.fire(crossings(checks, names, self.alerting.thresholds, **facts))
 
     def fire(self, alerts: list[BudgetAlert]) -> None:
         for alert in alerts:
-            for impl in self._hook.get_hookimpls():
+            for name, caller in self._callers:
                 try:
-                    impl.function(alert=alert, settings=self._settings)
+                    caller(alert=alert, alerting=self.alerting)
                 except Exception:  # a plugin's bug must never fail a charge
-                    log.exception("alert plugin failed", extra={"plugin": impl.plugin_name})
+                    log.exception("alert plugin failed", extra={"plugin": name})

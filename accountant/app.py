@@ -19,20 +19,21 @@ from sqlalchemy.exc import (
 from werkzeug.exceptions import HTTPException
 
 from accountant import logging as structured_logging
-from accountant import noise, signing
-from accountant.alerts import AlertDispatcher
+from accountant import noise, problems, signing
+from accountant.alerts import AlertDispatcher, AlertSettings
 from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
 from accountant.api.common import Runtime, close_db
+from accountant.clock import Clock, SystemClock
 from accountant.config import Settings, load_settings
 from accountant.dashboard import views as dashboard
 from accountant.dashboard.session import CookieSessions
 from accountant.db import begin_write, make_engine, make_session_factory
-from accountant.errors import Conflict, ProblemError, Unavailable, ValidationProblem
+from accountant.errors import AccountantError, Conflict, InvalidRequest, Unavailable
 from accountant.jsonio import DecimalJSONProvider, dumps
 from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, outcome_of
 from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
-from accountant.randomness import RandomSource
+from accountant.services.charges import ChargeContext
 from accountant.services.consumers import ensure_first_admin
 from accountant.services.receipts import register as register_key
 
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def create_app(config: Mapping[str, Any] | Settings | None = None, *,
-               random: RandomSource | None = None,
+               clock: Clock | None = None,
                extra_plugins: Iterable[tuple[str, object]] = ()) -> Flask:
     """Build the service. ``config`` overrides environment settings (tests pass a mapping)."""
     settings = config if isinstance(config, Settings) else load_settings(config)
@@ -51,16 +52,19 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
     engine = make_engine(settings)
     pm, refusals = make_plugin_manager(settings.disabled_plugins, extra_plugins)
     signer = signing.load_or_create(Path(settings.signing_key_file))
+    clock = clock or SystemClock()
     app.extensions["accountant"] = Runtime(
         settings=settings,
         engine=engine,
         sessions=make_session_factory(engine),
         registry=MechanismRegistry(pm, refusals),
-        random=random or RandomSource(),
         head_revision=head_revision(),
         signer=signer,
-        noise=noise.load_or_create(Path(settings.noise_secret_file)),
-        alerts=AlertDispatcher(pm, settings),
+        clock=clock,
+        charging=ChargeContext(
+            noise=noise.load_or_create(Path(settings.noise_secret_file)), signer=signer,
+            clock=clock, alerts=AlertDispatcher(pm, AlertSettings.of(settings)),
+            signer_published=[False]),
     )
     app.extensions["accountant_engine"] = engine
     for blueprint in (meta.bp, openapi.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp,
@@ -97,9 +101,9 @@ def _register_signing_key(app: Flask) -> None:
     with runtime.sessions() as session:
         try:
             begin_write(session)
-            register_key(session, runtime.signer, time.time_ns() // 1000)
+            register_key(session, runtime.signer, runtime.clock.now_us())
             session.commit()
-            runtime.signer_published[0] = True
+            runtime.charging.signer_published[0] = True
         except (OperationalError, ProgrammingError, IntegrityError) as error:
             # no schema yet, or the database is unreachable, or another worker registered it
             # at the same moment: the first charge publishes it in its own transaction
@@ -158,7 +162,7 @@ def _register_noise_secret(app: Flask) -> None:
     runtime: Runtime = app.extensions["accountant"]
     try:
         with runtime.engine.connect() as connection:
-            noise.register(connection, runtime.noise)
+            noise.register(connection, runtime.charging.noise)
     except (OperationalError, ProgrammingError) as error:  # no schema yet
         log.info("noise secret not registered yet", extra={"error": type(error).__name__})
 
@@ -182,37 +186,35 @@ def bootstrap_admin(app: Flask, key: str) -> None:
         session.close()
 
 
-def _problem(error: ProblemError) -> Response:
-    response = Response(dumps(error.body()), status=error.status,
+def _response(problem: problems.Problem) -> Response:
+    response = Response(dumps(problem.body), status=problem.status,
                         mimetype="application/problem+json")
-    for name, value in error.headers.items():
+    for name, value in problem.headers.items():
         response.headers[name] = value
     return response
 
 
 def _register_error_handlers(app: Flask) -> None:
-    @app.errorhandler(ProblemError)
-    def _on_problem(error: ProblemError) -> Response:
-        return _problem(error)
+    @app.errorhandler(AccountantError)
+    def _on_domain_error(error: AccountantError) -> Response:
+        return _response(problems.of(error))
 
     @app.errorhandler(HTTPException)
     def _on_http(error: HTTPException) -> Response:
-        problem = ProblemError(error.description or error.name)
-        problem.status = error.code or 500
-        problem.slug = error.name.lower().replace(" ", "-")
-        problem.title = error.name
-        for name, value in error.get_headers():
-            if name == "Allow":
-                problem.headers["Allow"] = value
+        detail = error.description or error.name
         if error.code == 413:
             limit = app.config["MAX_CONTENT_LENGTH"]
-            problem.detail = f"the request body is larger than {limit} bytes; send less data"
-        return _problem(problem)
+            detail = f"the request body is larger than {limit} bytes; send less data"
+        allow = {name: value for name, value in error.get_headers() if name == "Allow"}
+        return _response(problems.problem(error.code or 500,
+                                          error.name.lower().replace(" ", "-"), error.name,
+                                          detail, headers=allow))
 
     @app.errorhandler(IntegrityError)
     def _on_integrity(error: IntegrityError) -> Response:
         log.warning("integrity conflict", extra={"path": request.path})
-        return _problem(Conflict("the request conflicts with the current state; retry it"))
+        return _response(problems.of(
+            Conflict("the request conflicts with the current state; retry it")))
 
     @app.errorhandler(DataError)
     def _on_data(error: DataError) -> Response:
@@ -220,19 +222,20 @@ def _register_error_handlers(app: Flask) -> None:
         # name on PostgreSQL: the request's fault, and nothing was written.
         detail = ("a value in the request cannot be used by the database (for example a NUL "
                   "character or a number out of range); remove it")
-        return _problem(ValidationProblem(detail, errors=[{"field": "", "message": detail}]))
+        return _response(problems.of(
+            InvalidRequest(detail, errors=[{"field": "", "message": detail}])))
 
     @app.errorhandler(OperationalError)
     def _on_database(error: OperationalError) -> Response:
         record_metric(DATABASE_ERRORS.inc)
         log.error("database unavailable", extra={"path": request.path,
                                                  "error": str(error.orig)[:200]})
-        return _problem(Unavailable("the database is unavailable; retry with the same "
-                                    "Idempotency-Key", headers={"Retry-After": "1"}))
+        return _response(problems.of(Unavailable(
+            "the database is unavailable; retry with the same Idempotency-Key",
+            retry_after=1)))
 
     @app.errorhandler(Exception)
     def _on_unexpected(error: Exception) -> Response:
         log.exception("unexpected error", extra={"path": request.path})
-        problem = ProblemError("an unexpected error occurred; it has been logged")
-        problem.status, problem.slug, problem.title = 500, "internal", "Internal error"
-        return _problem(problem)
+        return _response(problems.problem(500, "internal", "Internal error",
+                                          "an unexpected error occurred; it has been logged"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -77,23 +78,24 @@ def init() -> None:
     """Upgrade the schema and print a first admin key if no admin exists yet."""
     from accountant.db import begin_write, make_engine, make_session_factory
     from accountant.migrate import upgrade
-    from accountant.models import Consumer
-    from accountant.services.consumers import issue_key
+    from accountant.services.consumers import KEY_PREFIX, ensure_first_admin
 
     settings = _settings()
     upgrade(settings.database_url)
     sessions = make_session_factory(make_engine(settings, service=False))
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
     with sessions() as session:
         begin_write(session)
-        if session.execute(select(Consumer.id).where(Consumer.role == "admin")).first():
-            click.echo("an admin already exists; create more keys with "
-                       "'accountant keys create --name NAME --role admin'", err=True)
-            return
-        consumer = Consumer(name="admin", role="admin", created_at=_now())
-        session.add(consumer)
-        session.flush()
-        _, key = issue_key(session, consumer, _now())
-        session.commit()
+        try:
+            created = ensure_first_admin(session, key, _now())
+            session.commit()
+        except IntegrityError:  # another process created the first admin at the same moment
+            session.rollback()
+            created = False
+    if not created:
+        click.echo("an admin already exists; create more keys with "
+                   "'accountant keys create --name NAME --role admin'", err=True)
+        return
     click.echo("first admin key (shown once; store it now):", err=True)
     click.echo(key)
 
@@ -266,7 +268,7 @@ def _slug(_context: click.Context, parameter: click.Parameter, value: str) -> st
 def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     """Print a new key for consumer NAME, once; the database keeps only its hash."""
     from accountant.db import begin_write, make_engine, make_session_factory
-    from accountant.errors import ProblemError
+    from accountant.errors import AccountantError
     from accountant.models import Consumer
     from accountant.services.consumers import create_consumer, issue_key
 
@@ -284,7 +286,7 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
             else:
                 _, key = issue_key(session, consumer, _now())
             session.commit()
-    except ProblemError as error:
+    except AccountantError as error:
         raise click.ClickException(error.detail) from None
     except (OperationalError, IntegrityError) as error:
         raise click.ClickException(f"database error: {error.orig}; "

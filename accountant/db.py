@@ -10,7 +10,8 @@ section 4). So the driver's own BEGIN is switched off and we emit ours:
 and then read a state nobody can change under them) and a plain ``BEGIN``
 for reads.
 
-PostgreSQL: READ COMMITTED with ``synchronous_commit=on``; write
+PostgreSQL: READ COMMITTED (set explicitly, whatever the server's default)
+with ``synchronous_commit=on``; write
 transactions serialise per dataset with ``SELECT ... FOR UPDATE`` on the
 dataset row (see ``services.charges``).
 """
@@ -28,6 +29,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from accountant.config import Settings
+from accountant.driver import WRITE_GATES, WriteGate
 
 WRITE = "accountant_write"
 #: Every engine this process made, held until ``dispose_all`` so none is garbage-collected
@@ -56,6 +58,7 @@ def make_engine(settings: Settings, *, service: bool = True) -> Engine:
         ensure_sqlite_directory(settings.database_url)
         engine = create_engine(url, connect_args={"timeout": settings.lock_timeout_ms / 1000})
         _configure_sqlite(engine, settings)
+        WRITE_GATES[engine] = WriteGate(settings.lock_timeout_ms / 1000)
         _ENGINES.append(engine)
         return engine
     timeout_s = settings.database_timeout_ms / 1000
@@ -73,8 +76,11 @@ def make_engine(settings: Settings, *, service: bool = True) -> Engine:
     if settings.database_pooler == "pgbouncer":  # see deploy/README.md, "PgBouncer"
         del connect_args["options"]
         connect_args["prepare_threshold"] = None
+    # The locking argument of the charge (services.charges) relies on READ COMMITTED: each
+    # statement sent after the dataset's lock sees every charge committed before it.
     engine = create_engine(url, pool_size=settings.pool_size, max_overflow=settings.pool_size,
-                           pool_timeout=deadline_s, connect_args=connect_args)
+                           pool_timeout=deadline_s, connect_args=connect_args,
+                           isolation_level="READ COMMITTED")
     if service:
         _connect_with_deadline(engine, deadline_s)
     event.listen(engine, "checkout", _refuse_if_closed_by_server)

@@ -29,33 +29,41 @@ process, there is no round trip to save: ``pipeline()`` does nothing and
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import threading
+import weakref
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Engine
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
+from sqlalchemy.sql import ClauseElement
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 Params = Mapping[str, Any]
-Rows = list[tuple[Any, ...]]
+Rows = list[Any]  # named tuples (``_record``)
 T = TypeVar("T")
 
 
 class Driver:
     """A cursor on one pooled DBAPI connection, for statements in the named style."""
 
-    __slots__ = ("_connection", "_cursor", "_dbapi", "_pipelined", "postgres")
+    __slots__ = ("_connection", "_cursor", "_dbapi", "_gate", "_in_gate", "_pipelined",
+                 "postgres")
 
-    def __init__(self, connection: Any, dialect: Dialect) -> None:
+    def __init__(self, connection: Any, dialect: Dialect,
+                 gate: WriteGate | None = None) -> None:
         self._connection = connection
         self._pipelined = False
         self.postgres = dialect.name == "postgresql"
         self._dbapi = dialect.dbapi
         self._cursor = connection.cursor()
+        self._gate, self._in_gate = gate, False
 
     @classmethod
     def of(cls, session: Session) -> Driver:
@@ -67,16 +75,26 @@ class Driver:
     def checkout(cls, engine: Engine) -> Driver:
         """A connection of its own from ``engine``'s pool; give it back with ``close``."""
         dbapi = engine.dialect.dbapi
+        gate = WRITE_GATES.get(engine)
         try:
-            return cls(engine.raw_connection(), engine.dialect)
+            return cls(engine.raw_connection(), engine.dialect, gate)
         except dbapi.Error as error:  # type: ignore[union-attr]
             raise DBAPIError.instance(None, None, error, dbapi.Error) from error  # type: ignore[union-attr]
 
     def begin_write(self) -> None:
         """Start a write transaction. SQLite takes the database's write lock now (``BEGIN
-        IMMEDIATE``, see ``accountant.db``); psycopg begins one with the first statement."""
-        if not self.postgres:
+        IMMEDIATE``, see ``accountant.db``), after this process's earlier writers
+        (``WriteGate``); psycopg begins one with the first statement."""
+        if self.postgres:
+            return
+        if self._gate is not None:
+            self._gate.enter()
+            self._in_gate = True
+        try:
             self.run("BEGIN IMMEDIATE")
+        except BaseException:
+            self._leave_gate()
+            raise
 
     def begin_read(self) -> None:
         """Start a read transaction: one snapshot for several statements on SQLite (on
@@ -99,15 +117,30 @@ class Driver:
         if self._pipelined:
             self.run("COMMIT")  # psycopg's commit() would wait for a round trip of its own
         else:
-            self._call(self._connection.commit)
+            try:
+                self._call(self._connection.commit)
+            finally:
+                self._leave_gate()
 
     def rollback(self) -> None:
         """End the current transaction, if any, discarding its writes."""
-        self._call(self._connection.rollback)
+        try:
+            self._call(self._connection.rollback)
+        finally:
+            self._leave_gate()
 
     def close(self) -> None:
         """Give the connection back to the pool (which rolls back what is left open)."""
-        self._connection.close()
+        try:
+            self._connection.close()
+        finally:
+            self._leave_gate()
+
+    def _leave_gate(self) -> None:
+        if self._in_gate:
+            self._in_gate = False
+            assert self._gate is not None
+            self._gate.leave()
 
     @contextmanager
     def pipeline(self) -> Iterator[None]:
@@ -139,22 +172,21 @@ class Driver:
         self._execute(sql, params or {})
         return self.fetch(self._cursor)
 
-    def row(self, sql: str, params: Params | None = None) -> tuple[Any, ...] | None:
-        self._execute(sql, params or {})
-        found: tuple[Any, ...] | None = self._call(self._cursor.fetchone)
-        return found
+    def row(self, sql: str, params: Params | None = None) -> Any:
+        """The first row (a named tuple), or None."""
+        found = self.rows(sql, params)
+        return found[0] if found else None
 
     def run(self, sql: str, params: Params | None = None) -> None:
         self._execute(sql, params or {})
 
-    def run_many(self, sql: str, rows: Sequence[Params]) -> None:
-        """The same statement for each of ``rows`` (no list values)."""
-        statement = _render(sql, self.postgres, ())
-        self._call(self._cursor.executemany, statement, rows)
-
     def fetch(self, cursor: Any) -> Rows:
-        """The rows of the statement last executed on ``cursor``."""
+        """The rows of the statement last executed on ``cursor``, as named tuples: read a
+        column by its name (``row.total_epsilon``), never by its position."""
         rows: Rows = self._call(cursor.fetchall)
+        if rows:
+            make = _record(tuple(column[0] for column in cursor.description))._make
+            return [make(row) for row in rows]
         return rows
 
     def _execute(self, sql: str, params: Params, cursor: Any = None) -> None:
@@ -173,6 +205,37 @@ class Driver:
                                       self._dbapi.Error) from error  # type: ignore[union-attr]
 
 
+class WriteGate:
+    """The queue of one process's SQLite writers, in front of ``BEGIN IMMEDIATE``.
+
+    SQLite has no queue for its write lock: a writer that finds it taken
+    sleeps in its busy handler for 1, 2, 5, ... up to 100 ms and tries again,
+    so under load a waiter may sleep past many releases while later arrivals
+    take the lock (a convoy, with a long tail of latencies). This process's
+    threads instead wait here, woken the moment the writer before them
+    leaves, so only one of them at a time contends for SQLite's lock with the
+    other processes. A writer waits at most ``timeout_s`` (the lock timeout,
+    ``ACCOUNTANT_LOCK_TIMEOUT_MS``) here, and then the busy timeout for
+    SQLite's lock, as before: a wait that long is a 503.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self._lock = threading.Lock()
+        self._timeout_s = timeout_s
+
+    def enter(self) -> None:
+        if not self._lock.acquire(timeout=self._timeout_s):
+            raise OperationalError("BEGIN IMMEDIATE", None, TimeoutError(
+                f"database is locked: no write lock within {self._timeout_s:g} s"))
+
+    def leave(self) -> None:
+        self._lock.release()
+
+
+#: The write gate of each SQLite engine (``accountant.db.make_engine`` sets one up).
+WRITE_GATES: weakref.WeakKeyDictionary[Engine, WriteGate] = weakref.WeakKeyDictionary()
+
+
 class Pending(Generic[T]):
     """A statement sent with ``Driver.send``: its result, read when first asked for."""
 
@@ -188,6 +251,22 @@ class Pending(Generic[T]):
             self._value = self._then(self._driver.fetch(self._cursor))
         value: T = self._value
         return value
+
+
+def compiled(statement: ClauseElement) -> str:
+    """A SQLAlchemy Core statement built from the tables' metadata, as SQL text in the named
+    style this driver sends (compile it once, at import, and keep the text)."""
+    return str(statement.compile(dialect=_NAMED_DIALECT))
+
+
+_NAMED_DIALECT = sqlite.dialect(paramstyle="named")
+
+
+@lru_cache(maxsize=256)
+def _record(columns: tuple[str, ...]) -> Any:
+    """The named-tuple type of a result with these columns (aliases make every name
+    unique and an identifier)."""
+    return namedtuple("Record", columns)
 
 
 def _expand(params: Params) -> dict[str, Any]:

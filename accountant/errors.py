@@ -1,85 +1,72 @@
-"""The service's errors: a small hierarchy, each rendered as RFC 9457 problem+json in one place."""
+"""The service's domain errors: what went wrong, with the facts, and what to do next.
+
+They know nothing of HTTP. ``accountant.problems`` is the one place that maps
+each to a status and an RFC 9457 problem+json document.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-PROBLEM_BASE = "https://accountant.invalid/problems/"
 
-
-class ProblemError(Exception):
-    """An error with an HTTP status, a stable ``type`` slug and a detail saying what to do."""
-
-    status = 400
-    slug = "bad-request"
-    title = "Bad request"
+class AccountantError(Exception):
+    """An error the caller can act on: ``detail`` says what to do next."""
 
     def __init__(self, detail: str, *, errors: list[dict[str, str]] | None = None,
-                 extra: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, retry_after: int | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
-        self.errors = errors
-        self.extra = extra or {}
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"type": PROBLEM_BASE + self.slug, "title": self.title,
-                                "status": self.status, "detail": self.detail}
-        if self.errors is not None:
-            body["errors"] = self.errors
-        body.update(self.extra)
-        return body
+        self.errors = errors  # field errors, for an invalid request
+        self.extra = extra or {}  # facts stated in the problem document
+        self.retry_after = retry_after  # seconds after which a retry may succeed
 
 
-class ValidationProblem(ProblemError):
-    slug, title = "validation", "Invalid request"
+class InvalidRequest(AccountantError):
+    """The request is malformed or names values the service refuses."""
 
 
-class Unauthorized(ProblemError):
-    status, slug, title = 401, "unauthorized", "Missing or unknown API key"
+class Unauthorized(AccountantError):
+    """No API key, or an unknown one."""
 
 
-class Forbidden(ProblemError):
-    status, slug, title = 403, "forbidden", "Not allowed"
+class Forbidden(AccountantError):
+    """The caller's role or grants do not allow this."""
 
 
-class NotFound(ProblemError):
-    status, slug, title = 404, "not-found", "Not found"
+class NotFound(AccountantError):
+    """What the request names does not exist."""
 
 
-class Conflict(ProblemError):
-    status, slug, title = 409, "conflict", "Conflict"
+class Conflict(AccountantError):
+    """The request conflicts with the current state."""
 
 
-class BudgetExhausted(ProblemError):
-    status, slug, title = 409, "budget-exhausted", "Privacy budget exhausted"
+class BudgetExhausted(AccountantError):
+    """A charge would take a scope over its limit. The facts are in ``extra``: ``scope``,
+    ``limit``, ``spent``, ``requested``, ``charge_id`` and, for a partition, ``partition``."""
 
 
-class WindowExhausted(ProblemError):
-    status, slug, title = 429, "window-exhausted", "Window budget exhausted until the window resets"
+class WindowExhausted(BudgetExhausted):
+    """A charge would take the current window over its limit; it fits again at
+    ``extra["resets_at"]``, ``retry_after`` seconds from now."""
 
 
-class IdempotencyKeyReused(ProblemError):
-    status, slug, title = 422, "idempotency-key-reused", "Idempotency key reused with another body"
+class IdempotencyKeyReused(AccountantError):
+    """An idempotency key came back with another request body."""
 
 
-class ReplayUnavailable(ProblemError):
-    status, slug, title = 409, "replay-unavailable", "The first response cannot be given again"
+class ReplayUnavailable(AccountantError):
+    """The first response to a request cannot be given again exactly."""
 
 
-class MechanismFailed(ProblemError):
-    status, slug, title = 500, "mechanism-failed", "The mechanism failed; nothing was charged"
+class MechanismFailed(AccountantError):
+    """A mechanism failed to run; nothing was charged."""
 
 
-class PayloadTooLarge(ProblemError):
-    status, slug, title = 413, "payload-too-large", "Request body too large"
+class Unavailable(AccountantError):
+    """The database does not answer in time."""
 
 
-class Unavailable(ProblemError):
-    status, slug, title = 503, "unavailable", "Database unavailable"
-
-
-def field_error(field: str, message: str) -> ValidationProblem:
-    """A 400 naming one field."""
-    return ValidationProblem(f"{field}: {message}", errors=[{"field": field, "message": message}])
+def field_error(field: str, message: str) -> InvalidRequest:
+    """An invalid request naming one field."""
+    return InvalidRequest(f"{field}: {message}", errors=[{"field": field, "message": message}])

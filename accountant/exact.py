@@ -117,9 +117,6 @@ class Amount:
             min(self.rho * m, SATURATION),
         )
 
-    def as_decimals(self, names: tuple[ComponentName, ...]) -> dict[str, Decimal]:
-        return {name: COMPONENTS[name].to_decimal(self[name]) for name in names}
-
 
 @dataclass(frozen=True)
 class Limit:

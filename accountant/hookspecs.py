@@ -13,8 +13,7 @@ import pluggy
 from accountant.mechanism import Mechanism
 
 if TYPE_CHECKING:
-    from accountant.alerts import BudgetAlert
-    from accountant.config import Settings
+    from accountant.alerts import AlertSettings, BudgetAlert
 
 PROJECT = "accountant"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -35,13 +34,15 @@ def accountant_register_mechanisms() -> list[Mechanism]:  # type: ignore[empty-b
 
 
 @hookspec
-def accountant_budget_alert(alert: BudgetAlert, settings: Settings) -> None:
+def accountant_budget_alert(alert: BudgetAlert, alerting: AlertSettings) -> None:
     """React to a budget scope crossing a utilisation threshold.
 
     Called after a granted charge is committed, once for each scope (the
     dataset's lifetime, a partition, the consumer's quota, a window) whose
-    utilisation went from below a configured threshold (``settings.alert_thresholds``,
-    default 50, 80 and 100 percent) to at or above it. Charges on a dataset are
+    utilisation went from below a configured threshold (``alerting.thresholds``,
+    default 50, 80 and 100 percent) to at or above it. ``alerting`` holds the
+    alert settings (thresholds, webhook URL and timeout) and nothing else of
+    the service's configuration. Charges on a dataset are
     serialised, so each crossing is reported by exactly one charge. Not
     first-result: every plugin is called. Return nothing; an exception is
     logged and never fails the charge. Implementations must not block: do

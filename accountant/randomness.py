@@ -21,11 +21,6 @@ class RandomSource:
     def uint64(self, n: int) -> npt.NDArray[np.uint64]:
         return np.frombuffer(os.urandom(8 * n), dtype=np.uint64).copy()
 
-    def uniform(self, n: int) -> npt.NDArray[np.float64]:
-        """Doubles uniform on (0, 1]: 53 random bits, never zero (so ``log`` is finite)."""
-        bits = self.uint64(n) >> np.uint64(11)
-        return (bits.astype(np.float64) + 1.0) * (2.0**-53)
-
 
 class KeyedRandomSource(RandomSource):
     """The random words of one charge: SHAKE-256 keyed by a secret and the charge id.

@@ -13,7 +13,7 @@ from typing import Any
 
 from gunicorn import util
 
-from accountant.errors import PROBLEM_BASE
+from accountant.problems import PROBLEM_BASE
 
 _WHAT_TO_DO = {
     414: "the request line is too long; send a shorter URL",

@@ -30,37 +30,37 @@ def make_app(folder: Path, name: str, url: str | None) -> tuple[Any, str]:
 
 def fill(app: Any, entries: int, partitions: int) -> None:
     """History written straight into the tables, as years of charges would leave it."""
-    from accountant.driver import Driver
+    from sqlalchemy import text
 
-    db = Driver.checkout(app.extensions["accountant"].engine)
-    db.begin_write()
-    db.run_many("INSERT INTO partitions (dataset_id, key, created_at) VALUES (1, :k, 0)",
-                [{"k": f"old-{i}"} for i in range(partitions)])
-    db.run("INSERT INTO tallies (dataset_id, kind, consumer_id, period_seconds, "
-           "window_start, total_epsilon, total_delta, total_rho, max_epsilon, "
-           "max_delta, max_rho) VALUES (1, 'consumer', 1, 0, 0, 0, 0, 0, 0, 0, 0)")
-    ids = [row[0] for row in db.rows("SELECT id FROM partitions")]
-    tallies = [row[0] for row in db.rows("SELECT id FROM tallies")]
-    for tally in tallies:
-        db.run_many("INSERT INTO tally_spends VALUES (:t, :p, :e, 0, 0) "
-                    "ON CONFLICT DO NOTHING",
-                    [{"t": tally, "p": pid, "e": random.randrange(10**9)} for pid in ids])
-    for start in range(0, entries, 100_000):
-        db.run_many(
-            "INSERT INTO ledger_entries (seq, kind, charge_id, dataset_id, consumer_id, "
-            "status, mechanism, release, partitions, params, cost_epsilon, cost_delta, "
-            "cost_rho, multiplicity, detail, created_at, prev_hash, hash) VALUES "
-            "(:seq, 'charge', :id, 1, 1, 'granted', 'laplace', 'joint', '[\"old\"]', '{}', "
-            "1000, 0, 0, 1, '{}', :t, '', '')",
-            [{"seq": start + i + 1000, "id": f"old-{start + i}", "t": start + i}
-             for i in range(min(100_000, entries - start))])
-        print(f"    {start + 100_000} entries ...", file=sys.stderr)
-    db.run("UPDATE datasets SET ledger_seq = ledger_seq + :n", {"n": entries + 1000})
-    db.commit()
-    if db.postgres:
-        db.run("ANALYZE")  # as autovacuum would after such a load
-        db.commit()
-    db.close()
+    engine = app.extensions["accountant"].engine
+    with engine.begin() as db:
+        db.execute(text("INSERT INTO partitions (dataset_id, key, created_at) "
+                        "VALUES (1, :k, 0)"), [{"k": f"old-{i}"} for i in range(partitions)])
+        db.execute(text(
+            "INSERT INTO tallies (dataset_id, kind, consumer_id, period_seconds, "
+            "window_start, total_epsilon, total_delta, total_rho, max_epsilon, "
+            "max_delta, max_rho) VALUES (1, 'consumer', 1, 0, 0, 0, 0, 0, 0, 0, 0)"))
+        ids = db.execute(text("SELECT id FROM partitions")).scalars().all()
+        for tally in db.execute(text("SELECT id FROM tallies")).scalars().all():
+            db.execute(text("INSERT INTO tally_spends VALUES (:t, :p, :e, 0, 0) "
+                            "ON CONFLICT DO NOTHING"),
+                       [{"t": tally, "p": pid, "e": random.randrange(10**9)} for pid in ids])
+        for start in range(0, entries, 100_000):
+            db.execute(text(
+                "INSERT INTO ledger_entries (seq, kind, charge_id, dataset_id, consumer_id, "
+                "status, mechanism, release, partitions, params, cost_epsilon, cost_delta, "
+                "cost_rho, multiplicity, detail, created_at, prev_hash, hash) VALUES "
+                "(:seq, 'charge', :id, 1, 1, 'granted', 'laplace', 'joint', '[\"old\"]', "
+                "'{}', 1000, 0, 0, 1, '{}', :t, '', '')"),
+                [{"seq": start + i + 1000, "id": f"old-{start + i}", "t": start + i}
+                 for i in range(min(100_000, entries - start))])
+            print(f"    {start + 100_000} entries ...", file=sys.stderr)
+        db.execute(text("UPDATE datasets SET ledger_seq = ledger_seq + :n"),
+                   {"n": entries + 1000})
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as db:
+            db.execute(text("ANALYZE"))  # as autovacuum would after such a load
+            db.commit()
 
 
 def charge(client: Any, index: int) -> float:

@@ -166,7 +166,7 @@ def _scalar_discrete_laplace(source: RandomSource, s: int, t: int, n: int) -> In
     """The same Algorithm 2 one draw at a time in Python integers: faster for a few values,
     where numpy's per-round overhead dominates (REFERENCES.md, section 1)."""
     words = Words(source)
-    out = []
+    out: list[int] = []
     while len(out) < n:
         u = words.below(t)
         if not words.bernoulli_exp_at_most_one(u, t):
@@ -302,8 +302,8 @@ def discrete_gaussian_large(source: RandomSource, p: int, n: int) -> Ints:
     filled = 0
     while filled < n:
         want = max(64, int((n - filled) * 1.4))
-        y = discrete_laplace(source, 1, t, want)
-        values = y[accept_large(source, words, y, p)][: n - filled]
+        proposals = discrete_laplace(source, 1, t, want)
+        values = proposals[accept_large(source, words, proposals, p)][: n - filled]
         if values.dtype == object and out.dtype != object:
             out = out.astype(object)
         out[filled : filled + values.size] = values

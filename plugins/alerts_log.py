@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 
 from accountant import hookimpl
-from accountant.alerts import BudgetAlert
-from accountant.config import Settings
+from accountant.alerts import AlertSettings, BudgetAlert
 
 log = logging.getLogger("accountant.alerts")
 
 
 @hookimpl
-def accountant_budget_alert(alert: BudgetAlert, settings: Settings) -> None:
+def accountant_budget_alert(alert: BudgetAlert, alerting: AlertSettings) -> None:
     log.warning("budget threshold crossed", extra={"alert": alert.as_json()})

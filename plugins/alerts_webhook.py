@@ -19,8 +19,7 @@ import urllib.request
 from typing import Any
 
 from accountant import hookimpl
-from accountant.alerts import BudgetAlert
-from accountant.config import Settings
+from accountant.alerts import AlertSettings, BudgetAlert
 
 log = logging.getLogger("accountant.alerts.webhook")
 ATTEMPTS = 3
@@ -64,12 +63,12 @@ def _ensure_worker() -> None:
 
 
 @hookimpl
-def accountant_budget_alert(alert: BudgetAlert, settings: Settings) -> None:
-    if not settings.alert_webhook_url:
+def accountant_budget_alert(alert: BudgetAlert, alerting: AlertSettings) -> None:
+    if not alerting.webhook_url:
         return
     _ensure_worker()
     try:
-        _queue.put_nowait((settings.alert_webhook_url, settings.alert_webhook_timeout_ms / 1000,
+        _queue.put_nowait((alerting.webhook_url, alerting.webhook_timeout_ms / 1000,
                            alert.as_json()))
     except queue.Full:
         log.error("alert queue full; alert dropped", extra={"alert": alert.as_json()})

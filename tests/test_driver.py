@@ -112,3 +112,30 @@ def test_an_error_in_a_statement_sent_ahead_fails_the_commit_and_writes_nothing(
     driver.rollback()
     driver.begin_write()
     assert driver.rows("SELECT key FROM partitions") == []
+
+
+def test_sqlite_writers_of_one_process_queue_and_give_up_after_the_lock_timeout(
+        database_url: str, signing_key_file: str) -> None:
+    """A second writer waits in the process's write gate while the first holds it, is
+    answered 503 once the lock timeout has passed (never left hanging), and writes as soon
+    as the first is done."""
+    from accountant.app import create_app
+    from tests.conftest import ADMIN_KEY, Api
+
+    if not database_url.startswith("sqlite"):
+        pytest.skip("the write gate is SQLite's")
+    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
+                      "signing_key_file": signing_key_file, "lock_timeout_ms": 300})
+    api = Api(app.test_client())
+    api.make_dataset(budget={"epsilon": 1})
+    holder = Driver.checkout(app.extensions["accountant"].engine)
+    holder.begin_write()  # holds the gate and SQLite's write lock
+    try:
+        waited = api.charge(epsilon=0.1)
+        assert waited.status_code == 503, waited.get_json()
+        assert waited.headers["Retry-After"] == "1"
+    finally:
+        holder.rollback()
+        holder.close()
+    assert api.charge(epsilon=0.1).status_code == 201  # the gate was left
+    assert api.budget()["loss"]["epsilon"] == 0.1

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,12 @@ def test_a_worker_killed_mid_stream_loses_nothing(
         threads = [threading.Thread(target=client, args=(server.base, n)) for n in range(4)]
         for thread in threads:
             thread.start()
-        time.sleep(1.0)
+        _wait_for(lambda: len(seen) >= 40)  # charging under way
         victims = children(server.process.pid)
         assert victims
         os.kill(int(victims[0]), signal.SIGKILL)
-        time.sleep(1.0)
+        answered = len(seen)
+        _wait_for(lambda: len(seen) >= answered + 40)  # and going on after the kill
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
@@ -175,7 +177,18 @@ def test_pooled_connections_the_server_closed_are_replaced_without_a_failed_requ
             "WHERE datname = :name AND pid <> pg_backend_pid()"),
             {"name": make_url(database_url).database}).scalar()
     assert ended
-    time.sleep(0.2)  # the server's goodbye reaches the idle sockets
+    with _admin_engine().connect() as admin:  # until the server has ended them all
+        _wait_for(lambda: not admin.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = :name "
+            "AND pid <> pg_backend_pid()"), {"name": make_url(database_url).database}).scalar())
     assert api.charge(epsilon=0.1).status_code == 201
     assert api.get("/v1/datasets/clicks").status_code == 200  # the ORM path too
     assert api.budget()["loss"]["epsilon"] == 0.2
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 60) -> None:
+    """Until ``condition()`` holds; a failure if it does not within ``seconds`` (a hang)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the awaited event never came"
+        time.sleep(0.02)

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from accountant.exact import SATURATION, Amount, ComponentName
+from accountant.exact import COMPONENTS, SATURATION, Amount, ComponentName
+
+#: A scope row: (kind, consumer_id, period_seconds, window_start), as the tallies table keys it.
+ScopeKey = tuple[str, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,16 @@ def loss_after(
     return Amount(**values)
 
 
+def charged(cost: Amount, m: int) -> Amount:
+    """What a charge adds to a scope's running total T: its per-release cost times m."""
+    return cost.scaled(m)
+
+
+def total_after(state: ScopeState, cost: Amount, m: int) -> Amount:
+    """T after a charge of per-release ``cost`` and multiplicity ``m``."""
+    return state.total.plus(charged(cost, m))
+
+
 def max_after(state: ScopeState, cost: Amount) -> Amount:
     """The largest s(p) after the charge, over all partitions of the scope."""
     return Amount(
@@ -109,3 +122,33 @@ def max_after(state: ScopeState, cost: Amount) -> Amount:
         max(state.max_all.delta, state.max_touched.delta + cost.delta),
         max(state.max_all.rho, state.max_touched.rho + cost.rho),
     )
+
+
+@dataclass
+class ScopeBooks:
+    """A scope's complete books, T and every s(p), rebuilt charge by charge from the ledger
+    (``ledger rebuild-totals``, a window budget added mid-window). The charge path keeps the
+    same numbers incrementally from a bounded read (``total_after``, ``max_after``)."""
+
+    total: Amount = Amount()
+    spends: dict[str, Amount] = field(default_factory=dict)
+
+    def add(self, cost: Amount, m: int, partitions: list[str]) -> None:
+        """Record one granted charge of per-release ``cost`` and multiplicity ``m``."""
+        self.total = self.total.plus(charged(cost, m))
+        for key in partitions:
+            self.spends[key] = self.spends.get(key, Amount()).plus(cost)
+
+    @property
+    def max_spend(self) -> Amount:
+        """The largest s(p) per component (each may come from another partition)."""
+        return Amount(*(max((a[name] for a in self.spends.values()), default=0)
+                        for name in COMPONENTS))
+
+    def state(self, k: int | None) -> ScopeState:
+        """The scope as ``loss_now`` reads it, with the k largest s(p) when k is given."""
+        top: dict[ComponentName, list[int]] = {}
+        if k is not None:
+            for name in COMPONENTS:
+                top[name] = sorted((a[name] for a in self.spends.values()), reverse=True)[:k]
+        return ScopeState(total=self.total, max_all=self.max_spend, top_all=top)

@@ -11,11 +11,8 @@ from typing import Any
 
 from accountant.accounting.loss import LossRule
 from accountant.accounting.modes import Mode, StatedCost, UnsupportedCost
-from accountant.accounting.windows import Window
-from accountant.exact import Amount, ComponentName, Limit
+from accountant.exact import Amount
 from accountant.mechanism import Cost, Mechanism, PrivacyContext
-
-SCOPE_ORDER = ("dataset", "partition", "consumer", "window")
 
 
 class PricingError(ValueError):
@@ -118,47 +115,3 @@ def _compose(stated: StatedCost, factor: int) -> StatedCost:
     rho = stated.epsilon**2 / 2 if stated.rho is None and stated.delta == 0 else stated.rho
     return StatedCost(stated.epsilon * factor, stated.delta * factor,
                       None if rho is None else rho * factor)
-
-
-@dataclass(frozen=True)
-class ScopeCheck:
-    """One scope's limit, its loss before the charge and after it."""
-
-    scope: str
-    limit: Limit
-    spent: Amount
-    after: Amount
-    partition: str | None = None
-    window: Window | None = None
-
-
-@dataclass(frozen=True)
-class Denial:
-    """Why a charge was refused: the first failing scope, in the order of ``SCOPE_ORDER``."""
-
-    scope: str
-    limit: Limit
-    spent: Amount
-    requested: Amount
-    partition: str | None = None
-    window: Window | None = None
-
-    @property
-    def waits_for_window(self) -> bool:
-        return self.scope == "window"
-
-
-def first_denial(checks: list[ScopeCheck], cost: Amount,
-                 names: tuple[ComponentName, ...]) -> Denial | None:
-    """The first scope, in contract order, that the charge would take above its limit.
-
-    Window scopes come last, so a charge that breaks a window and any other
-    scope is denied for the other scope (a 409: waiting would not help). A
-    charge whose cost alone exceeds a window limit is also a 409.
-    """
-    ordered = sorted(checks, key=lambda check: SCOPE_ORDER.index(check.scope))
-    for check in ordered:
-        if check.limit.is_exceeded_by(check.after, names):
-            return Denial(check.scope, check.limit, check.spent, cost, check.partition,
-                          check.window)
-    return None

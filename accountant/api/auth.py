@@ -16,13 +16,11 @@ def principal(*roles: str) -> Principal:
         header = request.headers.get("Authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise Unauthorized("send 'Authorization: Bearer <api-key>'",
-                               headers={"WWW-Authenticate": "Bearer"})
+            raise Unauthorized("send 'Authorization: Bearer <api-key>'")
         found = authenticate(driver(), key.strip())
         driver().end_read()
         if found is None:
-            raise Unauthorized("unknown or revoked API key; ask an admin for a key",
-                               headers={"WWW-Authenticate": "Bearer"})
+            raise Unauthorized("unknown or revoked API key; ask an admin for a key")
         g.principal = found
     if found.role not in roles:
         raise Forbidden(f"role {found.role!r} may not do this; it needs one of {list(roles)}")

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -12,33 +11,28 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from accountant.alerts import AlertDispatcher
 from accountant.api import schemas
+from accountant.clock import Clock
 from accountant.config import Settings
 from accountant.driver import Driver
-from accountant.errors import ValidationProblem, field_error
+from accountant.errors import InvalidRequest, field_error
 from accountant.jsonio import JSONInputError, RefusedValue, loads
-from accountant.noise import NoiseSecret
 from accountant.plugins import MechanismRegistry
-from accountant.randomness import RandomSource
+from accountant.services.charges import ChargeContext
 
 
 @dataclass(frozen=True)
 class Runtime:
-    """What one application instance holds: settings, database, mechanisms, randomness."""
+    """What one application instance holds: settings, database, mechanisms, keys, clock."""
 
     settings: Settings
     engine: Engine
     sessions: sessionmaker[Session]
     registry: MechanismRegistry
-    random: RandomSource
     head_revision: str
     signer: Ed25519PrivateKey
-    noise: NoiseSecret
-    alerts: AlertDispatcher
-    #: Whether the signer's public key is known to be in the database: until it is, every
-    #: charge publishes it in its own transaction, so no receipt leaves with an unknown key.
-    signer_published: list[bool] = field(default_factory=lambda: [False])
+    clock: Clock
+    charging: ChargeContext
 
 
 def runtime() -> Runtime:
@@ -93,7 +87,7 @@ def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
     raw = _body_bytes()
     if not raw.strip():
         if not empty_ok:
-            raise ValidationProblem("the request needs a JSON body",
+            raise InvalidRequest("the request needs a JSON body",
                                     errors=[{"field": "", "message": "empty body"}])
         raw = b"{}"
     try:
@@ -101,12 +95,12 @@ def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
     except RefusedValue as error:
         raise field_error(error.field, error.message) from None
     except JSONInputError as error:
-        raise ValidationProblem(str(error), errors=[{"field": "", "message": str(error)}]) \
+        raise InvalidRequest(str(error), errors=[{"field": "", "message": str(error)}]) \
             from None
     schemas.validate(schema, body)
     return body
 
 
 def now_us() -> int:
-    """Server time in microseconds since the epoch: the only clock charges use."""
-    return time.time_ns() // 1000
+    """Server time in microseconds since the epoch, from the runtime's one clock."""
+    return runtime().clock.now_us()

@@ -5,23 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint
-from sqlalchemy import select
-from sqlalchemy.orm import selectinload
 
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
 from accountant.api.auth import principal
 from accountant.api.common import db, json_body, now_us
 from accountant.db import begin_write
-from accountant.errors import NotFound
-from accountant.models import Consumer, Dataset
 from accountant.services import consumers
 
 bp = Blueprint("consumers", __name__)
 
 
 def _dataset_names() -> dict[int, str]:
-    return {row.id: row.name for row in db().execute(select(Dataset.id, Dataset.name))}
+    return consumers.dataset_names(db())
 
 
 @bp.post("/v1/consumers")
@@ -40,9 +36,8 @@ def create() -> Any:
 def list_consumers() -> Any:
     principal("admin", "auditor")
     names = _dataset_names()
-    rows = db().execute(select(Consumer).options(
-        selectinload(Consumer.grants), selectinload(Consumer.keys)).order_by(Consumer.name))
-    return {"consumers": [consumers.describe_consumer(c, names) for c in rows.scalars()]}
+    return {"consumers": [consumers.describe_consumer(c, names)
+                          for c in consumers.all_consumers(db())]}
 
 
 @bp.post("/v1/consumers/<name>/keys")
@@ -51,9 +46,7 @@ def create_key(name: str) -> Any:
     json_body(schemas.KEY_CREATE, empty_ok=True)
     session = db()
     begin_write(session)
-    consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar_one_or_none()
-    if consumer is None:
-        raise NotFound(f"no consumer named {name!r}; create it with POST /v1/consumers")
+    consumer = consumers.find_consumer(session, name)
     row, key = consumers.issue_key(session, consumer, now_us())
     session.commit()
     return {"id": row.id, "prefix": row.prefix, "consumer": name, "api_key": key,

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from flask import Blueprint, request
-from sqlalchemy import select
 
 from accountant.api import schemas
 from accountant.api.auth import principal
@@ -43,8 +41,8 @@ def create() -> Any:
 @bp.get("/v1/datasets")
 def list_datasets() -> Any:
     caller = principal(*READERS)
-    rows = db().execute(select(Dataset).order_by(Dataset.name)).scalars()
-    return {"datasets": [datasets.describe(d) for d in rows if caller.may_read(d.id)]}
+    return {"datasets": [datasets.describe(d) for d in datasets.all_datasets(db())
+                         if caller.may_read(d.id)]}
 
 
 @bp.get("/v1/datasets/<name>")
@@ -82,7 +80,7 @@ def declare_partitions(name: str) -> Any:
 @bp.get("/v1/datasets/<name>/budget")
 def budget(name: str) -> Any:
     dataset = _readable(name, principal(*READERS))
-    return datasets.budget_report(db(), dataset, time.time())
+    return datasets.budget_report(db(), dataset, now_us() / 1e6)
 
 
 @bp.get("/v1/datasets/<name>/partitions")

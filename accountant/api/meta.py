@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 from flask import Blueprint, Response
-from sqlalchemy import func, select, text
 
 from accountant.api.auth import principal
 from accountant.api.common import db, runtime
 from accountant.errors import Unavailable
 from accountant.metrics import process_metrics
-from accountant.models import Dataset, LedgerEntry
-from accountant.services import datasets
+from accountant.services import datasets, ledger_reads
 
 bp = Blueprint("meta", __name__)
 
@@ -27,7 +24,7 @@ def healthz() -> Any:
 @bp.get("/readyz")
 def readyz() -> Any:
     try:
-        current = db().execute(text("SELECT version_num FROM alembic_version")).scalar()
+        current = ledger_reads.schema_revision(db())
     except Exception as error:  # any database failure means "not ready"
         raise Unavailable(f"the database does not answer or has no schema: "
                           f"{type(error).__name__}; run 'accountant db upgrade'") from None
@@ -68,11 +65,7 @@ def _label(value: str | None) -> str:
 def metrics() -> Any:
     """Prometheus text format. Charge counts come from the ledger, so every worker and host
     reports the same monotonic totals."""
-    rows = db().execute(
-        select(Dataset.name, LedgerEntry.mechanism, LedgerEntry.status, func.count())
-        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
-        .where(LedgerEntry.kind == "charge")
-        .group_by(Dataset.name, LedgerEntry.mechanism, LedgerEntry.status)).all()
+    rows = ledger_reads.charge_counts(db())
     lines = ["# HELP accountant_charges_total Charges by dataset, mechanism and outcome.",
              "# TYPE accountant_charges_total counter"]
     for dataset, mechanism, outcome, count in sorted(rows, key=lambda r: tuple(map(str, r))):
@@ -90,8 +83,8 @@ def _utilisation_lines() -> list[str]:
     """Loss over limit for each dataset's lifetime, largest partition and current windows."""
     lines = ["# HELP accountant_budget_utilisation Loss divided by limit (1 is exhausted).",
              "# TYPE accountant_budget_utilisation gauge"]
-    now = time.time()
-    for dataset in db().execute(select(Dataset).order_by(Dataset.name)).scalars():
+    now = runtime().clock.now_us() / 1e6
+    for dataset in datasets.all_datasets(db()):
         report = datasets.budget_report(db(), dataset, now)
         measure = "rho" if dataset.accounting == "zcdp" else "epsilon"
         scopes = [("dataset", report["loss"], report["limit"])]

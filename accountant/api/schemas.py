@@ -10,12 +10,14 @@ from jsonschema.exceptions import ValidationError
 
 from accountant.accounting.windows import PERIODS
 from accountant.api.quick_accept import Check, compile_check
-from accountant.errors import ValidationProblem
+from accountant.errors import InvalidRequest
+from accountant.exact import MAX_EPSILON, MAX_RHO
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-EPSILON: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1000000}
+EPSILON: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0,
+                           "maximum": int(MAX_EPSILON)}
 DELTA: dict[str, Any] = {"type": "number", "minimum": 0, "exclusiveMaximum": 1}
-RHO: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1000000}
+RHO: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": int(MAX_RHO)}
 
 
 def _amount(required: list[str]) -> dict[str, Any]:
@@ -129,7 +131,7 @@ def validate(schema: Mapping[str, Any], instance: Any, prefix: str = "") -> None
         return
     errors = [{"field": _field(error, prefix), "message": _message(error)} for error in problems]
     summary = "; ".join(f"{e['field'] or 'body'}: {e['message']}" for e in errors[:5])
-    raise ValidationProblem(f"the request is invalid: {summary}", errors=errors)
+    raise InvalidRequest(f"the request is invalid: {summary}", errors=errors)
 
 
 def _field(error: ValidationError, prefix: str) -> str:

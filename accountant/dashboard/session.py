@@ -16,12 +16,10 @@ from typing import Any, TypeVar, cast
 
 from flask import Flask, Request, abort, redirect, request, session, url_for
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
-from sqlalchemy import select
 
 from accountant.api.common import db
 from accountant.driver import Driver
-from accountant.models import ApiKey, Consumer
-from accountant.services.consumers import Principal, authenticate
+from accountant.services.consumers import Principal, authenticate, principal_of_key_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 ROLES = ("admin", "auditor")
@@ -42,14 +40,11 @@ def current() -> Principal | None:
     key_id = session.get("key_id")
     if not isinstance(key_id, str):
         return None
-    row = db().execute(
-        select(ApiKey.id, Consumer.id, Consumer.name, Consumer.role)
-        .join(Consumer, Consumer.id == ApiKey.consumer_id)
-        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))).first()
-    if row is None or row[3] not in ROLES:
+    found = principal_of_key_id(db(), key_id)
+    if found is None or found.role not in ROLES:
         session.clear()
         return None
-    return Principal(row[1], row[2], row[3], row[0])
+    return found
 
 
 def sign_in(key: str) -> tuple[Principal | None, str | None]:

@@ -3,29 +3,28 @@
 from __future__ import annotations
 
 import re
-import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, redirect, render_template, request, session, url_for
-from sqlalchemy import func, select
 
 from accountant.accounting.windows import isoformat
 from accountant.api import ledger as ledger_api
 from accountant.api.common import db, runtime
 from accountant.dashboard import charts
 from accountant.dashboard.session import check_csrf, csrf_token, sign_in, signed_in
-from accountant.errors import NotFound, ProblemError
-from accountant.exact import COMPONENTS
-from accountant.models import Consumer, Dataset, LedgerEntry, Partition, Tally, TallySpend
-from accountant.services import datasets
+from accountant.errors import AccountantError, NotFound
+from accountant.exact import COMPONENTS, Component
+from accountant.models import Dataset
+from accountant.services import dashboard_reads, datasets, ledger_reads
 from accountant.services import ledger as ledger_service
 from accountant.services.consumers import Principal
+from accountant.services.dashboard_reads import DAY_US
 
 bp = Blueprint("dashboard", __name__, url_prefix="/dashboard",
                template_folder=str(Path(__file__).parent / "templates"),
                static_folder=str(Path(__file__).parent / "static"))
-DAY_US = 86_400 * 1_000_000
 
 
 def _page(template: str, who: Principal | None, **context: Any) -> str:
@@ -80,8 +79,8 @@ def sign_out(who: Principal) -> Any:
 @signed_in
 def overview(who: Principal) -> Any:
     rows = []
-    now = time.time()
-    for dataset in db().execute(select(Dataset).order_by(Dataset.name)).scalars():
+    now = runtime().clock.now_us() / 1e6
+    for dataset in datasets.all_datasets(db()):
         report = datasets.budget_report(db(), dataset, now)
         measure = _measure(dataset)
         loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
@@ -109,19 +108,14 @@ def dataset(who: Principal, name: str) -> Any:
         found = datasets.find(db(), name)
     except NotFound:
         return _page("overview.html", who, rows=[]), 404
-    report = datasets.budget_report(db(), found, time.time())
+    report = datasets.budget_report(db(), found, runtime().clock.now_us() / 1e6)
     measure = _measure(found)
     unit = COMPONENTS["rho" if measure == "rho" else "epsilon"]
-    column = getattr(LedgerEntry, f"cost_{measure}")
-    since = (time.time_ns() // 1000 // DAY_US - 29) * DAY_US
-    day = LedgerEntry.created_at // DAY_US
-    granted = (LedgerEntry.dataset_id == found.id) & (LedgerEntry.kind == "charge") & \
-        (LedgerEntry.status == "granted")
-    per_day = db().execute(select(day, func.sum(column * LedgerEntry.multiplicity))
-                           .where(granted).group_by(day).order_by(day)).all()
-    first_day = since // DAY_US
-    daily_map = {int(bucket): float(unit.to_decimal(int(total or 0)))
-                 for bucket, total in per_day}
+    seen = dashboard_reads.activity(db(), found, measure,
+                                    by_key=request.args.get("sort") == "key")
+    first_day = runtime().clock.now_us() // DAY_US - 29
+    daily_map = {bucket: float(unit.to_decimal(total))
+                 for bucket, total in seen.charged_per_day.items()}
     running = sum(v for bucket, v in daily_map.items() if bucket < first_day)
     daily, cumulative = [], [(isoformat((first_day - 1) * 86_400)[:10], running)]
     for i in range(30):
@@ -130,38 +124,28 @@ def dataset(who: Principal, name: str) -> Any:
         daily.append((label, value))
         cumulative.append((label, running))
     loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
-    lifetime = db().execute(select(Tally.id).where(Tally.dataset_id == found.id,
-                                                   Tally.kind == "lifetime")).scalar_one()
-    spend = getattr(TallySpend, measure)
-    order = Partition.key if request.args.get("sort") == "key" else spend.desc()
-    top = db().execute(select(Partition.key, spend).join(
-        TallySpend, (TallySpend.partition_id == Partition.id) & (TallySpend.tally_id == lifetime))
-        .order_by(order).limit(20)).all()
-    shares = db().execute(select(Consumer.name, getattr(Tally, f"total_{measure}")).join(
-        Consumer, Consumer.id == Tally.consumer_id).where(
-        Tally.dataset_id == found.id, Tally.kind == "consumer")).all()
-    whole = sum(int(total) for _, total in shares) or 1
-    recent_rows = db().execute(ledger_service.query(ledger_service.LedgerFilter(
-        dataset_id=found.id, limit=20))
-                               .order_by(None).order_by(LedgerEntry.id.desc())).all()
-    recent = [{**ledger_api.describe_entry(entry, found, consumer),
-               "cost": entry_cost(entry, measure)} for entry, _name, consumer in recent_rows]
+    whole = sum(total for _, total in seen.consumer_totals) or 1
+    recent = [{**entry, "cost": _figure(entry["cost"][measure])} for entry in seen.recent]
     used = _pct(loss, limit)
     return _page(
         "dataset.html", who, name=name, report=report, measure=measure, loss=f"{loss:g}",
         limit=f"{limit:g}", used_pct=used, state=_state(used),
         cumulative=charts.line(cumulative, limit, f"cumulative charged {measure}"),
         daily=charts.bars(daily, f"{measure} charged per day"),
-        partitions=[{"key": key, "spent": f"{float(unit.to_decimal(int(value))):g}"}
-                    for key, value in top],
-        consumers=[{"name": consumer, "total": f"{float(unit.to_decimal(int(total))):g}",
-                    "share": round(100 * int(total) / whole, 1)} for consumer, total in shares],
+        partitions=[{"key": key, "spent": _units(unit, value)}
+                    for key, value in seen.top_partitions],
+        consumers=[{"name": consumer, "total": _units(unit, total),
+                    "share": round(100 * total / whole, 1)}
+                   for consumer, total in seen.consumer_totals],
         recent=recent)
 
 
-def entry_cost(entry: LedgerEntry, measure: str) -> str:
-    unit = COMPONENTS["rho" if measure == "rho" else "epsilon"]
-    return f"{float(unit.to_decimal(getattr(entry, f'cost_{measure}'))):g}"
+def _units(unit: Component, value: int) -> str:
+    return _figure(unit.to_decimal(value))
+
+
+def _figure(value: Decimal) -> str:
+    return f"{float(value):g}"
 
 
 def _filters() -> dict[str, str]:
@@ -176,14 +160,11 @@ def ledger_page(who: Principal) -> Any:
     error, entries, next_cursor = None, [], None
     try:
         parsed = ledger_api.parse_filter({**filters, **_paging()}, default_limit=50)
-        names = {d.id: d for d in db().execute(select(Dataset)).scalars()}
-        page = db().execute(ledger_service.query(parsed)).all()
-        for entry, _name, consumer in page:
-            found = names[entry.dataset_id]
-            entries.append({**ledger_api.describe_entry(entry, found, consumer),
-                            "cost": entry_cost(entry, _measure(found))})
-        next_cursor = str(page[-1][0].id) if len(page) == parsed.limit else None
-    except ProblemError as problem:
+        page, next_cursor = ledger_reads.page(db(), parsed)
+        # the cost in the dataset's measure: rho on a zcdp dataset, epsilon otherwise
+        entries = [{**entry, "cost": _figure(entry["cost"].get("rho", entry["cost"]["epsilon"]))}
+                   for entry in page]
+    except AccountantError as problem:
         error = problem.detail
     # Verifying reads every entry, so it runs when asked, not on every page view.
     verification = {"ok": None, "entries": 0, "reason": ""}

@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from accountant.accounting.modes import MODES, limit_of
 from accountant.driver import Driver
-from accountant.errors import Conflict, NotFound, ValidationProblem
+from accountant.errors import Conflict, InvalidRequest, NotFound
 from accountant.exact import DELTA
 from accountant.models import ApiKey, Consumer, Dataset, Grant
 from accountant.services.datasets import describe_limit
@@ -48,15 +48,26 @@ def authenticate(driver: Driver, key: str) -> Principal | None:
     One driver statement and no ORM objects: this runs on every request.
     """
     rows = driver.rows(
-        "SELECT k.id, c.id, c.name, c.role, g.dataset_id FROM api_keys AS k "
+        "SELECT k.id AS key_id, c.id AS consumer_id, c.name, c.role, g.dataset_id "
+        "FROM api_keys AS k "
         "JOIN consumers AS c ON c.id = k.consumer_id "
         "LEFT JOIN grants AS g ON g.consumer_id = c.id "
         "WHERE k.key_hash = :hash AND k.revoked_at IS NULL", {"hash": hash_key(key)})
     if not rows:
         return None
-    key_id, consumer_id, name, role, _ = rows[0]
-    granted = frozenset(row[4] for row in rows if row[4] is not None)
-    return Principal(consumer_id, name, role, key_id, granted)
+    first = rows[0]
+    granted = frozenset(row.dataset_id for row in rows if row.dataset_id is not None)
+    return Principal(first.consumer_id, first.name, first.role, first.key_id, granted)
+
+
+def principal_of_key_id(session: Session, key_id: str) -> Principal | None:
+    """The principal of an unrevoked key, by the key's id (a dashboard session holds it);
+    grants are not loaded, since the dashboard's roles read every dataset."""
+    row = session.execute(
+        select(ApiKey.id, Consumer.id, Consumer.name, Consumer.role)
+        .join(Consumer, Consumer.id == ApiKey.consumer_id)
+        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))).first()
+    return None if row is None else Principal(row[1], row[2], row[3], row[0])
 
 
 def issue_key(session: Session, consumer: Consumer, now: int,
@@ -92,11 +103,11 @@ def create_consumer(session: Session, body: dict[str, Any], now: int) -> tuple[C
     quotas = body.get("quotas", {})
     for name in quotas:
         if name not in names:
-            raise ValidationProblem(
+            raise InvalidRequest(
                 f"quota for {name!r}, which is not among the consumer's datasets",
                 errors=[{"field": f"quotas.{name}", "message": "not a granted dataset"}])
     if body["role"] != "service" and names:
-        raise ValidationProblem(
+        raise InvalidRequest(
             "only service consumers take dataset grants; admins and auditors see every dataset",
             errors=[{"field": "datasets", "message": "must be empty for this role"}])
     datasets = {d.name: d for d in session.execute(
@@ -126,7 +137,7 @@ def _set_quota(grant: Grant, dataset: Dataset, stated: dict[str, Any], field_nam
     try:
         quota = limit_of(mode, stated, DELTA.to_decimal(dataset.limit_delta or 0))
     except ValueError as error:
-        raise ValidationProblem(str(error), errors=[{"field": field_name,
+        raise InvalidRequest(str(error), errors=[{"field": field_name,
                                                      "message": str(error)}]) from None
     grant.has_quota = True
     grant.quota_epsilon, grant.quota_delta, grant.quota_rho = quota.epsilon, quota.delta, quota.rho
@@ -162,3 +173,22 @@ def ensure_first_admin(session: Session, key: str, now: int) -> bool:
     session.flush()
     issue_key(session, consumer, now, key=key)
     return True
+
+
+def dataset_names(session: Session) -> dict[int, str]:
+    """Every dataset's name by id (a consumer's grants name datasets)."""
+    return {row.id: row.name for row in session.execute(select(Dataset.id, Dataset.name))}
+
+
+def all_consumers(session: Session) -> list[Consumer]:
+    """Every consumer with its grants and keys, by name."""
+    return list(session.execute(select(Consumer).options(
+        selectinload(Consumer.grants), selectinload(Consumer.keys))
+        .order_by(Consumer.name)).scalars())
+
+
+def find_consumer(session: Session, name: str) -> Consumer:
+    consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar_one_or_none()
+    if consumer is None:
+        raise NotFound(f"no consumer named {name!r}; create it with POST /v1/consumers")
+    return consumer

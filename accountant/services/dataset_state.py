@@ -57,8 +57,8 @@ _SELECT = (
     "d.max_records_per_user, d.limit_epsilon, d.limit_delta, d.limit_rho, "
     "d.has_partition_limit, d.partition_limit_epsilon, d.partition_limit_delta, "
     "d.partition_limit_rho, d.ledger_seq, d.ledger_head, "
-    "w.period_seconds, w.limit_epsilon, w.limit_delta, w.limit_rho, "
-    "g.has_quota, g.quota_epsilon, g.quota_delta, g.quota_rho "
+    "w.period_seconds, w.limit_epsilon AS window_epsilon, w.limit_delta AS window_delta, "
+    "w.limit_rho AS window_rho, g.has_quota, g.quota_epsilon, g.quota_delta, g.quota_rho "
     "FROM datasets AS d LEFT JOIN window_budgets AS w ON w.dataset_id = d.id "
     "LEFT JOIN grants AS g ON g.dataset_id = d.id AND g.consumer_id = :consumer "
     "WHERE d.name = :name ORDER BY w.period_seconds")
@@ -76,13 +76,16 @@ def send(driver: Driver, name: str, consumer_id: int, *,
 def _state(name: str, rows: Rows) -> DatasetState:
     if not rows:
         raise NotFound(f"no dataset named {name!r}; list datasets with GET /v1/datasets")
-    first = rows[0]
-    windows = tuple(WindowLimit(row[15], Limit(row[16], row[17], row[18]))
-                    for row in rows if row[15] is not None)
+    d = rows[0]
+    windows = tuple(
+        WindowLimit(w.period_seconds, Limit(w.window_epsilon, w.window_delta, w.window_rho))
+        for w in rows if w.period_seconds is not None)
     return DatasetState(
-        id=first[0], name=first[1], privacy_unit=first[2], accounting=first[3],
-        max_partitions_per_user=first[4], max_records_per_user=first[5],
-        limit=Limit(first[6], first[7], first[8]),
-        partition_limit=Limit(first[10], first[11], first[12]) if first[9] else None,
-        windows=windows, ledger_seq=first[13], ledger_head=first[14],
-        quota=Limit(first[20], first[21], first[22]) if first[19] else None)
+        id=d.id, name=d.name, privacy_unit=d.privacy_unit, accounting=d.accounting,
+        max_partitions_per_user=d.max_partitions_per_user,
+        max_records_per_user=d.max_records_per_user,
+        limit=Limit(d.limit_epsilon, d.limit_delta, d.limit_rho),
+        partition_limit=Limit(d.partition_limit_epsilon, d.partition_limit_delta,
+                              d.partition_limit_rho) if d.has_partition_limit else None,
+        windows=windows, ledger_seq=d.ledger_seq, ledger_head=d.ledger_head,
+        quota=Limit(d.quota_epsilon, d.quota_delta, d.quota_rho) if d.has_quota else None)

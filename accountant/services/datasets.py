@@ -9,7 +9,8 @@ from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
-from accountant.accounting.loss import LossRule, ScopeState, loss_now
+from accountant.accounting.checks import remaining
+from accountant.accounting.loss import LossRule, ScopeBooks, ScopeState, loss_now
 from accountant.accounting.modes import MODES, Mode, limit_of
 from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoformat
 from accountant.driver import Driver
@@ -17,6 +18,11 @@ from accountant.errors import Conflict, NotFound, field_error
 from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
 from accountant.services import ledger, terms
+
+
+def all_datasets(session: Session) -> list[Dataset]:
+    """Every dataset, by name."""
+    return list(session.execute(select(Dataset).order_by(Dataset.name)).scalars())
 
 
 def find(session: Session, name: str, *, lock: bool = False) -> Dataset:
@@ -180,8 +186,8 @@ def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], acto
     loss = lifetime_loss(session, dataset)  # a limit change leaves the loss as it was
     for scope, old, new in changes:
         ledger.append(Driver.of(session), dataset, actor, kind="limit_change", status="granted",
-                      created_at=now, detail={"scope": scope, "old": _plain(old),
-                                              "new": _plain(new), "reason": reason,
+                      created_at=now, detail={"scope": scope, "old": _decimals_as_text(old),
+                                              "new": _decimals_as_text(new), "reason": reason,
                                               "terms_sha256": dataset.terms_sha256},
                       loss_after=loss)
 
@@ -203,17 +209,14 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
         LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "charge",
         LedgerEntry.status == "granted",
         LedgerEntry.created_at >= window.start * 1_000_000)).scalars()
-    total, spends = Amount(), dict[str, Amount]()
+    books = ScopeBooks()
     for entry in entries:
-        total = total.plus(entry.cost.scaled(entry.multiplicity))
-        for key in entry.partitions:
-            spends[key] = spends.get(key, Amount()).plus(entry.cost)
+        books.add(entry.cost, entry.multiplicity, entry.partitions)
+    total, highest, spends = books.total, books.max_spend, books.spends
     tally = Tally(dataset_id=dataset.id, kind="window", period_seconds=window.period,
                   window_start=window.start, total_epsilon=total.epsilon,
-                  total_delta=total.delta, total_rho=total.rho,
-                  max_epsilon=max((a.epsilon for a in spends.values()), default=0),
-                  max_delta=max((a.delta for a in spends.values()), default=0),
-                  max_rho=max((a.rho for a in spends.values()), default=0))
+                  total_delta=total.delta, total_rho=total.rho, max_epsilon=highest.epsilon,
+                  max_delta=highest.delta, max_rho=highest.rho)
     session.add(tally)
     session.flush()
     ids = {row.key: row.id for row in session.execute(select(Partition.key, Partition.id).where(
@@ -224,14 +227,14 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
              "delta": amount.delta, "rho": amount.rho} for key, amount in spends.items()])
 
 
-def _plain(value: Any) -> Any:
+def _decimals_as_text(value: Any) -> Any:
     """Decimals as strings, so ledger details hash and store exactly."""
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _decimals_as_text(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [_decimals_as_text(v) for v in value]
     return value
 
 
@@ -281,13 +284,7 @@ def tally_state(session: Session, tally: Tally | None, rule: LossRule,
     return ScopeState(total=tally.total, max_all=tally.max_spend, top_all=top)
 
 
-def _remaining(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> Amount:
-    values = {name: max(0, bound - loss[name]) for name in names
-              if (bound := limit[name]) is not None}
-    return Amount(**values)
-
-
-def _report(mode: Mode, amount: Amount, dataset: Dataset,
+def _stated(mode: Mode, amount: Amount, dataset: Dataset,
             only: tuple[ComponentName, ...] | None = None) -> dict[str, Decimal]:
     report = mode.report(amount, dataset.limit_delta or 0)
     if only is not None and mode.name != "zcdp":
@@ -321,9 +318,9 @@ def budget_report(session: Session, dataset: Dataset, now: float) -> dict[str, A
         limited = tuple(n for n in names if budget.limit[n] is not None)
         windows.append({
             "period": window.name, "start": isoformat(window.start), "end": isoformat(window.end),
-            "loss": _report(mode, window_loss, dataset),
-            "limit": _report(mode, _as_amount(budget.limit), dataset, limited),
-            "remaining": _report(mode, _remaining(budget.limit, window_loss, names), dataset,
+            "loss": _stated(mode, window_loss, dataset),
+            "limit": _stated(mode, _as_amount(budget.limit), dataset, limited),
+            "remaining": _stated(mode, remaining(budget.limit, window_loss, names), dataset,
                                  limited),
         })
     count = session.execute(select(func.count()).select_from(Partition).where(
@@ -340,18 +337,18 @@ def budget_report(session: Session, dataset: Dataset, now: float) -> dict[str, A
         "dataset": dataset.name,
         "privacy_unit": dataset.privacy_unit,
         "accounting": dataset.accounting,
-        "loss": _report(mode, loss, dataset),
-        "limit": _report(mode, _as_amount(dataset.limit), dataset),
-        "remaining": _report(mode, _remaining(dataset.limit, loss, names), dataset),
+        "loss": _stated(mode, loss, dataset),
+        "limit": _stated(mode, _as_amount(dataset.limit), dataset),
+        "remaining": _stated(mode, remaining(dataset.limit, loss, names), dataset),
         "windows": windows,
-        "partitions": {"count": count, "max_spent": _report(
+        "partitions": {"count": count, "max_spent": _stated(
             mode, lifetime.max_spend if lifetime else Amount(), dataset)},
         "limit_history": history,
         "guarantees": ("only the lifetime and partition limits bound privacy loss; window "
                        "budgets and consumer quotas are allocation limits"),
     }
     if dataset.has_partition_limit and dataset.partition_limit is not None:
-        report["partition_limit"] = _report(mode, _as_amount(dataset.partition_limit), dataset,
+        report["partition_limit"] = _stated(mode, _as_amount(dataset.partition_limit), dataset,
                                             tuple(n for n in names
                                                   if dataset.partition_limit[n] is not None))
     return report
@@ -372,7 +369,7 @@ def list_partitions(session: Session, dataset: Dataset, limit: int,
                    & (TallySpend.tally_id == lifetime_id))
         .where(Partition.dataset_id == dataset.id, Partition.id > after_id)
         .order_by(Partition.id).limit(limit + 1)).all()
-    items = [{"key": row.key, "spent": _report(mode, Amount(row.epsilon or 0, row.delta or 0,
+    items = [{"key": row.key, "spent": _stated(mode, Amount(row.epsilon or 0, row.delta or 0,
                                                              row.rho or 0), dataset)}
              for row in rows[:limit]]
     next_id = rows[limit - 1].id if len(rows) > limit else None

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from accountant.driver import Driver, Pending, Rows
+from sqlalchemy import bindparam, insert
+
+from accountant.driver import Driver, Pending, Rows, compiled
 from accountant.errors import field_error
+from accountant.models import IdempotencyKey
 
 
 def key_of(body: dict[str, Any], header: str | None) -> str | None:
@@ -71,7 +74,8 @@ def _outcome(rows: Rows) -> Outcome | None:
     if not rows:
         return None
     row = rows[0]
-    return Outcome(row[0], row[1], row[2], _json(row[3]), _json(row[4]), row[5], row[6])
+    return Outcome(row.request_hash, row.charge_id, row.status, _json(row.body),
+                   _json(row.headers), row.noise_secret, row.implementation)
 
 
 def _json(value: Any) -> Any:
@@ -79,21 +83,19 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def outcome(request_hash: str, charge_id: str, status: int, body: dict[str, Any],
-            headers: dict[str, str]) -> Outcome:
-    """A response as it is sent, remembered and replayed."""
-    return Outcome(request_hash, charge_id, status, plain(body), headers)
-
-
 def remember(driver: Driver, consumer_id: int, key: str, outcome: Outcome, now: int) -> None:
     """Store the response for ``key``, in the charge's transaction. A concurrent duplicate
     (unique consumer and key) fails at the latest at the commit, which then writes nothing."""
-    driver.run(
-        "INSERT INTO idempotency_keys (consumer_id, key, request_hash, charge_id, status, "
-        "body, headers, created_at) VALUES (:c, :k, :h, :id, :s, :b, :hd, :t)",
-        {"c": consumer_id, "k": key, "h": outcome.request_hash, "id": outcome.charge_id,
-         "s": outcome.status, "b": json.dumps(outcome.body), "hd": json.dumps(outcome.headers),
-         "t": now})
+    driver.run(_INSERT, {
+        "consumer_id": consumer_id, "key": key, "request_hash": outcome.request_hash,
+        "charge_id": outcome.charge_id, "status": outcome.status,
+        "body": json.dumps(outcome.body), "headers": json.dumps(outcome.headers),
+        "created_at": now})
+
+
+_INSERT = compiled(insert(IdempotencyKey).values({name: bindparam(name) for name in (
+    "consumer_id", "key", "request_hash", "charge_id", "status", "body", "headers",
+    "created_at")}))
 
 
 def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,13 +107,13 @@ def decode_params(stored: Mapping[str, Any]) -> dict[str, Any]:
             for k, v in stored.items()}
 
 
-def plain(value: Any) -> Any:
+def decimals_as_floats(value: Any) -> Any:
     """Decimals as JSON numbers' exact text cannot be stored in a JSON column; use floats,
     which is what the response carries anyway."""
     if isinstance(value, Decimal):
         return float(value)
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: decimals_as_floats(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [plain(v) for v in value]
+        return [decimals_as_floats(v) for v in value]
     return value

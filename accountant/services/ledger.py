@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, insert, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from accountant.driver import Driver
+from accountant.driver import Driver, compiled
 from accountant.exact import Amount
 from accountant.models import Consumer, Dataset, LedgerEntry
 from accountant.services import terms
@@ -97,12 +97,9 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
         set_committed_value(dataset, "ledger_head", values["hash"])
 
 
-_COLUMNS = ("seq", "kind", "charge_id", "dataset_id", "consumer_id", "status", "mechanism",
-            "release", "partitions", "params", "cost_epsilon", "cost_delta", "cost_rho",
-            "multiplicity", "detail", "created_at", "noise_secret", "implementation",
-            "loss_after_epsilon", "loss_after_delta", "loss_after_rho", "prev_hash", "hash")
-_INSERT = (f"INSERT INTO ledger_entries ({', '.join(_COLUMNS)}) "
-           f"VALUES ({', '.join(':' + name for name in _COLUMNS)})")
+#: Every column an entry is written with (its id is the database's).
+_COLUMNS = tuple(c.name for c in LedgerEntry.__table__.columns if c.name != "id")
+_INSERT = compiled(insert(LedgerEntry).values({name: bindparam(name) for name in _COLUMNS}))
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from accountant.accounting.loss import ScopeBooks, ScopeKey
 from accountant.exact import Amount
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend
-
-Key = tuple[str, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -39,34 +38,33 @@ def check(session: Session) -> tuple[int, list[Difference]]:
                        Tally.dataset_id == dataset.id)).scalars()}
         keys = dict(session.execute(select(Partition.id, Partition.key).where(
             Partition.dataset_id == dataset.id)).all())
-        totals: dict[Key, Amount] = defaultdict(Amount)
-        spends: dict[Key, dict[str, Amount]] = defaultdict(lambda: defaultdict(Amount))
+        books: dict[ScopeKey, ScopeBooks] = defaultdict(ScopeBooks)
         for entry in session.execute(select(LedgerEntry).where(
                 LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "charge",
                 LedgerEntry.status == "granted").order_by(LedgerEntry.seq)).scalars():
             replayed += 1
-            scopes: list[Key] = [("lifetime", 0, 0, 0), ("consumer", entry.consumer_id or 0, 0, 0)]
+            scopes: list[ScopeKey] = [("lifetime", 0, 0, 0),
+                                      ("consumer", entry.consumer_id or 0, 0, 0)]
             moment = entry.created_at // 1_000_000
             scopes += [key for key in tallies if key[0] == "window"
                        and key[3] <= moment < key[3] + key[2]]
             for key in scopes:
-                totals[key] = totals[key].plus(entry.cost.scaled(entry.multiplicity))
-                for partition in entry.partitions:
-                    spends[key][partition] = spends[key][partition].plus(entry.cost)
-        for key in set(tallies) | set(totals):
+                books[key].add(entry.cost, entry.multiplicity, entry.partitions)
+        for key in set(tallies) | set(books):
+            rebuilt_books = books[key]
             tally = tallies.get(key)
             scope = key[0] if key[0] == "lifetime" else f"{key[0]}:{key[1] or key[3]}"
             stored_total = tally.total if tally else Amount()
-            if stored_total != totals[key]:
+            if stored_total != rebuilt_books.total:
                 differences.append(Difference(dataset.name, scope, "T", stored_total,
-                                              totals[key]))
+                                              rebuilt_books.total))
             stored_spends = {} if tally is None else {
                 keys[row.partition_id]: Amount(row.epsilon, row.delta, row.rho)
                 for row in session.execute(select(TallySpend).where(
                     TallySpend.tally_id == tally.id)).scalars()}
-            for partition in set(stored_spends) | set(spends[key]):
+            for partition in set(stored_spends) | set(rebuilt_books.spends):
                 stored = stored_spends.get(partition, Amount())
-                rebuilt = spends[key].get(partition, Amount())
+                rebuilt = rebuilt_books.spends.get(partition, Amount())
                 if stored != rebuilt:
                     differences.append(Difference(dataset.name, scope, f"s({partition})",
                                                   stored, rebuilt))

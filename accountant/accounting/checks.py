@@ -1,0 +1,96 @@
+"""Checking a priced charge against every scope's limit (DESIGN.md, normative).
+
+Pure functions over the scopes' states as the charge transaction read them
+(``accountant.accounting.loss``): each scope's loss before and after the
+charge, the per-partition limit, which scope denies a charge first, and
+whether a charge could ever fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from accountant.accounting.loss import LossRule, ScopeState, loss_after
+from accountant.accounting.windows import Window
+from accountant.exact import Amount, ComponentName, Limit
+
+#: The order in which scopes deny a charge (API.md): windows last, since only they reset.
+SCOPE_ORDER = ("dataset", "partition", "consumer", "window")
+
+
+@dataclass(frozen=True)
+class ScopeCheck:
+    """One scope's limit, its loss before the charge and after it."""
+
+    scope: str
+    limit: Limit
+    spent: Amount
+    after: Amount
+    partition: str | None = None
+    window: Window | None = None
+
+
+@dataclass(frozen=True)
+class Denial:
+    """Why a charge was refused: the first failing scope, in the order of ``SCOPE_ORDER``."""
+
+    scope: str
+    limit: Limit
+    spent: Amount
+    requested: Amount
+    partition: str | None = None
+    window: Window | None = None
+
+
+def scope_check(scope: str, limit: Limit, rule: LossRule, state: ScopeState, cost: Amount,
+                m: int, names: tuple[ComponentName, ...], *,
+                window: Window | None = None) -> ScopeCheck:
+    """A scope's loss now and after a charge of per-release ``cost`` and multiplicity ``m``."""
+    return ScopeCheck(scope, limit, loss_after(rule, state, Amount(), 0, names),
+                      loss_after(rule, state, cost, m, names), window=window)
+
+
+def partition_check(limit: Limit, lifetime: ScopeState, cost: Amount,
+                    names: tuple[ComponentName, ...], keys: list[str],
+                    spends_of: Callable[[], Mapping[str, Amount]]) -> ScopeCheck:
+    """The per-partition limit: every charged partition's s(p) plus the cost stays within it.
+    The largest old s(p) among them (``lifetime.max_touched``) decides; on a denial the
+    first partition in request order that goes over is named, from ``spends_of()`` (the
+    charged partitions' s(p), read only then)."""
+    after = Amount(**{name: lifetime.max_touched[name] + cost[name] for name in names})
+    if limit.is_exceeded_by(after, names):
+        spends = spends_of()
+        for key in keys:
+            spent = spends.get(key, Amount())
+            if limit.is_exceeded_by(spent.plus(cost), names):
+                return ScopeCheck("partition", limit, spent, spent.plus(cost), partition=key)
+    return ScopeCheck("partition", limit, lifetime.max_touched, after, partition=keys[0])
+
+
+def first_denial(checks: list[ScopeCheck], cost: Amount,
+                 names: tuple[ComponentName, ...]) -> Denial | None:
+    """The first scope, in contract order, that the charge would take above its limit.
+
+    Window scopes come last, so a charge that breaks a window and any other
+    scope is denied for the other scope (a 409: waiting would not help). A
+    charge whose cost alone exceeds a window limit is also a 409.
+    """
+    ordered = sorted(checks, key=lambda check: SCOPE_ORDER.index(check.scope))
+    for check in ordered:
+        if check.limit.is_exceeded_by(check.after, names):
+            return Denial(check.scope, check.limit, check.spent, cost, check.partition,
+                          check.window)
+    return None
+
+
+def never_fits(denial: Denial, rule: LossRule, cost: Amount, m: int,
+               names: tuple[ComponentName, ...]) -> bool:
+    """Whether the denied charge would exceed the denying limit even on a fresh scope."""
+    return denial.limit.is_exceeded_by(loss_after(rule, ScopeState(), cost, m, names), names)
+
+
+def remaining(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> Amount:
+    """What is left of ``limit`` after ``loss``, in the limited components."""
+    return Amount(**{name: max(0, bound - loss[name]) for name in names
+                     if (bound := limit[name]) is not None})

@@ -1,0 +1,319 @@
+"""A charge priced and checked under its dataset's lock: the reads and the decision.
+
+``send_reads`` sends, right behind the statement that locks the dataset
+(``dataset_state``), the charged partitions and every scope row the charge
+may touch, each with the largest old s(p) among the charged partitions: a
+bounded read whatever the history. These reads depend only on the request,
+so on PostgreSQL all three come back in one round trip and, being READ
+COMMITTED statements that start once the lock is granted, they see every
+charge committed before.
+
+``evaluate`` prices the release with the mechanism's cost declaration and
+checks every scope with the rules of ``accounting.checks`` (the top-k rule
+reads the k largest s(p) inside and outside the charged set as well). It
+writes nothing; a preview runs it without the lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from accountant.accounting import checks as rules
+from accountant.accounting import pricing
+from accountant.accounting.loss import LossRule, ScopeKey, ScopeState, charged
+from accountant.accounting.modes import MODES, Mode
+from accountant.accounting.windows import PERIODS, Window
+from accountant.driver import Driver, Pending, Rows
+from accountant.errors import Forbidden, field_error
+from accountant.exact import Amount, ComponentName
+from accountant.mechanism import Mechanism, UnusableParameters
+from accountant.services import dataset_state, datasets
+from accountant.services.consumers import Principal
+from accountant.services.dataset_state import DatasetState
+
+
+@dataclass(frozen=True)
+class ChargeRequest:
+    """A charge as the caller asked for it, validated as far as it can be without the
+    database."""
+
+    dataset: str
+    partitions: list[str] | str
+    release: str
+    mechanism: Mechanism
+    params: Mapping[str, Any]
+    sensitivity_unit: str | None
+    principal: Principal
+    #: The input the mechanism will run on (None in a preview that sends none).
+    data: Mapping[str, Any] | None = None
+    #: The id of the noise secret the output is drawn with (recorded with a grant).
+    noise_secret: str | None = None
+    #: The idempotency key, if any, and the SHA-256 of the body (``idempotency.fingerprint``).
+    key: str | None = None
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class _TallyRow:
+    """A scope's row as read in the charge transaction: plain values, no ORM object."""
+
+    id: int
+    total: Amount
+    max_spend: Amount
+    max_touched: Amount  # the largest old s(p) among the charged partitions
+
+
+@dataclass
+class _Scope:
+    key: ScopeKey
+    tally: _TallyRow | None
+    state: ScopeState = field(default_factory=ScopeState)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Everything decided about a charge before anything is written."""
+
+    dataset: DatasetState
+    mode: Mode
+    partitions: list[str]
+    priced: pricing.Priced
+    denial: rules.Denial | None
+    lifetime_after: Amount
+    lifetime_now: Amount
+    scopes: list[_Scope]
+    partition_ids: dict[str, int]
+    all_partitions: bool
+    never_fits: bool = False
+    checks: tuple[rules.ScopeCheck, ...] = ()
+
+    @property
+    def granted(self) -> bool:
+        return self.denial is None
+
+    @property
+    def remaining(self) -> Amount:
+        loss = self.lifetime_after if self.granted else self.lifetime_now
+        return rules.remaining(self.dataset.limit, loss, self.mode.components)
+
+    @property
+    def charged(self) -> Amount:
+        return charged(self.priced.cost, self.priced.multiplicity)
+
+
+
+@dataclass(frozen=True)
+class Reads:
+    """A charge's reads, sent in this order before any is read (``send_reads``)."""
+
+    dataset: Pending[DatasetState]
+    partitions: Pending[Rows]
+    scopes: Pending[Rows]
+    now: float
+
+
+def send_reads(driver: Driver, request: ChargeRequest, now: float, *,
+               lock: bool = False) -> Reads:
+    """Send the dataset's statement (``lock``: take its lock), then the charged partitions'
+    and every scope row's; read none of them yet.
+
+    They name the dataset by name, not id, so none waits for another's
+    result. The scope rows are those of the windows containing ``now`` and
+    the next ones, of every window length: the dataset's window budgets are
+    not known yet, and the charge's own clock is read after the lock.
+    """
+    if request.partitions != "*":
+        datasets.check_keys(list(request.partitions), "partitions")
+    dataset = dataset_state.send(driver, request.dataset, request.principal.consumer_id,
+                                 lock=lock)
+    keys = None if request.partitions == "*" else list(request.partitions)
+    partitions = driver.send(
+        "SELECT key, id FROM partitions WHERE dataset_id = "
+        "(SELECT id FROM datasets WHERE name = :name)"
+        + (" ORDER BY id" if keys is None else " AND key IN :keys"),
+        {"name": request.dataset} | ({} if keys is None else {"keys": keys}), list)
+    return Reads(dataset, partitions, _send_scopes(driver, request, keys, now), now)
+
+
+def _send_scopes(driver: Driver, request: ChargeRequest, keys: list[str] | None,
+                 now: float) -> Pending[Rows]:
+    params: dict[str, Any] = {"name": request.dataset, "c": request.principal.consumer_id}
+    for i, period in enumerate(PERIODS.values()):
+        start = Window.containing(period, now).start
+        params.update({f"p{i}": period, f"s{i}": start, f"n{i}": start + period})
+    if keys is not None:
+        params["keys"] = keys
+    return driver.send(_scopes_sql(keys is not None), params, list)
+
+
+def _scopes_sql(touched: bool) -> str:
+    """Every scope row of a dataset a charge may touch and, when ``touched``, the largest old
+    s(p) of each among the charged partitions (``:keys``)."""
+    windows = " OR ".join(f"(t.period_seconds = :p{i} AND t.window_start IN (:s{i}, :n{i}))"
+                          for i in range(len(PERIODS)))
+    maxima = ("MAX(s.epsilon) AS touched_epsilon, MAX(s.delta) AS touched_delta, "
+              "MAX(s.rho) AS touched_rho" if touched else
+              "NULL AS touched_epsilon, NULL AS touched_delta, NULL AS touched_rho")
+    # Not correlated with t: the charged partitions' ids are looked up once, by key, and
+    # their s(p) rows by primary key, whatever the number of partitions and charges.
+    join = (" LEFT JOIN tally_spends AS s ON s.tally_id = t.id AND s.partition_id IN "
+            "(SELECT p.id FROM partitions AS p WHERE p.dataset_id = "
+            "(SELECT id FROM datasets WHERE name = :name) AND p.key IN :keys)"
+            if touched else "")
+    return ("SELECT t.id, t.kind, t.consumer_id, t.period_seconds, t.window_start, "
+            "t.total_epsilon, t.total_delta, t.total_rho, t.max_epsilon, t.max_delta, "
+            f"t.max_rho, {maxima} FROM tallies AS t{join} "
+            "WHERE t.dataset_id = (SELECT id FROM datasets WHERE name = :name) AND "
+            "(t.kind = 'lifetime' OR (t.kind = 'consumer' AND t.consumer_id = :c) OR "
+            f"(t.kind = 'window' AND t.consumer_id = 0 AND ({windows})))"
+            + (" GROUP BY t.id" if touched else ""))
+
+
+def evaluate(driver: Driver, reads: Reads, request: ChargeRequest,
+             now: float) -> Evaluation:
+    """Price ``request`` and check it against every scope, writing nothing."""
+    dataset = reads.dataset.result()
+    principal = request.principal
+    if not principal.may_read(dataset.id):
+        raise Forbidden(f"dataset {dataset.name!r} is not granted to {principal.name!r}; "
+                        "ask an admin for a grant")
+    mode = MODES[dataset.accounting]
+    rule = dataset.rule
+    ids, keys, all_partitions = _resolve(reads.partitions.result(), dataset, request.partitions)
+    try:
+        priced = pricing.price(request.mechanism, request.params, request.sensitivity_unit, mode,
+                               rule, dataset.max_records_per_user, request.release, len(keys))
+    except pricing.PricingError as error:
+        raise field_error(error.field, str(error)) from None
+    prepare(request.mechanism, priced.run_params, request.data)
+    windows = [Window.containing(w.period_seconds, now) for w in dataset.windows]
+    rows = reads.scopes.result()
+    if any(w.start > Window.containing(w.period, reads.now).end for w in windows):
+        # The lock took longer than a window to come: read the scopes of this one.
+        rows = _send_scopes(driver, request, None if all_partitions else keys, now).result()
+    scopes = _read_scopes(driver, rows, rule, mode.components, principal.consumer_id,
+                          windows, list(ids.values()), len(keys), all_partitions)
+    by_key = {scope.key: scope.state for scope in scopes}
+    cost, m, names = priced.cost, priced.multiplicity, mode.components
+    lifetime = by_key[("lifetime", 0, 0, 0)]
+    checks = [rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, names)]
+    if dataset.partition_limit is not None:
+        lifetime_id = next((s.tally.id for s in scopes if s.key[0] == "lifetime" and s.tally),
+                           None)
+        checks.append(rules.partition_check(
+            dataset.partition_limit, lifetime, cost, names, keys,
+            lambda: _spends(driver, lifetime_id, ids)))
+    if dataset.quota is not None and dataset.id in principal.granted:
+        checks.append(rules.scope_check("consumer", dataset.quota, rule,
+                                        by_key[("consumer", principal.consumer_id, 0, 0)],
+                                        cost, m, names))
+    for budget, window in zip(dataset.windows, windows, strict=True):
+        checks.append(rules.scope_check("window", budget.limit, rule,
+                                        by_key[("window", 0, window.period, window.start)],
+                                        cost, m, names, window=window))
+    denial = rules.first_denial(checks, cost, names)
+    never = denial is not None and rules.never_fits(denial, rule, cost, m, names)
+    return Evaluation(dataset, mode, keys, priced, denial, checks[0].after, checks[0].spent,
+                      scopes, ids, all_partitions, never, tuple(checks))
+
+
+def preview(driver: Driver, request: ChargeRequest, now_us: int) -> Evaluation:
+    """``request`` evaluated as it would be now, without the lock, writing nothing."""
+    driver.begin_read()
+    try:
+        with driver.pipeline():
+            reads = send_reads(driver, request, now_us / 1e6)
+            return evaluate(driver, reads, request, now_us / 1e6)
+    finally:
+        driver.rollback()
+
+
+def prepare(mechanism: Mechanism, run_params: Mapping[str, Any],
+            data: Mapping[str, Any] | None) -> None:
+    """The mechanism's own check that it can run these parameters on this input: a 400
+    naming the field and the usable range, before anything is charged."""
+    if mechanism.prepare is None:
+        return
+    try:
+        mechanism.prepare(run_params, data)
+    except UnusableParameters as error:
+        raise field_error(error.field, str(error)) from None
+    except (ValueError, ArithmeticError) as error:
+        raise field_error("params", f"mechanism {mechanism.name!r} cannot run with these "
+                                    f"parameters: {error}") from None
+
+
+def _resolve(rows: Rows, dataset: DatasetState,
+             requested: list[str] | str) -> tuple[dict[str, int], list[str], bool]:
+    """(ids of existing charged partitions by key, the charged keys, whether P is "*")."""
+    if requested == "*":
+        if not rows:
+            raise field_error("partitions", f"'*' resolved to no partition: dataset "
+                              f"{dataset.name!r} has none yet; declare them with "
+                              f"POST /v1/datasets/{dataset.name}/partitions or name them")
+        return dict(rows), [row.key for row in rows], True
+    return dict(rows), list(requested), False
+
+
+def _read_scopes(driver: Driver, rows: Rows, rule: LossRule,
+                 names: tuple[ComponentName, ...], consumer_id: int, windows: list[Window],
+                 touched_ids: list[int], n: int, all_partitions: bool) -> list[_Scope]:
+    keys: list[ScopeKey] = [("lifetime", 0, 0, 0), ("consumer", consumer_id, 0, 0)]
+    keys += [("window", 0, w.period, w.start) for w in windows]
+    found = {(row.kind, row.consumer_id, row.period_seconds, row.window_start): _TallyRow(
+                 row.id, Amount(row.total_epsilon, row.total_delta, row.total_rho),
+                 Amount(row.max_epsilon, row.max_delta, row.max_rho),
+                 Amount(row.touched_epsilon or 0, row.touched_delta or 0, row.touched_rho or 0))
+             for row in rows}
+    scopes = [_Scope(key, found.get(key)) for key in keys]
+    existing = [s for s in scopes if s.tally is not None]
+    for scope in existing:
+        tally = scope.tally
+        assert tally is not None
+        max_touched = tally.max_spend if all_partitions else tally.max_touched
+        inside: dict[ComponentName, list[int]] = {}
+        outside: dict[ComponentName, list[int]] = {}
+        if rule.uses_top_k:
+            k = rule.max_partitions_per_user
+            assert k is not None
+            for name in names:
+                inside[name], outside[name] = _top_k(driver, tally.id, name, k, touched_ids,
+                                                     all_partitions)
+                inside[name] += [0] * (min(k, n) - len(inside[name]))
+        scope.state = ScopeState(tally.total, tally.max_spend, max_touched, outside, inside)
+    for scope in scopes:
+        if scope.tally is None and rule.uses_top_k:
+            k = rule.max_partitions_per_user
+            assert k is not None
+            scope.state = ScopeState(top_inside={name: [0] * min(k, n) for name in names})
+    return scopes
+
+
+def _top_k(driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int],
+           all_partitions: bool) -> tuple[list[int], list[int]]:
+    """The k largest s(p) inside and outside the charged set (an index range scan each)."""
+    base = f"SELECT {name} FROM tally_spends WHERE tally_id = :t"
+    order = f" ORDER BY {name} DESC LIMIT :k"
+    def column(sql: str) -> list[int]:
+        params = {"t": tally_id, "k": k} | ({"p": touched_ids} if ":p" in sql else {})
+        return [getattr(row, name) for row in driver.rows(sql, params)]
+
+    if all_partitions:
+        return column(base + order), []
+    if not touched_ids:
+        return [], column(base + order)
+    return (column(base + " AND partition_id IN :p" + order),
+            column(base + " AND partition_id NOT IN :p" + order))
+
+
+def _spends(driver: Driver, tally_id: int | None, ids: dict[str, int]) -> dict[str, Amount]:
+    """s(p) of the charged partitions that exist, by key, in the lifetime scope."""
+    if tally_id is None or not ids:
+        return {}
+    keys = {partition_id: key for key, partition_id in ids.items()}
+    return {keys[row.partition_id]: Amount(row.epsilon, row.delta, row.rho)
+            for row in driver.rows("SELECT partition_id, epsilon, delta, rho FROM tally_spends "
+                                   "WHERE tally_id = :t AND partition_id IN :p",
+                                   {"t": tally_id, "p": list(ids.values())})}

@@ -1,0 +1,124 @@
+"""The ledger as its readers see it: entries described, pages, the export's rows, and the
+first bad entry of a failed verification."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from accountant.accounting.modes import MODES
+from accountant.accounting.windows import isoformat
+from accountant.errors import NotFound
+from accountant.exact import Amount
+from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.services import ledger
+from accountant.services.ledger import LedgerFilter
+
+
+def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
+    """One entry as the API, the export and the dashboard state it (docs/ledger.md)."""
+    mode = MODES[dataset.accounting]
+    charged = None  # what the running total grew by: cost x multiplicity, when granted
+    if entry.kind == "charge":
+        grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)
+        charged = mode.report(grew.scaled(entry.multiplicity) if entry.status == "granted"
+                              else Amount(), dataset.limit_delta or 0)
+    return {
+        "id": entry.id, "seq": entry.seq, "kind": entry.kind, "charge_id": entry.charge_id,
+        "dataset": dataset.name, "consumer": consumer, "status": entry.status,
+        "mechanism": entry.mechanism, "release": entry.release, "partitions": entry.partitions,
+        "cost": mode.report(entry.cost, dataset.limit_delta or 0),
+        "multiplicity": entry.multiplicity, "charged": charged,
+        "loss_after": None if (after := entry.loss_after) is None
+        else mode.report(after, dataset.limit_delta or 0),
+        "detail": entry.detail or None,
+        "created_at": isoformat(entry.created_at / 1e6),
+        "noise_secret": entry.noise_secret, "implementation": entry.implementation,
+        "prev_hash": entry.prev_hash, "hash": entry.hash,
+        # what the hash covers, in the form it covers it (docs/ledger.md)
+        "params": entry.params,
+        "cost_units": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
+        "created_at_us": entry.created_at,
+    }
+
+
+def ids_of(session: Session, dataset: str | None,
+           consumer: str | None) -> tuple[int | None, int | None]:
+    """The ids of a filter's dataset and consumer, each None when not named."""
+    dataset_id = consumer_id = None
+    if dataset is not None:
+        dataset_id = session.execute(select(Dataset.id).where(Dataset.name == dataset)).scalar()
+        if dataset_id is None:
+            raise NotFound(f"no dataset named {dataset!r}")
+    if consumer is not None:
+        consumer_id = session.execute(
+            select(Consumer.id).where(Consumer.name == consumer)).scalar()
+        if consumer_id is None:
+            raise NotFound(f"no consumer named {consumer!r}")
+    return dataset_id, consumer_id
+
+
+def page(session: Session, filters: LedgerFilter) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of entries and the cursor of the next (None on the last page)."""
+    datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
+    rows = session.execute(ledger.query(filters)).all()
+    entries = [describe_entry(entry, datasets[entry.dataset_id], consumer)
+               for entry, _name, consumer in rows]
+    return entries, str(rows[-1][0].id) if len(rows) == filters.limit else None
+
+
+def export_rows(session: Session, filters: LedgerFilter) -> Iterator[dict[str, Any]]:
+    """Every entry ``filters`` selects, described, read 1000 at a time: each page in a read
+    transaction of its own (never a snapshot held for a whole download), its objects
+    forgotten after it, so memory stays flat."""
+    after, left = filters.after_id, filters.limit
+    while left > 0:
+        datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
+        page_filter = LedgerFilter(filters.dataset_id, filters.consumer_id, filters.status,
+                                   filters.since, filters.until, after, min(1000, left))
+        rows = session.execute(ledger.query(page_filter)).all()
+        described = [describe_entry(entry, datasets[entry.dataset_id], consumer)
+                     for entry, _name, consumer in rows]
+        last_id = rows[-1][0].id if rows else after
+        session.rollback()
+        session.expunge_all()
+        yield from described
+        if len(described) < page_filter.limit:
+            return
+        after, left = last_id, left - len(described)
+
+
+def verification(session: Session) -> dict[str, Any]:
+    """``ledger.verify`` as the API reports it, with the first bad entry described."""
+    result = ledger.verify(session)
+    if result.ok:
+        return {"ok": True, "entries": result.entries, "heads": result.heads}
+    bad = None
+    if result.first_bad is not None:
+        dataset = session.get(Dataset, result.first_bad.dataset_id)
+        assert dataset is not None
+        consumer = session.execute(select(Consumer.name).where(
+            Consumer.id == result.first_bad.consumer_id)).scalar()
+        bad = describe_entry(result.first_bad, dataset, consumer)
+    return {"ok": False, "entries": result.entries, "dataset": result.dataset,
+            "reason": result.reason, "first_bad_entry": bad}
+
+
+def charge_counts(session: Session) -> list[tuple[str, str | None, str, int]]:
+    """(dataset, mechanism, outcome, count) of every charge in the ledger."""
+    rows = session.execute(
+        select(Dataset.name, LedgerEntry.mechanism, LedgerEntry.status, func.count())
+        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
+        .where(LedgerEntry.kind == "charge")
+        .group_by(Dataset.name, LedgerEntry.mechanism, LedgerEntry.status)).all()
+    return [(dataset, mechanism, status, count) for dataset, mechanism, status, count in rows]
+
+
+def schema_revision(session: Session) -> str | None:
+    """The migration the database is at."""
+    revision: str | None = session.execute(
+        text("SELECT version_num FROM alembic_version")).scalar()
+    return revision
