@@ -58,7 +58,9 @@ def make_engine(settings: Settings, *, service: bool = True) -> Engine:
         ensure_sqlite_directory(settings.database_url)
         engine = create_engine(url, connect_args={"timeout": settings.lock_timeout_ms / 1000})
         _configure_sqlite(engine, settings)
-        WRITE_GATES[engine] = WriteGate(settings.lock_timeout_ms / 1000)
+        database = url.database if url.database not in (None, "", ":memory:") else None
+        WRITE_GATES[engine] = WriteGate(settings.lock_timeout_ms / 1000,
+                                        None if database is None else database + "-writers")
         _ENGINES.append(engine)
         return engine
     timeout_s = settings.database_timeout_ms / 1000

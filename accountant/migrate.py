@@ -25,8 +25,27 @@ def head_revision() -> str:
 
 
 def upgrade(database_url: str, revision: str = "head") -> None:
+    """Migrate the schema, then (at the head) the data that a migration cannot derive in
+    SQL: the rho limits of zcdp datasets (``services.conversions``)."""
     ensure_sqlite_directory(database_url)
     command.upgrade(alembic_config(database_url), revision)
+    if revision == "head":
+        _upgrade_data(database_url)
+
+
+def _upgrade_data(database_url: str) -> None:
+    import time
+
+    from accountant.config import load_settings
+    from accountant.db import make_engine, make_session_factory
+    from accountant.services.conversions import upgrade_zcdp_limits
+
+    engine = make_engine(load_settings({"database_url": database_url}), service=False)
+    try:
+        with make_session_factory(engine)() as session:
+            upgrade_zcdp_limits(session, time.time_ns() // 1000)
+    finally:
+        engine.dispose()
 
 
 def downgrade(database_url: str, revision: str) -> None:

@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Any
 
 from accountant import hookimpl
-from accountant.accounting.modes import rho_limit
+from accountant.accounting.modes import rho_by_bun_steinke
 from accountant.exact import RHO
 from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
@@ -42,7 +42,7 @@ def sigma_squared(params: Mapping[str, Any]) -> Fraction:
     if "rho" in params:
         rho = Fraction(params["rho"])
     else:
-        units = rho_limit(Decimal(params["epsilon"]), Decimal(params["delta"]))
+        units = rho_by_bun_steinke(Decimal(params["epsilon"]), Decimal(params["delta"]))
         if units == 0:
             raise UnusableParameters("params.epsilon", "epsilon and delta leave no room for "
                                      "noise; raise epsilon")

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from accountant.accounting.modes import epsilon_of_rho, rho_limit
+from accountant.accounting.modes import epsilon_of_rho, rho_by_bun_steinke, rho_limit
 from accountant.exact import DELTA, EPSILON, RHO
 from accountant.jsonio import JSONInputError, loads
 from tests.conftest import Api
@@ -68,12 +68,15 @@ def test_json_numbers_are_decimals_and_specials_are_refused() -> None:
 
 
 def test_zcdp_conversions_round_toward_privacy() -> None:
-    # rho limit for (epsilon, delta) = (1, 1e-6): (sqrt(ln 1e6 + 1) - sqrt(ln 1e6))^2
+    # the classic rho for (epsilon, delta) = (1, 1e-6): (sqrt(ln 1e6 + 1) - sqrt(ln 1e6))^2
     import math
 
     expected = (math.sqrt(math.log(1e6) + 1) - math.sqrt(math.log(1e6))) ** 2
+    classic = rho_by_bun_steinke(Decimal(1), Decimal("1e-6"))
+    assert classic <= expected * 10**12 < classic + 2
+    # the enforced limit (CKS20) is larger, rounded down to a rho unit
     units = rho_limit(Decimal(1), Decimal("1e-6"))
-    assert units <= expected * 10**12 < units + 2
+    assert units == 24355970359 > classic
     # and back: the epsilon of that rho is at most 1 (rounded up to an epsilon unit)
     assert epsilon_of_rho(units, 10**12) <= Decimal(1)
     assert epsilon_of_rho(units + 10**6, 10**12) > Decimal(1)

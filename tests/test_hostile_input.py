@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import Api
+from accountant.app import create_app
+from tests.conftest import ADMIN_KEY, Api
 
 CHARGE = ('{"dataset": "clicks", "partitions": ["p"], "mechanism": "laplace", '
           '"params": {"epsilon": %s, "sensitivity": 1}, "input": {"values": [1]}}')
@@ -71,7 +72,12 @@ def test_csv_export_cells_never_start_a_formula(api: Api) -> None:
 
 
 @pytest.mark.slow
-def test_two_hundred_thousand_partitions_in_one_declaration(api: Api) -> None:
+def test_two_hundred_thousand_partitions_in_one_declaration(
+        database_url: str, signing_key_file: str) -> None:
+    # a volume test, not a stall test: generous timeouts, so a loaded machine cannot fail it
+    api = Api(create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
+                          "signing_key_file": signing_key_file, "lock_timeout_ms": 60_000,
+                          "database_timeout_ms": 60_000}).test_client())
     api.make_dataset()
     keys = [f"k{i:06d}" for i in range(200_000)]
     response = api.post("/v1/datasets/clicks/partitions", {"keys": keys})

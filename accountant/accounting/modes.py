@@ -18,6 +18,8 @@ epsilon is never rounded down.
 from __future__ import annotations
 
 import decimal
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -92,7 +94,26 @@ MODES: dict[str, Mode] = {
 
 
 def rho_limit(epsilon: Decimal, delta: Decimal) -> int:
-    """Units of the largest rho whose (epsilon, delta) conversion stays within ``epsilon``."""
+    """Units of the largest rho that is (epsilon, delta)-DP by the Canonne, Kamath and
+    Steinke (2020) conversion, rounded down: rho* = max over alpha > 1 of B(alpha) / alpha,
+    B(alpha) = epsilon + ln(alpha / (alpha - 1)) - (ln(1/delta) - ln alpha) / (alpha - 1).
+
+    rho-zCDP is (alpha, alpha rho)-RDP for every alpha > 1, and (alpha, tau)-RDP is
+    (tau + ln((alpha-1)/alpha) - (ln delta + ln alpha)/(alpha-1), delta)-DP (CKS20,
+    Proposition 12), so every alpha gives a sound rho: the search picks a near-optimal
+    alpha in floating point, and the value at that alpha is computed at 60 digits."""
+    if not 0 < delta < 1:
+        raise ValueError("delta must be between 0 and 1")
+    alpha = _best_order(lambda a: _b_float(float(epsilon), float(delta), a) / a, maximise=True)
+    with decimal.localcontext(_CONTEXT):
+        rho = _b_decimal(epsilon, delta, alpha) / alpha
+        return max(0, RHO.limit_units(max(Decimal(0), rho - _GUARD)))
+
+
+def rho_by_bun_steinke(epsilon: Decimal, delta: Decimal) -> int:
+    """Units of the largest rho with rho + 2 sqrt(rho ln(1/delta)) <= epsilon (Bun and
+    Steinke 2016, Proposition 1.3), rounded down: looser than ``rho_limit``; the discrete
+    Gaussian plugin calibrates its (epsilon, delta) parameters with it."""
     with decimal.localcontext(_CONTEXT):
         log_term = (1 / delta).ln()
         rho = ((log_term + epsilon).sqrt() - log_term.sqrt()) ** 2
@@ -100,14 +121,61 @@ def rho_limit(epsilon: Decimal, delta: Decimal) -> int:
 
 
 def epsilon_of_rho(rho_units: int, delta_units: int) -> Decimal:
-    """epsilon = rho + 2 sqrt(rho ln(1/delta)), rounded up to epsilon units."""
+    """The epsilon at ``delta`` of a rho-zCDP loss by the CKS20 conversion, rounded up:
+    min over alpha > 1 of alpha rho + ln((alpha-1)/alpha) - (ln delta + ln alpha)/(alpha-1)
+    (any alpha gives a sound figure; see ``rho_limit``)."""
     if rho_units == 0:
         return Decimal(0)
+    rho_f, delta_f = rho_units / RHO.scale, delta_units / DELTA.scale
+    alpha = _best_order(lambda a: a * rho_f + _conversion_float(delta_f, a), maximise=False)
     with decimal.localcontext(_CONTEXT):
         rho = RHO.to_decimal(rho_units)
         delta = DELTA.to_decimal(delta_units)
-        epsilon = rho + 2 * (rho * (1 / delta).ln()).sqrt()
-        return EPSILON.to_decimal(EPSILON.cost_units(epsilon + _GUARD))
+        epsilon = alpha * rho + _conversion_decimal(delta, alpha)
+        return EPSILON.to_decimal(EPSILON.cost_units(max(Decimal(0), epsilon) + _GUARD))
+
+
+def _b_float(epsilon: float, delta: float, alpha: float) -> float:
+    return epsilon - _conversion_float(delta, alpha)
+
+
+def _conversion_float(delta: float, alpha: float) -> float:
+    """ln((alpha-1)/alpha) - (ln delta + ln alpha)/(alpha-1), in floating point."""
+    return (math.log1p(-1 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1))
+
+
+def _b_decimal(epsilon: Decimal, delta: Decimal, alpha: Decimal) -> Decimal:
+    return epsilon - _conversion_decimal(delta, alpha)
+
+
+def _conversion_decimal(delta: Decimal, alpha: Decimal) -> Decimal:
+    return ((alpha - 1) / alpha).ln() - (delta.ln() + alpha.ln()) / (alpha - 1)
+
+
+def _best_order(objective: Callable[[float], float], *, maximise: bool) -> Decimal:
+    """A near-optimal Renyi order alpha > 1 for ``objective``: a scan of ln(alpha - 1) over
+    [-12, 40], then golden-section refinement around the best point. Returned as the exact
+    Decimal of a float, so the caller evaluates its figure at exactly this order."""
+    sign = -1.0 if maximise else 1.0
+
+    def value(x: float) -> float:
+        try:
+            return sign * objective(1 + math.exp(x))
+        except (OverflowError, ValueError, ZeroDivisionError):
+            return math.inf
+
+    grid = [-12 + 52 * i / 520 for i in range(521)]
+    best = min(grid, key=value)
+    low, high = best - 0.1, best + 0.1
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(80):
+        a, b = high - ratio * (high - low), low + ratio * (high - low)
+        if value(a) <= value(b):
+            high = b
+        else:
+            low = a
+    x = min((best, (low + high) / 2), key=value)
+    return Decimal(1 + math.exp(x))
 
 
 def limit_of(

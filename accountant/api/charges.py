@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from flask import Blueprint, Response, request
 
+from accountant.accounting.windows import isoformat
 from accountant.api import schemas
 from accountant.api.auth import principal
 from accountant.api.common import db, driver, json_body, runtime
 from accountant.errors import field_error
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
-from accountant.services import charge_records, charges, evaluation, idempotency
+from accountant.services import charge_records, charges, evaluation, idempotency, plans
 from accountant.services.charge_responses import reason, report
 from accountant.services.consumers import Principal
 from accountant.services.evaluation import ChargeRequest
@@ -115,6 +117,54 @@ def preview() -> Any:
         "scope": None if denial is None else denial.scope,
         "reason": None if denial is None else reason(evaluated, denial),
     }
+
+
+@bp.post("/v1/charges/plan")
+def plan() -> Any:
+    """How many more identical charges every scope would grant now."""
+    caller = principal("admin", "service", "auditor")
+    body = json_body(schemas.PLAN)
+    if "count" in body:
+        return _solve(body, caller)
+    found = plans.plan(driver(), _request(body, caller), runtime().clock.now_us())
+    evaluated, limited_by = found.evaluation, found.limited_by
+    return {
+        "fits": found.fits,
+        "limited_by": {"scope": limited_by.scope,
+                       "partition": limited_by.partition if limited_by.scope == "partition"
+                       else None}
+                      | ({} if limited_by.window is None
+                         else {"resets_at": isoformat(limited_by.window.end)}),
+        "dataset": evaluated.dataset.name,
+        "partitions": evaluated.partitions,
+        "cost": report(evaluated, evaluated.priced.cost),
+        "multiplicity": evaluated.priced.multiplicity,
+    }
+
+
+def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
+    """The least-noise value of the parameter the body leaves out such that ``count``
+    identical charges fit."""
+    mechanism = _mechanism(body)
+    params = body["params"]
+    name = next((name for name in plans.NOISE_PARAMETERS if name not in params
+                 and schemas.is_valid(mechanism.params_schema,
+                                      {**params, name: Decimal(1)})), None)
+    if name is None:
+        raise field_error("params", "with count, leave out the noise parameter to solve for "
+                                    f"(one of {sorted(plans.NOISE_PARAMETERS)})")
+    charge_request = _request({**body, "params": {**params, name: Decimal(1)}}, caller)
+    try:
+        solved = plans.solve(driver(), replace(charge_request, params={
+            k: v for k, v in charge_request.params.items() if k != name}), name,
+            body["count"], runtime().clock.now_us())
+    except plans.NothingFits as error:
+        raise field_error("count", f"{error}; ask for fewer charges") from None
+    evaluated = solved.evaluation
+    return {"params": {name: solved.value}, "count": body["count"],
+            "dataset": evaluated.dataset.name, "partitions": evaluated.partitions,
+            "cost": report(evaluated, evaluated.priced.cost),
+            "multiplicity": evaluated.priced.multiplicity}
 
 
 @bp.get("/v1/charges/<uuid:charge_uuid>")

@@ -46,6 +46,9 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
                               [400, 401, 403, 404, 409, 413, 422, 429, 503]),
     ("POST", "/v1/charges/preview"): ("Price and check without charging", schemas.PREVIEW, 200,
                                       [400, 401, 403, 404, 413]),
+    ("POST", "/v1/charges/plan"): ("How many more identical charges fit, or the least-noise "
+                                   "parameter for count of them", schemas.PLAN, 200,
+                                   [400, 401, 403, 404, 413]),
     ("GET", "/v1/charges/{charge_id}"): ("One charge as recorded", None, 200, [401, 403, 404]),
     ("GET", "/v1/ledger"): ("Ledger entries, oldest first", None, 200, [400, 401, 403, 404]),
     ("GET", "/v1/ledger/export"): ("The filtered entries as CSV or JSON Lines", None, 200,

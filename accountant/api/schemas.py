@@ -106,10 +106,20 @@ CHARGE: dict[str, Any] = {
     "additionalProperties": False,
 }
 PREVIEW: dict[str, Any] = {**CHARGE, "required": ["dataset", "partitions", "mechanism", "params"]}
+PLAN: dict[str, Any] = {**PREVIEW, "properties": {
+    **CHARGE["properties"], "count": {"type": "integer", "minimum": 1, "maximum": 10**9}}}
 
 #: Compiled validators by schema object. The entry keeps its schema alive and is used only
 #: for that very object, so an id can never be reused by another schema.
 _VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator, Check | None]] = {}
+
+
+def is_valid(schema: Mapping[str, Any], instance: Any) -> bool:
+    try:
+        validate(schema, instance)
+    except InvalidRequest:
+        return False
+    return True
 
 
 def validate(schema: Mapping[str, Any], instance: Any, prefix: str = "") -> None:

@@ -16,7 +16,8 @@ writes nothing; a preview runs it without the lock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,8 +87,9 @@ class Evaluation:
     scopes: list[_Scope]
     partition_ids: dict[str, int]
     all_partitions: bool
-    never_fits: bool = False
-    checks: tuple[rules.ScopeCheck, ...] = ()
+    never_fits: bool
+    checks: tuple[rules.ScopeCheck, ...]
+    checker: ScopeChecker
 
     @property
     def granted(self) -> bool:
@@ -195,28 +197,51 @@ def evaluate(driver: Driver, reads: Reads, request: ChargeRequest,
         rows = _send_scopes(driver, request, None if all_partitions else keys, now).result()
     scopes = _read_scopes(driver, rows, rule, mode.components, principal.consumer_id,
                           windows, list(ids.values()), len(keys), all_partitions)
-    by_key = {scope.key: scope.state for scope in scopes}
-    cost, m, names = priced.cost, priced.multiplicity, mode.components
-    lifetime = by_key[("lifetime", 0, 0, 0)]
-    checks = [rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, names)]
-    if dataset.partition_limit is not None:
-        lifetime_id = next((s.tally.id for s in scopes if s.key[0] == "lifetime" and s.tally),
-                           None)
-        checks.append(rules.partition_check(
-            dataset.partition_limit, lifetime, cost, names, keys,
-            lambda: _spends(driver, lifetime_id, ids)))
-    if dataset.quota is not None and dataset.id in principal.granted:
-        checks.append(rules.scope_check("consumer", dataset.quota, rule,
-                                        by_key[("consumer", principal.consumer_id, 0, 0)],
-                                        cost, m, names))
-    for budget, window in zip(dataset.windows, windows, strict=True):
-        checks.append(rules.scope_check("window", budget.limit, rule,
-                                        by_key[("window", 0, window.period, window.start)],
-                                        cost, m, names, window=window))
-    denial = rules.first_denial(checks, cost, names)
-    never = denial is not None and rules.never_fits(denial, rule, cost, m, names)
+    lifetime_id = next((s.tally.id for s in scopes if s.key[0] == "lifetime" and s.tally), None)
+    checker = ScopeChecker(dataset, rule, mode.components, principal,
+                           {scope.key: scope.state for scope in scopes}, windows, keys,
+                           functools.cache(lambda: _spends(driver, lifetime_id, ids)))
+    cost, m = priced.cost, priced.multiplicity
+    checks = checker.checks(cost, m)
+    denial = rules.first_denial(checks, cost, mode.components)
+    never = denial is not None and rules.never_fits(denial, rule, cost, m, mode.components)
     return Evaluation(dataset, mode, keys, priced, denial, checks[0].after, checks[0].spent,
-                      scopes, ids, all_partitions, never, tuple(checks))
+                      scopes, ids, all_partitions, never, tuple(checks), checker)
+
+
+@dataclass(frozen=True)
+class ScopeChecker:
+    """Every scope a charge touches, as read under the lock, ready to check a cost."""
+
+    dataset: DatasetState
+    rule: LossRule
+    names: tuple[ComponentName, ...]
+    principal: Principal
+    states: dict[ScopeKey, ScopeState]
+    windows: list[Window]
+    keys: list[str]
+    spends_of: Callable[[], dict[str, Amount]]  # the charged partitions' s(p), on demand
+
+    def checks(self, cost: Amount, m: int) -> list[rules.ScopeCheck]:
+        """Each scope's loss before and after a charge of per-release ``cost`` and
+        multiplicity ``m`` (n identical charges are one of cost x n)."""
+        dataset, rule, names = self.dataset, self.rule, self.names
+        lifetime = self.states[("lifetime", 0, 0, 0)]
+        checks = [rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, names)]
+        if dataset.partition_limit is not None:
+            checks.append(rules.partition_check(dataset.partition_limit, lifetime, cost, names,
+                                                self.keys, self.spends_of))
+        principal = self.principal
+        if dataset.quota is not None and dataset.id in principal.granted:
+            checks.append(rules.scope_check(
+                "consumer", dataset.quota, rule,
+                self.states[("consumer", principal.consumer_id, 0, 0)], cost, m, names))
+        for budget, window in zip(dataset.windows, self.windows, strict=True):
+            checks.append(rules.scope_check(
+                "window", budget.limit, rule,
+                self.states[("window", 0, window.period, window.start)], cost, m, names,
+                window=window))
+        return checks
 
 
 def preview(driver: Driver, request: ChargeRequest, now_us: int) -> Evaluation:

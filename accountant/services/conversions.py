@@ -1,0 +1,101 @@
+"""Raising the rho limits of zcdp datasets made under an older, looser conversion.
+
+Budgets of zcdp datasets are stated as (epsilon, delta) and enforced as rho
+(``accounting.modes.rho_limit``, the Canonne, Kamath and Steinke 2020
+conversion). Datasets created before it took that rho from the looser
+rho + 2 sqrt(rho ln(1/delta)) bound. ``accountant db upgrade`` recomputes
+every stated limit of every zcdp dataset (lifetime, partition, windows,
+consumers' quotas) and raises the ones that are lower, each ledgered as a
+limit change; a limit stated as rho is left as it is, and running it again
+changes nothing.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from accountant.accounting.modes import rho_limit
+from accountant.accounting.windows import PERIOD_NAMES
+from accountant.db import begin_write
+from accountant.driver import Driver
+from accountant.exact import DELTA, EPSILON, Limit
+from accountant.models import Consumer, Dataset, Grant
+from accountant.services import ledger, terms
+from accountant.services.datasets import describe_limit, lifetime_loss
+
+REASON = ("zcdp limits recomputed from their stated (epsilon, delta) by the Canonne, Kamath "
+          "and Steinke (2020) conversion, which allows a larger rho for the same guarantee")
+
+
+def _raised(row: Any, prefix: str, dataset_delta: int) -> bool:
+    """Raise ``row``'s rho limit (columns ``{prefix}_epsilon`` ...) to the conversion of its
+    stated epsilon and delta, if that is larger; True if it was raised."""
+    epsilon = getattr(row, f"{prefix}_epsilon")
+    rho = getattr(row, f"{prefix}_rho")
+    if epsilon is None or rho is None:
+        return False
+    delta = getattr(row, f"{prefix}_delta") or dataset_delta
+    converted = rho_limit(EPSILON.to_decimal(epsilon), DELTA.to_decimal(delta))
+    if converted <= rho:
+        return False
+    setattr(row, f"{prefix}_rho", converted)
+    return True
+
+
+def upgrade_zcdp_limits(session: Session, now: int) -> int:
+    """Raise every zcdp limit that the conversion allows to be larger; the datasets changed."""
+    begin_write(session)
+    changed = 0
+    for dataset in session.execute(select(Dataset).where(Dataset.accounting == "zcdp")
+                                   .order_by(Dataset.id).with_for_update()).scalars():
+        delta = dataset.limit_delta or 0
+        changes: list[tuple[str, Any, Any]] = []
+        old = describe_limit(dataset.limit)
+        if _raised(dataset, "limit", delta):
+            changes.append(("dataset", old, describe_limit(dataset.limit)))
+        if dataset.has_partition_limit and dataset.partition_limit is not None:
+            old = describe_limit(dataset.partition_limit)
+            if _raised(dataset, "partition_limit", delta):
+                assert dataset.partition_limit is not None
+                changes.append(("partition", old, describe_limit(dataset.partition_limit)))
+        for window in dataset.windows:
+            old = describe_limit(_limit(window, "limit"))
+            if _raised(window, "limit", delta):
+                changes.append((f"window:{PERIOD_NAMES[window.period_seconds]}", old,
+                                describe_limit(_limit(window, "limit"))))
+        grants = session.execute(select(Grant, Consumer.name).join(
+            Consumer, Consumer.id == Grant.consumer_id).where(
+            Grant.dataset_id == dataset.id, Grant.has_quota)).all()
+        for grant, consumer in grants:
+            old = describe_limit(_limit(grant, "quota"))
+            if _raised(grant, "quota", delta):
+                changes.append((f"consumer:{consumer}", old,
+                                describe_limit(_limit(grant, "quota"))))
+        if not changes:
+            continue
+        changed += 1
+        dataset.terms_sha256 = terms.digest(dataset)
+        session.flush()
+        loss = lifetime_loss(session, dataset)
+        for scope, before, after in changes:
+            ledger.append(Driver.of(session), dataset, None, kind="limit_change",
+                          status="granted", created_at=now,
+                          detail={"scope": scope, "old": _text(before), "new": _text(after),
+                                  "reason": REASON, "terms_sha256": dataset.terms_sha256},
+                          loss_after=loss)
+    session.commit()
+    return changed
+
+
+def _limit(row: Any, prefix: str) -> Limit:
+    return Limit(getattr(row, f"{prefix}_epsilon"), getattr(row, f"{prefix}_delta"),
+                 getattr(row, f"{prefix}_rho"))
+
+
+def _text(limit: dict[str, Decimal]) -> dict[str, str]:
+    """Exact decimals as text, so the ledger detail hashes and stores exactly."""
+    return {name: str(value) for name, value in limit.items()}

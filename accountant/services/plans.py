@@ -1,0 +1,127 @@
+"""Capacity planning: how many more identical charges every scope would grant now.
+
+n identical charges of per-release cost c and multiplicity m on the same
+partitions add n c to each charged s(p) and n c m to each running total: in
+every loss rule of DESIGN.md that is one charge of cost n c. So the plan
+evaluates the charge like a preview and finds the largest n whose cost n c
+every scope still grants, by doubling and bisection over the same checks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+from accountant.accounting import checks as rules
+from accountant.accounting import pricing
+from accountant.driver import Driver
+from accountant.services.evaluation import ChargeRequest, Evaluation, preview
+
+
+@dataclass(frozen=True)
+class Plan:
+    evaluation: Evaluation
+    fits: int
+    limited_by: rules.Denial  # the scope that refuses charge number fits + 1
+
+
+def plan(driver: Driver, request: ChargeRequest, now_us: int) -> Plan:
+    evaluation = preview(driver, request, now_us)
+    fits, limited_by = most_that_fit(evaluation)
+    return Plan(evaluation, fits, limited_by)
+
+
+def most_that_fit(evaluation: Evaluation) -> tuple[int, rules.Denial]:
+    """(n, the denial of the (n+1)-th): every amount saturates below 2^62 units, far above
+    any limit, so the doubling ends."""
+    cost, m = evaluation.priced.cost, evaluation.priced.multiplicity
+    names = evaluation.mode.components
+
+    def denial(n: int) -> rules.Denial | None:
+        scaled = cost.scaled(n)
+        return rules.first_denial(evaluation.checker.checks(scaled, m), scaled, names)
+
+    first = denial(1)
+    if first is not None:
+        return 0, first
+    low, high = 1, 2  # denial(low) is None
+    while (refused := denial(high)) is None:
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        found = denial(middle)
+        if found is None:
+            low = middle
+        else:
+            high, refused = middle, found
+    return low, refused
+
+
+#: The noise parameters a plan may solve for, and whether a larger value costs more.
+NOISE_PARAMETERS = {"sigma": False, "epsilon": True, "rho": True}
+
+
+@dataclass(frozen=True)
+class Solved:
+    evaluation: Evaluation  # of the charge with the solved parameter
+    name: str
+    value: Decimal
+
+
+def solve(driver: Driver, request: ChargeRequest, name: str, count: int,
+          now_us: int) -> Solved:
+    """The least-noise value of parameter ``name`` such that ``count`` identical charges fit
+    now: the largest epsilon or rho, or the smallest sigma, to 9 significant digits,
+    rounded toward more noise. Raises ``NothingFits`` if no value in range fits."""
+    increasing = NOISE_PARAMETERS[name]
+    evaluation = preview(driver, _with(request, name, Decimal(1)), now_us)  # the scopes
+    mode, dataset = evaluation.mode, evaluation.dataset
+
+    def fits(value: Decimal) -> bool:
+        try:
+            priced = pricing.price(request.mechanism, {**request.params, name: value},
+                                   request.sensitivity_unit, mode, dataset.rule,
+                                   dataset.max_records_per_user, request.release,
+                                   len(evaluation.partitions))
+        except pricing.PricingError:
+            return False
+        scaled = priced.cost.scaled(count)
+        return rules.first_denial(evaluation.checker.checks(scaled, priced.multiplicity),
+                                  scaled, mode.components) is None
+
+    # bisection on the logarithm between the schema's bounds, toward more noise
+    low, high = math.log(_LOW), math.log(_HIGH)
+    if not fits(_LOW if increasing else _HIGH):
+        raise NothingFits(f"{count} such charges do not fit even at {name} "
+                          f"{_LOW if increasing else _HIGH}")
+    for _ in range(100):
+        middle = (low + high) / 2
+        if fits(Decimal(repr(math.exp(middle)))) == increasing:
+            low = middle
+        else:
+            high = middle
+    value = _round(Decimal(repr(math.exp(low if increasing else high))), increasing)
+    while not fits(value):  # rounding to 9 digits must not leave the fitting side
+        value = _round(value * (Decimal("0.999999999") if increasing
+                                else Decimal("1.000000001")), increasing)
+    solved = _with(request, name, value)
+    return Solved(preview(driver, solved, now_us), name, value)
+
+
+class NothingFits(ValueError):
+    """No value of the parameter lets that many charges fit."""
+
+
+_LOW, _HIGH = Decimal("1e-9"), Decimal(10) ** 6
+
+
+def _with(request: ChargeRequest, name: str, value: Decimal) -> ChargeRequest:
+    return replace(request, params={**request.params, name: value})
+
+
+def _round(value: Decimal, down: bool) -> Decimal:
+    """``value`` to 9 significant digits, down (less epsilon) or up (more sigma)."""
+    exponent = value.adjusted() - 8
+    return value.quantize(Decimal(1).scaleb(exponent),
+                          rounding=ROUND_FLOOR if down else ROUND_CEILING).normalize()

@@ -1,0 +1,109 @@
+"""POST /v1/charges/plan: how many more identical charges fit, checked by charging them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Api
+
+# (dataset fields, charge fields, charges made first)
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], int]] = {
+    "lifetime": ({"budget": {"epsilon": 1}}, {"epsilon": 0.1}, 3),
+    "partition": ({"budget": {"epsilon": 10}, "partition_budget": {"epsilon": 1}},
+                  {"epsilon": 0.3, "partitions": ["p1", "p2"]}, 1),
+    "window": ({"budget": {"epsilon": 10}, "windows": [{"period": "1d", "epsilon": 0.5}]},
+               {"epsilon": 0.2}, 0),
+    "user top-k": ({"privacy_unit": "user", "max_partitions_per_user": 2,
+                    "budget": {"epsilon": 1}},
+                   {"epsilon": 0.1, "partitions": ["a", "b", "c"], "release": "parallel"}, 1),
+    "approx delta": ({"accounting": "approx", "budget": {"epsilon": 100, "delta": 1e-6}},
+                     {"mechanism": "gaussian",
+                      "params": {"epsilon": 0.5, "delta": 3e-7, "sensitivity": 1}}, 0),
+    "zcdp": ({"accounting": "zcdp", "budget": {"epsilon": 1, "delta": 1e-6}},
+             {"mechanism": "gaussian", "params": {"sigma": 100, "sensitivity": 1}}, 7),
+}
+
+
+def _body(charge: dict[str, Any]) -> dict[str, Any]:
+    return {"dataset": "clicks", "partitions": charge.get("partitions", ["p1"]),
+            "release": charge.get("release", "joint"),
+            "mechanism": charge.get("mechanism", "laplace"),
+            "params": charge.get("params", {"epsilon": charge.get("epsilon"),
+                                            "sensitivity": 1})}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_plan_equals_what_charging_grants(api: Api, case: str) -> None:
+    dataset, charge, before = CASES[case]
+    api.make_dataset(**dataset)
+    body = _body(charge)
+    for _ in range(before):
+        assert api.post("/v1/charges", {**body, "input": {"values": [1.0]}}).status_code == 201
+    entries = len(api.ledger())
+    planned = api.post("/v1/charges/plan", body)
+    assert planned.status_code == 200, planned.get_json()
+    plan = planned.get_json()
+    assert len(api.ledger()) == entries  # nothing charged, nothing ledgered
+    granted = 0
+    while (reply := api.post("/v1/charges", {**body, "input": {"values": [1.0]}})
+           ).status_code == 201:
+        granted += 1
+        assert granted <= plan["fits"]
+    assert granted == plan["fits"] > 0
+    refusal = reply.get_json()
+    assert plan["limited_by"]["scope"] == refusal["scope"]
+    assert plan["limited_by"]["partition"] == refusal.get("partition")
+    if refusal["scope"] == "window":
+        assert plan["limited_by"]["resets_at"] == refusal["resets_at"]
+    again = api.post("/v1/charges/plan", body).get_json()
+    assert again["fits"] == 0 and again["limited_by"]["scope"] == refusal["scope"]
+
+
+def test_the_lifetime_plan_counts_and_names_the_scope(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1})
+    plan = api.post("/v1/charges/plan", _body({"epsilon": 0.1})).get_json()
+    assert plan["fits"] == 10
+    assert plan["limited_by"] == {"scope": "dataset", "partition": None}
+    assert plan["cost"] == {"epsilon": 0.1, "delta": 0}
+
+
+def test_auditors_may_plan_and_services_only_their_datasets(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1})
+    api.make_dataset("other", budget={"epsilon": 1})
+    auditor = api.as_key(api.make_consumer("audit", role="auditor"))
+    assert auditor.post("/v1/charges/plan", _body({"epsilon": 0.5})).get_json()["fits"] == 2
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    assert service.post("/v1/charges/plan", _body({"epsilon": 0.5})).status_code == 200
+    other = service.post("/v1/charges/plan", {**_body({"epsilon": 0.5}), "dataset": "other"})
+    assert other.status_code == 403
+
+
+def _plan(api: Api, body: dict[str, Any]) -> dict[str, Any]:
+    reply = api.post("/v1/charges/plan", body)
+    assert reply.status_code == 200, reply.get_json()
+    return dict(reply.get_json())
+
+
+def test_count_solves_for_the_least_noise_sigma(api: Api) -> None:
+    api.make_dataset(accounting="zcdp", budget={"epsilon": 1, "delta": 1e-6})
+    body = {**_body({"mechanism": "gaussian", "params": {"sensitivity": 1}}), "count": 100}
+    sigma = _plan(api, body)["params"]["sigma"]
+    assert 40 < sigma < 50  # rho* / 100 = 2.4e-4 each: sigma = sqrt(1 / (2 rho)) = 45.3
+    plain = _body({"mechanism": "gaussian", "params": {"sigma": sigma, "sensitivity": 1}})
+    assert _plan(api, plain)["fits"] >= 100
+    less = _body({"mechanism": "gaussian",
+                  "params": {"sigma": sigma * (1 - 1e-6), "sensitivity": 1}})
+    assert _plan(api, less)["fits"] < 100
+
+
+def test_count_solves_for_the_largest_epsilon(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1})
+    body = {**_body({"params": {"sensitivity": 1}}), "count": 4}
+    assert _plan(api, body)["params"] == {"epsilon": 0.25}
+    for _ in range(4):
+        assert api.charge(epsilon=0.25).status_code == 201
+    assert api.charge(epsilon=1e-6).status_code == 409
+    refused = api.post("/v1/charges/plan", body)
+    assert refused.status_code == 400 and refused.get_json()["errors"][0]["field"] == "count"
