@@ -283,6 +283,11 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
                                                    "datasets": list(datasets)}, _now())
             elif consumer.role != role:
                 raise click.ClickException(f"consumer {name!r} exists with role {consumer.role}")
+            elif datasets:
+                raise click.ClickException(
+                    f"consumer {name!r} exists; --dataset applies only when creating one. "
+                    f"Change its grants with PATCH /v1/consumers/{name}, or run again "
+                    "without --dataset for a new key")
             else:
                 _, key = issue_key(session, consumer, _now())
             session.commit()

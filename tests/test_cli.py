@@ -45,6 +45,9 @@ def test_init_prints_one_admin_key_and_keys_create_works(tmp_path: Path) -> None
     bad = subprocess.run([BIN, "keys", "create", "--name", "svc", "--role", "service",
                           "--dataset", "missing"], env=env, capture_output=True, text=True)
     assert bad.returncode != 0 and "unknown dataset" in bad.stderr
+    existing = subprocess.run([BIN, "keys", "create", "--name", "aud", "--role", "auditor",
+                               "--dataset", "clicks"], env=env, capture_output=True, text=True)
+    assert existing.returncode == 1 and "PATCH /v1/consumers/aud" in existing.stderr
     for name in ("", "=cmd|' /C calc'!A0", "x" * 64, "Upper", "-lead"):  # as over HTTP
         refused = subprocess.run([BIN, "keys", "create", "--name", name, "--role", "auditor"],
                                  env=env, capture_output=True, text=True)

@@ -36,8 +36,10 @@ def test_a_worker_killed_mid_stream_loses_nothing(
 
     def client(base: str, number: int) -> None:
         session = requests.Session()
-        index = 0
-        while not stop.is_set() and index < 400:
+        index, retrying = 0, False
+        # a request cut off by the kill is retried until answered, even after the stop:
+        # its charge may be committed, and only the retry shows it to the client
+        while (retrying or not stop.is_set()) and index < 400:
             key = f"c{number}-{index}"
             try:
                 reply = session.post(f"{base}/v1/charges", headers={
@@ -46,7 +48,9 @@ def test_a_worker_killed_mid_stream_loses_nothing(
                     "mechanism": "laplace", "params": {"epsilon": 0.01, "sensitivity": 1},
                     "input": {"values": [1.0]}})
             except requests.ConnectionError:
-                continue  # the worker died under us: retry with the same key
+                retrying = True  # the worker died under us: retry with the same key
+                continue
+            retrying = False
             seen.append((reply.status_code, reply.json().get("charge_id")))
             index += 1
 

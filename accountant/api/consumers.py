@@ -40,6 +40,24 @@ def list_consumers() -> Any:
                           for c in consumers.all_consumers(db())]}
 
 
+@bp.patch("/v1/consumers/<name>")
+def update(name: str) -> Any:
+    """Change a consumer's grants and quotas; each change is ledgered on its dataset."""
+    caller = principal("admin")
+    body = json_body(schemas.CONSUMER_PATCH)
+    session = db()
+    consumer = consumers.update_consumer(session, name, body, caller, now_us())
+    session.commit()
+    return consumers.describe_consumer(consumer, _dataset_names())
+
+
+@bp.get("/v1/consumers/me")
+def me() -> Any:
+    """The caller's own consumer, grants, quotas and their current use (any key)."""
+    caller = principal("admin", "service", "auditor")
+    return consumers.describe_me(db(), caller)
+
+
 @bp.post("/v1/consumers/<name>/keys")
 def create_key(name: str) -> Any:
     principal("admin")

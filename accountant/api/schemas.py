@@ -86,6 +86,18 @@ CONSUMER_CREATE: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+CONSUMER_PATCH: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "datasets": CONSUMER_CREATE["properties"]["datasets"],
+        "quotas": {"type": "object",
+                   "additionalProperties": {"oneOf": [SUB_BUDGET, {"type": "null"}]}},
+        "reason": {"type": "string", "maxLength": 1000},
+    },
+    "additionalProperties": False,
+    "minProperties": 1,
+}
+
 KEY_CREATE: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 CHARGE: dict[str, Any] = {

@@ -192,3 +192,114 @@ def find_consumer(session: Session, name: str) -> Consumer:
     if consumer is None:
         raise NotFound(f"no consumer named {name!r}; create it with POST /v1/consumers")
     return consumer
+
+
+def describe_me(session: Session, principal: Principal) -> dict[str, Any]:
+    """The caller's consumer with, per granted dataset, its loss in the consumer scope and,
+    with a quota, the quota and what is left of it (allocation, not a privacy guarantee)."""
+    from accountant.accounting.checks import remaining
+    from accountant.accounting.loss import loss_now
+    from accountant.models import Tally
+    from accountant.services.datasets import rule_of, tally_state
+
+    consumer = session.execute(select(Consumer).options(
+        selectinload(Consumer.grants), selectinload(Consumer.keys))
+        .where(Consumer.id == principal.consumer_id)).scalar_one()
+    view = describe_consumer(consumer, dataset_names(session))
+    use: dict[str, Any] = {}
+    for grant in consumer.grants:
+        dataset = session.get(Dataset, grant.dataset_id)
+        assert dataset is not None
+        mode, rule = MODES[dataset.accounting], rule_of(dataset)
+        tally = session.execute(select(Tally).where(
+            Tally.dataset_id == dataset.id, Tally.kind == "consumer",
+            Tally.consumer_id == consumer.id)).scalar_one_or_none()
+        loss = loss_now(rule, tally_state(session, tally, rule, mode.components),
+                        mode.components)
+        delta = dataset.limit_delta or 0
+        entry: dict[str, Any] = {"loss": mode.report(loss, delta)}
+        if grant.quota is not None:
+            entry["quota"] = describe_limit(grant.quota)
+            entry["remaining"] = mode.report(remaining(grant.quota, loss, mode.components),
+                                             delta)
+        use[dataset.name] = entry
+    view["use"] = use
+    return view
+
+
+def update_consumer(session: Session, name: str, body: dict[str, Any], actor: Principal,
+                    now: int) -> Consumer:
+    """Apply a PATCH of grants (``datasets``: the new set) and quotas (a limit, or null to
+    remove one). Each dataset whose grant or quota changes gets a ledgered limit change on
+    its own chain, under its lock, stating the old and new terms and who changed them."""
+    from accountant.db import begin_write
+    from accountant.services import ledger
+    from accountant.services.datasets import lifetime_loss
+
+    begin_write(session)
+    consumer = session.execute(select(Consumer).options(selectinload(Consumer.grants))
+                               .where(Consumer.name == name)).scalar_one_or_none()
+    if consumer is None:
+        raise NotFound(f"no consumer named {name!r}; create it with POST /v1/consumers")
+    granted = {grant.dataset_id: grant for grant in consumer.grants}
+    names = dataset_names(session)
+    wanted = set(body["datasets"]) if "datasets" in body else {
+        names[dataset_id] for dataset_id in granted}
+    quotas = body.get("quotas", {})
+    if (wanted or quotas) and consumer.role != "service":
+        raise InvalidRequest(
+            "only service consumers take dataset grants; admins and auditors see every dataset",
+            errors=[{"field": "datasets", "message": "must be empty for this role"}])
+    for dataset_name in quotas:
+        if dataset_name not in wanted:
+            raise InvalidRequest(
+                f"quota for {dataset_name!r}, which is not among the consumer's datasets",
+                errors=[{"field": f"quotas.{dataset_name}", "message": "not a granted dataset"}])
+    touched = wanted | {names[dataset_id] for dataset_id in granted}
+    datasets = {d.name: d for d in session.execute(
+        select(Dataset).where(Dataset.name.in_(sorted(touched))).order_by(Dataset.id)
+        .with_for_update()).scalars()}
+    missing = sorted(wanted - set(datasets))
+    if missing:
+        raise NotFound(f"unknown dataset(s) {missing}; create them first with POST /v1/datasets",
+                       extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]})
+    actor_row = ledger.Actor(actor.consumer_id, actor.name)
+    for dataset_name in sorted(touched):
+        dataset = datasets[dataset_name]
+        grant = granted.get(dataset.id)
+        old = _terms(grant)
+        if dataset_name not in wanted:
+            assert grant is not None
+            consumer.grants.remove(grant)
+            session.delete(grant)
+            grant = None
+        else:
+            if grant is None:
+                grant = Grant(dataset_id=dataset.id)
+                consumer.grants.append(grant)
+            if dataset_name in quotas:
+                if quotas[dataset_name] is None:
+                    grant.has_quota = False
+                    grant.quota_epsilon = grant.quota_delta = grant.quota_rho = None
+                else:
+                    _set_quota(grant, dataset, quotas[dataset_name], f"quotas.{dataset_name}")
+        new = _terms(grant)
+        if new == old:
+            continue
+        session.flush()
+        ledger.append(Driver.of(session), dataset, actor_row, kind="limit_change",
+                      status="granted", created_at=now,
+                      detail={"scope": "consumer", "consumer": consumer.name, "old": old,
+                              "new": new, "reason": body.get("reason"),
+                              "terms_sha256": dataset.terms_sha256},
+                      loss_after=lifetime_loss(session, dataset))
+    session.flush()
+    return consumer
+
+
+def _terms(grant: Grant | None) -> dict[str, Any]:
+    """A consumer's terms on a dataset, as ledgered: granted, and its quota as exact text."""
+    quota = None if grant is None else grant.quota
+    return {"granted": grant is not None,
+            "quota": None if quota is None else {k: str(v) for k, v in
+                                                  describe_limit(quota).items()}}

@@ -42,6 +42,7 @@ class DatasetState:
     ledger_seq: int
     ledger_head: str
     quota: Limit | None  # the charging consumer's quota on this dataset
+    granted: bool  # whether the charging consumer holds a grant on it, read under the lock
 
     @property
     def limit_delta(self) -> int | None:
@@ -58,7 +59,8 @@ _SELECT = (
     "d.has_partition_limit, d.partition_limit_epsilon, d.partition_limit_delta, "
     "d.partition_limit_rho, d.ledger_seq, d.ledger_head, "
     "w.period_seconds, w.limit_epsilon AS window_epsilon, w.limit_delta AS window_delta, "
-    "w.limit_rho AS window_rho, g.has_quota, g.quota_epsilon, g.quota_delta, g.quota_rho "
+    "w.limit_rho AS window_rho, g.dataset_id AS granted, g.has_quota, g.quota_epsilon, "
+    "g.quota_delta, g.quota_rho "
     "FROM datasets AS d LEFT JOIN window_budgets AS w ON w.dataset_id = d.id "
     "LEFT JOIN grants AS g ON g.dataset_id = d.id AND g.consumer_id = :consumer "
     "WHERE d.name = :name ORDER BY w.period_seconds")
@@ -88,4 +90,5 @@ def _state(name: str, rows: Rows) -> DatasetState:
         partition_limit=Limit(d.partition_limit_epsilon, d.partition_limit_delta,
                               d.partition_limit_rho) if d.has_partition_limit else None,
         windows=windows, ledger_seq=d.ledger_seq, ledger_head=d.ledger_head,
-        quota=Limit(d.quota_epsilon, d.quota_delta, d.quota_rho) if d.has_quota else None)
+        quota=Limit(d.quota_epsilon, d.quota_delta, d.quota_rho) if d.has_quota else None,
+        granted=d.granted is not None)

@@ -232,7 +232,7 @@ class ScopeChecker:
             checks.append(rules.partition_check(dataset.partition_limit, lifetime, cost, names,
                                                 self.keys, self.spends_of))
         principal = self.principal
-        if dataset.quota is not None and dataset.id in principal.granted:
+        if dataset.quota is not None and dataset.granted:
             checks.append(rules.scope_check(
                 "consumer", dataset.quota, rule,
                 self.states[("consumer", principal.consumer_id, 0, 0)], cost, m, names))

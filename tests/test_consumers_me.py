@@ -1,0 +1,116 @@
+"""GET /v1/consumers/me: a service sees its own grants, quotas and their use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import Api
+
+
+def test_a_service_reads_its_quota_and_what_is_left(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10})
+    api.make_dataset("other", budget={"epsilon": 10})
+    key = api.make_consumer("svc", datasets=["clicks", "other"],
+                            quotas={"clicks": {"epsilon": 1}})
+    service = api.as_key(key)
+    assert service.charge(epsilon=0.3).status_code == 201
+    assert service.charge(partitions=["p2"], epsilon=0.2).status_code == 201
+    me = service.get("/v1/consumers/me")
+    assert me.status_code == 200
+    body = me.get_json()
+    assert body["name"] == "svc" and body["role"] == "service"
+    assert body["datasets"] == ["clicks", "other"]
+    clicks = body["use"]["clicks"]
+    # record unit: the consumer's loss is its largest s(p), 0.3 (p1), not the sum 0.5
+    assert clicks["loss"]["epsilon"] == 0.3
+    assert clicks["quota"]["epsilon"] == 1
+    assert clicks["remaining"]["epsilon"] == pytest.approx(0.7)
+    assert body["use"]["other"] == {"loss": {"epsilon": 0, "delta": 0}}
+    assert key not in me.text  # keys are listed by id, never in clear
+
+
+def test_any_role_reads_itself_and_nobody_else(api: Api) -> None:
+    auditor = api.as_key(api.make_consumer("audit", role="auditor"))
+    assert auditor.get("/v1/consumers/me").get_json()["use"] == {}
+    assert api.get("/v1/consumers/me").get_json()["name"] == "admin"
+    assert api.as_key("nope").get("/v1/consumers/me").status_code == 401
+
+
+def test_an_admin_changes_grants_and_quotas_and_each_change_is_ledgered(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10})
+    api.make_dataset("other", budget={"epsilon": 10})
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    assert service.charge(dataset="other").status_code == 403
+    changed = api.call("PATCH", "/v1/consumers/svc", {
+        "datasets": ["clicks", "other"], "quotas": {"clicks": {"epsilon": 0.5}},
+        "reason": "ticket 42"})
+    assert changed.status_code == 200, changed.get_json()
+    assert changed.get_json()["datasets"] == ["clicks", "other"]
+    assert service.charge(dataset="other").status_code == 201
+    assert service.charge(epsilon=0.4).status_code == 201
+    denied = service.charge(epsilon=0.2)
+    assert denied.status_code == 409 and denied.get_json()["scope"] == "consumer"
+    entries = [e for e in api.ledger() if e["kind"] == "limit_change"]
+    assert [(e["dataset"], e["consumer"], e["detail"]["scope"]) for e in entries] == [
+        ("clicks", "admin", "consumer"), ("other", "admin", "consumer")]
+    assert entries[0]["detail"]["old"] == {"granted": True, "quota": None}
+    assert entries[0]["detail"]["new"]["quota"]["epsilon"] == "0.5"
+    assert entries[0]["detail"]["reason"] == "ticket 42"
+    # removing the quota, then the grant
+    assert api.call("PATCH", "/v1/consumers/svc",
+                    {"quotas": {"clicks": None}}).status_code == 200
+    assert service.charge(epsilon=0.2).status_code == 201
+    assert api.call("PATCH", "/v1/consumers/svc", {"datasets": ["clicks"]}).status_code == 200
+    assert service.charge(dataset="other").status_code == 403
+    assert len([e for e in api.ledger() if e["kind"] == "limit_change"]) == 4
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    # nothing changed: nothing ledgered
+    assert api.call("PATCH", "/v1/consumers/svc", {"datasets": ["clicks"]}).status_code == 200
+    assert len([e for e in api.ledger() if e["kind"] == "limit_change"]) == 4
+
+
+def test_patching_consumers_is_for_admins_and_checks_its_input(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10})
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    assert service.call("PATCH", "/v1/consumers/svc", {"datasets": []}).status_code == 403
+    assert api.call("PATCH", "/v1/consumers/nobody", {"datasets": []}).status_code == 404
+    assert api.call("PATCH", "/v1/consumers/svc", {"datasets": ["nope"]}).status_code == 404
+    quota_elsewhere = api.call("PATCH", "/v1/consumers/svc",
+                               {"quotas": {"other": {"epsilon": 1}}})
+    assert quota_elsewhere.status_code == 400
+    assert api.call("PATCH", "/v1/consumers/svc", {}).status_code == 400
+    assert len([e for e in api.ledger() if e["kind"] == "limit_change"]) == 0
+
+
+def test_a_grant_removed_after_the_key_was_read_stops_the_charge(
+        app: Any, api: Api) -> None:
+    """The charge checks the grant as it stands under the dataset's lock, not as it was
+    when the caller's key was read at the start of the request."""
+    from dataclasses import replace
+    from decimal import Decimal
+
+    from accountant.driver import Driver
+    from accountant.errors import Forbidden
+    from accountant.services import charges
+    from accountant.services.consumers import authenticate
+    from accountant.services.evaluation import ChargeRequest
+
+    api.make_dataset(budget={"epsilon": 10})
+    key = api.make_consumer("svc", datasets=["clicks"])
+    runtime = app.extensions["accountant"]
+    connection = Driver.checkout(runtime.engine)
+    try:
+        caller = authenticate(connection, key)  # read while the grant stands
+        connection.rollback()
+        assert caller is not None and caller.granted
+        assert api.call("PATCH", "/v1/consumers/svc", {"datasets": []}).status_code == 200
+        request = ChargeRequest("clicks", ["p1"], "joint", runtime.registry.get("laplace"),
+                                {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)}, None,
+                                caller, {"values": [1.0]}, runtime.charging.noise.id)
+        with pytest.raises(Forbidden):
+            charges.submit(connection, replace(request, fingerprint="x"), runtime.charging)
+    finally:
+        connection.close()
+    assert api.budget()["loss"]["epsilon"] == 0
