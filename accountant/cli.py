@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import click
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from accountant.config import ConfigError, Settings, load_settings
@@ -27,6 +27,36 @@ def _settings() -> Settings:
 
 def _now() -> int:
     return time.time_ns() // 1000
+
+
+def _database(settings: Settings) -> Engine:
+    """The engine of a database that 'accountant init' has set up. Anything else is one
+    line saying what to do, and nothing is created (no folder, no file)."""
+    from pathlib import Path
+
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from accountant.db import make_engine
+
+    url = make_url(settings.database_url)
+    shown = url.render_as_string(hide_password=True)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
+            and not Path(url.database).exists():
+        raise click.ClickException(
+            f"no database at {url.database}; run 'accountant init' in this folder first, or "
+            "point ACCOUNTANT_DATABASE_URL at the service's database")
+    engine = make_engine(settings, service=False)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except Exception as error:  # unreachable, or no schema
+        engine.dispose()
+        raise click.ClickException(
+            f"the database {shown} is unreachable or has no schema "
+            f"({type(error).__name__}); run 'accountant init' or 'accountant db upgrade'"
+        ) from None
+    return engine
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -191,11 +221,10 @@ def noise_secret_show() -> None:
     from sqlalchemy import text
 
     from accountant import noise
-    from accountant.db import make_engine
 
     settings = _settings()
+    engine = _database(settings)
     secret = noise.load_or_create(Path(settings.noise_secret_file))
-    engine = make_engine(settings, service=False)
     try:
         with engine.connect() as connection:
             known = connection.execute(text("SELECT id FROM noise_secrets WHERE current")).scalar()
@@ -218,11 +247,10 @@ def noise_secret_adopt(yes: bool) -> None:
     from pathlib import Path
 
     from accountant import noise
-    from accountant.db import make_engine
 
     settings = _settings()
+    engine = _database(settings)
     secret = noise.load_or_create(Path(settings.noise_secret_file))
-    engine = make_engine(settings, service=False)
     try:
         with engine.connect() as connection:
             retired = noise.adopt(connection, secret)
@@ -267,13 +295,12 @@ def _slug(_context: click.Context, parameter: click.Parameter, value: str) -> st
               help="Dataset to grant (service role; repeat for several).")
 def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     """Print a new key for consumer NAME, once; the database keeps only its hash."""
-    from accountant.db import begin_write, make_engine, make_session_factory
+    from accountant.db import begin_write, make_session_factory
     from accountant.errors import AccountantError
     from accountant.models import Consumer
     from accountant.services.consumers import create_consumer, issue_key
 
-    settings = _settings()
-    sessions = make_session_factory(make_engine(settings, service=False))
+    sessions = make_session_factory(_database(_settings()))
     try:
         with sessions() as session:
             begin_write(session)
@@ -320,11 +347,11 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
     if export_file is not None:
         _verify_export(export_file)
         return
-    from accountant.db import make_engine, make_session_factory
+    from accountant.db import make_session_factory
     from accountant.services import ledger as ledger_service
 
     anchors = _anchors(copies)
-    sessions = make_session_factory(make_engine(_settings(), service=False))
+    sessions = make_session_factory(_database(_settings()))
     with sessions() as session:
         result = ledger_service.verify(
             session, progress=lambda n: click.echo(f"  {n} entries checked ...", err=True))
@@ -393,10 +420,10 @@ def _plain_cell(value: str) -> str:
               help="Only compare the rebuilt totals with the stored ones (required).")
 def ledger_rebuild_totals(check_only: bool) -> None:
     """Recompute every scope's totals from the ledger; exit 1 on any difference."""
-    from accountant.db import make_engine, make_session_factory
+    from accountant.db import make_session_factory
     from accountant.services import totals
 
-    sessions = make_session_factory(make_engine(_settings(), service=False))
+    sessions = make_session_factory(_database(_settings()))
     with sessions() as session:
         replayed, differences = totals.check(session)
     for diff in differences:

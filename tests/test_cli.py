@@ -97,3 +97,18 @@ def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> Non
         assert server.stop() == 0
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["keys", "create", "--name", "aud", "--role", "auditor"], ["ledger", "verify"],
+    ["ledger", "rebuild-totals", "--check"], ["noise-secret", "show"]])
+def test_a_folder_without_a_database_gets_one_line_and_nothing_created(
+        tmp_path: Path, command: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
+    done = subprocess.run([BIN, *command], env=env, cwd=tmp_path, capture_output=True,
+                          text=True)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "accountant init" in lines[0], done.stderr
+    assert list(tmp_path.iterdir()) == []  # no ./var, no file

@@ -114,3 +114,21 @@ def test_a_grant_removed_after_the_key_was_read_stops_the_charge(
     finally:
         connection.close()
     assert api.budget()["loss"]["epsilon"] == 0
+
+
+def test_the_budget_report_shows_a_service_its_own_share(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10})
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"],
+                                           quotas={"clicks": {"epsilon": 2}}))
+    assert service.charge(epsilon=0.5).status_code == 201
+    mine = service.budget()["consumer"]
+    assert mine["name"] == "svc" and mine["loss"]["epsilon"] == 0.5
+    assert mine["quota"]["epsilon"] == 2 and mine["remaining"]["epsilon"] == 1.5
+    assert "consumer" not in api.budget()  # the admin holds no grant, so no share
+
+
+def test_me_is_not_a_consumer_name(api: Api) -> None:
+    assert api.post("/v1/consumers", {"name": "me", "role": "auditor"}).status_code == 400
+    allowed = api.client.options("/v1/consumers/me", headers={
+        "Authorization": f"Bearer {api.key}"}).headers["Allow"]
+    assert "PATCH" not in allowed and "GET" in allowed

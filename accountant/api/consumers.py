@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint
+from flask.blueprints import BlueprintSetupState
+from werkzeug.routing import BaseConverter
 
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
@@ -14,6 +16,18 @@ from accountant.db import begin_write
 from accountant.services import consumers
 
 bp = Blueprint("consumers", __name__)
+
+
+class ConsumerName(BaseConverter):
+    """A consumer's name in a path, never ``me``: /v1/consumers/me is the caller's own record
+    (so its Allow header lists only GET), and ``me`` is not a name a consumer can take."""
+
+    regex = r"(?!me/|me$)[^/]+"
+
+
+@bp.record_once
+def _register_converter(state: BlueprintSetupState) -> None:
+    state.app.url_map.converters["consumer_name"] = ConsumerName
 
 
 def _dataset_names() -> dict[int, str]:
@@ -40,7 +54,7 @@ def list_consumers() -> Any:
                           for c in consumers.all_consumers(db())]}
 
 
-@bp.patch("/v1/consumers/<name>")
+@bp.patch("/v1/consumers/<consumer_name:name>")
 def update(name: str) -> Any:
     """Change a consumer's grants and quotas; each change is ledgered on its dataset."""
     caller = principal("admin")

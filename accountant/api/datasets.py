@@ -12,7 +12,7 @@ from accountant.api.common import db, json_body, now_us
 from accountant.db import begin_write
 from accountant.errors import Forbidden, field_error
 from accountant.models import Dataset
-from accountant.services import datasets
+from accountant.services import consumers, datasets
 from accountant.services.consumers import Principal
 from accountant.services.ledger import Actor
 
@@ -79,8 +79,13 @@ def declare_partitions(name: str) -> Any:
 
 @bp.get("/v1/datasets/<name>/budget")
 def budget(name: str) -> Any:
-    dataset = _readable(name, principal(*READERS))
-    return datasets.budget_report(db(), dataset, now_us() / 1e6)
+    caller = principal(*READERS)
+    dataset = _readable(name, caller)
+    report = datasets.budget_report(db(), dataset, now_us() / 1e6)
+    grant = consumers.grant_of(db(), caller.consumer_id, dataset.id)
+    if grant is not None:  # a service sees its own share: loss, quota, what is left
+        report["consumer"] = {"name": caller.name, **consumers.quota_use(db(), grant, dataset)}
+    return report
 
 
 @bp.get("/v1/datasets/<name>/partitions")

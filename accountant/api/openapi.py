@@ -83,6 +83,8 @@ _CONTENT: dict[str, list[str]] = {
 
 
 def flask_path(path: str) -> str:
+    if path == "/v1/consumers/{name}":
+        return "/v1/consumers/<consumer_name:name>"
     return path.replace("{charge_id}", "<uuid:charge_uuid>").replace("{", "<").replace("}", ">")
 
 

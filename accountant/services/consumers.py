@@ -96,6 +96,10 @@ def revoke_key(session: Session, key_id: str, now: int) -> None:
 
 def create_consumer(session: Session, body: dict[str, Any], now: int) -> tuple[Consumer, str]:
     """Create a consumer with its grants and quotas, and its first key."""
+    if body["name"] == "me":
+        raise InvalidRequest("'me' is reserved: /v1/consumers/me is the caller's own record; "
+                             "choose another name",
+                             errors=[{"field": "name", "message": "reserved"}])
     if session.execute(select(Consumer.id).where(Consumer.name == body["name"])).first():
         raise Conflict(f"a consumer named {body['name']!r} exists; choose another name or "
                        f"add a key with POST /v1/consumers/{body['name']}/keys")
@@ -197,11 +201,6 @@ def find_consumer(session: Session, name: str) -> Consumer:
 def describe_me(session: Session, principal: Principal) -> dict[str, Any]:
     """The caller's consumer with, per granted dataset, its loss in the consumer scope and,
     with a quota, the quota and what is left of it (allocation, not a privacy guarantee)."""
-    from accountant.accounting.checks import remaining
-    from accountant.accounting.loss import loss_now
-    from accountant.models import Tally
-    from accountant.services.datasets import rule_of, tally_state
-
     consumer = session.execute(select(Consumer).options(
         selectinload(Consumer.grants), selectinload(Consumer.keys))
         .where(Consumer.id == principal.consumer_id)).scalar_one()
@@ -210,21 +209,35 @@ def describe_me(session: Session, principal: Principal) -> dict[str, Any]:
     for grant in consumer.grants:
         dataset = session.get(Dataset, grant.dataset_id)
         assert dataset is not None
-        mode, rule = MODES[dataset.accounting], rule_of(dataset)
-        tally = session.execute(select(Tally).where(
-            Tally.dataset_id == dataset.id, Tally.kind == "consumer",
-            Tally.consumer_id == consumer.id)).scalar_one_or_none()
-        loss = loss_now(rule, tally_state(session, tally, rule, mode.components),
-                        mode.components)
-        delta = dataset.limit_delta or 0
-        entry: dict[str, Any] = {"loss": mode.report(loss, delta)}
-        if grant.quota is not None:
-            entry["quota"] = describe_limit(grant.quota)
-            entry["remaining"] = mode.report(remaining(grant.quota, loss, mode.components),
-                                             delta)
-        use[dataset.name] = entry
+        use[dataset.name] = quota_use(session, grant, dataset)
     view["use"] = use
     return view
+
+
+def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any]:
+    """A consumer's loss on ``dataset`` (its consumer scope) and, with a quota, the quota and
+    what is left of it, in the dataset's mode."""
+    from accountant.accounting.checks import remaining
+    from accountant.accounting.loss import loss_now
+    from accountant.models import Tally
+    from accountant.services.datasets import rule_of, tally_state
+
+    mode, rule = MODES[dataset.accounting], rule_of(dataset)
+    tally = session.execute(select(Tally).where(
+        Tally.dataset_id == dataset.id, Tally.kind == "consumer",
+        Tally.consumer_id == grant.consumer_id)).scalar_one_or_none()
+    loss = loss_now(rule, tally_state(session, tally, rule, mode.components), mode.components)
+    delta = dataset.limit_delta or 0
+    entry: dict[str, Any] = {"loss": mode.report(loss, delta)}
+    if grant.quota is not None:
+        entry["quota"] = describe_limit(grant.quota)
+        entry["remaining"] = mode.report(remaining(grant.quota, loss, mode.components), delta)
+    return entry
+
+
+def grant_of(session: Session, consumer_id: int, dataset_id: int) -> Grant | None:
+    return session.execute(select(Grant).where(
+        Grant.consumer_id == consumer_id, Grant.dataset_id == dataset_id)).scalar_one_or_none()
 
 
 def update_consumer(session: Session, name: str, body: dict[str, Any], actor: Principal,
