@@ -47,8 +47,10 @@ def test_a_worker_killed_mid_stream_loses_nothing(
                     "dataset": "stream", "partitions": [f"p{index % 7}"],
                     "mechanism": "laplace", "params": {"epsilon": 0.01, "sensitivity": 1},
                     "input": {"values": [1.0]}})
-            except requests.ConnectionError:
-                retrying = True  # the worker died under us: retry with the same key
+            except requests.RequestException:
+                # the worker died under us (no answer, or an answer cut off mid-body):
+                # retry with the same key
+                retrying = True
                 continue
             retrying = False
             seen.append((reply.status_code, reply.json().get("charge_id")))

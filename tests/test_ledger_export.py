@@ -130,3 +130,27 @@ def test_loss_after_is_the_datasets_loss_after_each_entry(export: list[str], api
     clicks = [e for e in entries if e["dataset"] == "clicks"]
     assert [e["loss_after"]["epsilon"] for e in clicks] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
     assert clicks[-1]["kind"] == "limit_change" and clicks[-2]["status"] == "denied"
+
+
+def test_the_export_is_signed_with_the_chain_heads_at_its_last_entry(
+        export: list[str], api: Api) -> None:
+    from accountant.signing import ReceiptError, b64url, canonical_json, verify
+
+    response = api.get("/v1/ledger/export?format=jsonl")
+    token = response.headers["Accountant-Export-Signature"]
+    jwks = api.get("/v1/receipts/public-key").get_json()["keys"]
+    claims = verify(token, jwks)  # signed by the service's receipt key
+    entries = [json.loads(line) for line in response.text.splitlines()]
+    assert claims["kind"] == "ledger-export"
+    assert claims["through_id"] == entries[-1]["id"]
+    last = {entry["dataset"]: entry for entry in entries}
+    assert claims["heads"] == {name: {"seq": entry["seq"], "hash": entry["hash"]}
+                               for name, entry in last.items()}
+    # a dataset's export is signed with that dataset's head only
+    one = api.get("/v1/ledger/export?format=jsonl&dataset=clicks")
+    assert set(verify(one.headers["Accountant-Export-Signature"], jwks)["heads"]) == {"clicks"}
+    # a changed head no longer verifies: the heads are what was signed
+    header, _, signature = token.split(".")
+    claims["heads"]["clicks"]["hash"] = "0" * 64
+    with pytest.raises(ReceiptError, match="signature"):
+        verify(".".join([header, b64url(canonical_json(claims)), signature]), jwks)

@@ -7,15 +7,17 @@ import io
 import json
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, request, stream_with_context
 
 from accountant.api.auth import principal
-from accountant.api.common import db
+from accountant.api.common import db, runtime
 from accountant.errors import field_error
 from accountant.services import ledger, ledger_reads
+from accountant.signing import sign
 
 bp = Blueprint("ledger", __name__)
 
@@ -103,6 +105,12 @@ def stream_export(args: Mapping[str, str]) -> Response:
     if kind not in ("csv", "jsonl"):
         raise field_error("format", "must be csv or jsonl")
     filters = parse_filter(args, default_limit=2**62, max_limit=2**62)
+    through, heads = ledger_reads.export_end(db(), filters.dataset_id)
+    filters = replace(filters, through_id=through)
+    signature = sign(runtime().signer, {
+        "kind": "ledger-export", "through_id": through, "heads": heads,
+        "filters": {k: v for k, v in args.items() if k not in ("format", "cursor")},
+        "iat": runtime().clock.now_us() // 1_000_000})
 
     def rows() -> Iterator[dict[str, Any]]:
         return ledger_reads.export_rows(db(), filters)
@@ -126,4 +134,6 @@ def stream_export(args: Mapping[str, str]) -> Response:
     mimetype = "text/csv" if kind == "csv" else "application/x-ndjson"
     response = Response(stream_with_context(lines()), mimetype=mimetype)
     response.headers["Content-Disposition"] = f"attachment; filename=ledger.{kind}"
+    # the chain heads at the export's last entry, signed with the receipt key (docs/ledger.md)
+    response.headers["Accountant-Export-Signature"] = signature
     return response

@@ -111,6 +111,7 @@ class LedgerFilter:
     until: int | None = None
     after_id: int = 0
     limit: int = 100
+    through_id: int | None = None  # no entry after this id (an export's fixed end)
 
 
 def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
@@ -132,6 +133,8 @@ def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
         statement = statement.where(LedgerEntry.created_at >= filters.since)
     if filters.until is not None:
         statement = statement.where(LedgerEntry.created_at < filters.until)
+    if filters.through_id is not None:
+        statement = statement.where(LedgerEntry.id <= filters.through_id)
     return statement.limit(filters.limit)
 
 

@@ -4,6 +4,7 @@ first bad entry of a failed verification."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import func, select, text
@@ -77,8 +78,7 @@ def export_rows(session: Session, filters: LedgerFilter) -> Iterator[dict[str, A
     after, left = filters.after_id, filters.limit
     while left > 0:
         datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
-        page_filter = LedgerFilter(filters.dataset_id, filters.consumer_id, filters.status,
-                                   filters.since, filters.until, after, min(1000, left))
+        page_filter = replace(filters, after_id=after, limit=min(1000, left))
         rows = session.execute(ledger.query(page_filter)).all()
         described = [describe_entry(entry, datasets[entry.dataset_id], consumer)
                      for entry, _name, consumer in rows]
@@ -122,3 +122,21 @@ def schema_revision(session: Session) -> str | None:
     revision: str | None = session.execute(
         text("SELECT version_num FROM alembic_version")).scalar()
     return revision
+
+
+def export_end(session: Session, dataset_id: int | None) -> tuple[int, dict[str, Any]]:
+    """(the last entry's id now, the chain head of each dataset, or of ``dataset_id``, at
+    that entry: its seq and hash). An export stops at that id, so that what it contains and
+    the heads it is signed with describe the same moment."""
+    through = session.execute(select(func.max(LedgerEntry.id))).scalar() or 0
+    last = (select(LedgerEntry.dataset_id, func.max(LedgerEntry.id).label("id"))
+            .where(LedgerEntry.id <= through).group_by(LedgerEntry.dataset_id))
+    if dataset_id is not None:
+        last = last.where(LedgerEntry.dataset_id == dataset_id)
+    ends = last.subquery()
+    rows = session.execute(
+        select(Dataset.name, LedgerEntry.seq, LedgerEntry.hash)
+        .join(ends, ends.c.id == LedgerEntry.id)
+        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
+        .order_by(Dataset.name)).all()
+    return through, {name: {"seq": seq, "hash": hash_} for name, seq, hash_ in rows}
