@@ -239,16 +239,19 @@ class WriteGate:
             raise self._timed_out()
         if self._path is None:
             return
-        descriptor = self._descriptor()
-        while True:
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    self._lock.release()
-                    raise self._timed_out() from None
-                time.sleep(self._POLL_S)
+        try:
+            descriptor = self._descriptor()
+            while True:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise self._timed_out() from None
+                    time.sleep(self._POLL_S)
+        except BaseException:  # never keep this process's writers waiting on a failed entry
+            self._lock.release()
+            raise
 
     def leave(self) -> None:
         try:

@@ -4,6 +4,7 @@ transactions it begins and ends itself, and errors in SQLAlchemy's family."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -139,3 +140,15 @@ def test_sqlite_writers_of_one_process_queue_and_give_up_after_the_lock_timeout(
         holder.close()
     assert api.charge(epsilon=0.1).status_code == 201  # the gate was left
     assert api.budget()["loss"]["epsilon"] == 0.1
+
+
+def test_a_write_gate_that_cannot_open_its_file_lets_the_next_writer_try(
+        tmp_path: Any) -> None:
+    """A failed entry (here: no folder for the lock file) must not keep the process's queue
+    locked, or every later writer of the process would wait out the lock timeout."""
+    from accountant.driver import WriteGate
+
+    gate = WriteGate(0.2, str(tmp_path / "missing" / "db-writers"))
+    for _ in range(2):  # the second attempt meets the same error, not a stuck queue
+        with pytest.raises(FileNotFoundError):
+            gate.enter()

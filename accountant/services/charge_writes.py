@@ -116,7 +116,8 @@ def _insert_tallies(driver: Driver, dataset_id: int, keys: list[ScopeKey]) -> di
         "INSERT INTO tallies (dataset_id, kind, consumer_id, period_seconds, window_start, "
         "total_epsilon, total_delta, total_rho, max_epsilon, max_delta, max_rho) "
         f"VALUES {values} RETURNING kind, consumer_id, period_seconds, window_start, id", params)
-    return {(row[0], row[1], row[2], row[3]): row[4] for row in rows}
+    return {(row.kind, row.consumer_id, row.period_seconds, row.window_start): row.id
+            for row in rows}
 
 
 def _upsert_spends(driver: Driver, dataset_id: int, tally_ids: list[int], cost: Amount,

@@ -102,9 +102,14 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int,
         else:
             high = middle
     value = _round(Decimal(repr(math.exp(low if increasing else high))), increasing)
-    while not fits(value):  # rounding to 9 digits must not leave the fitting side
+    for _ in range(100):  # rounding to 9 digits must not leave the fitting side
+        if fits(value):
+            break
         value = _round(value * (Decimal("0.999999999") if increasing
                                 else Decimal("1.000000001")), increasing)
+    else:
+        raise NothingFits(f"no {name} near {value} lets {count} such charges fit; the "
+                          "mechanism's cost is not monotone in it")
     solved = _with(request, name, value)
     return Solved(preview(driver, solved, now_us), name, value)
 
