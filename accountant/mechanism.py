@@ -28,7 +28,12 @@ class Cost:
 
     ``epsilon`` and ``delta`` are the (epsilon, delta)-DP guarantee of one
     release at the caller's stated sensitivity; ``rho`` is its zCDP guarantee
-    where the mechanism has one (Bun and Steinke 2016). Exact types
+    where the mechanism has one (Bun and Steinke 2016). ``rdp`` is its Renyi
+    divergence at the order ``PrivacyContext.order`` (rdp datasets), and
+    ``mu`` its Gaussian-DP parameter (Dong, Roth and Su 2022; gdp datasets
+    accept only mechanisms that declare it). Without ``rdp`` an rdp dataset
+    charges alpha * rho, or the epsilon-DP bound for a mechanism with delta 0
+    (``accountant.accounting.modes.renyi_of_pure``). Exact types
     (``Decimal``, ``Fraction``, ``int``) are preferred; a float is converted
     exactly and then rounded up like every cost.
     """
@@ -36,6 +41,8 @@ class Cost:
     epsilon: Number
     delta: Number = 0
     rho: Number | None = None
+    rdp: Number | None = None
+    mu: Number | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,8 @@ class PrivacyContext:
 
     privacy_unit: str
     accounting: str
+    #: The Renyi order of an rdp dataset (fixed at its creation); None in other modes.
+    order: Decimal | None = None
 
 
 class UnusableParameters(ValueError):

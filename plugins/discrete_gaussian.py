@@ -1,7 +1,10 @@
 """The discrete Gaussian mechanism on integers (Canonne, Kamath and Steinke, NeurIPS 2020).
 
 - ``zcdp`` datasets: ``sigma`` or ``rho`` with the L2 sensitivity Δ; the
-  mechanism is Δ²/(2σ²)-zCDP (CKS20, Theorem 4), so rho = Δ²/(2σ²).
+  mechanism is Δ²/(2σ²)-zCDP (CKS20, Theorem 4), so rho = Δ²/(2σ²); on
+  ``rdp`` datasets alpha rho at the dataset's order. Not ``gdp``: at small
+  sigma a discrete Gaussian's privacy profile exceeds the continuous one's
+  (by 0.016 in delta at sigma = 1, shift 1), so mu = Δ/σ would undercount.
 - ``approx`` datasets: (epsilon, delta) and Δ; sigma² = Δ²/(2 rho) with rho
   the largest value whose zCDP-to-DP conversion rho + 2 sqrt(rho ln(1/δ))
   stays within epsilon (Bun and Steinke 2016, Proposition 1.3): sound and a
@@ -80,7 +83,7 @@ DISCRETE_GAUSSIAN = Mechanism(
     description="Discrete Gaussian noise on integers, exact sampling (zCDP and approximate DP).",
     params_schema=PARAMS_SCHEMA,
     input_schema=INTEGER_INPUT,
-    accounting=("approx", "zcdp"),
+    accounting=("approx", "zcdp", "rdp"),
     cost=cost,
     run=run,
     prepare=prepare,

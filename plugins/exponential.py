@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from accountant import hookimpl
+from accountant.accounting.modes import renyi_of_pure
 from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _exact
@@ -46,7 +47,13 @@ _CAP = 2**20
 
 def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
     epsilon = Fraction(params["epsilon"])
-    return Cost(epsilon=epsilon, rho=epsilon**2 / 8)
+    rho = epsilon**2 / 8
+    if context.order is None:
+        return Cost(epsilon=epsilon, rho=rho)
+    # rdp: the smaller of alpha rho (rho-zCDP) and the bound of every epsilon-DP mechanism
+    order = Fraction(context.order)
+    return Cost(epsilon=epsilon, rho=rho,
+                rdp=min(order * rho, Fraction(renyi_of_pure(epsilon, context.order))))
 
 
 def exponents(epsilon: Fraction, sensitivity: Fraction,
@@ -98,7 +105,7 @@ EXPONENTIAL = Mechanism(
     description="Select the index of a candidate by the exponential mechanism, sampled exactly.",
     params_schema=epsilon_params(),
     input_schema=INPUT_SCHEMA,
-    accounting=("pure", "approx", "zcdp"),
+    accounting=("pure", "approx", "zcdp", "rdp"),
     cost=cost,
     run=run,
     prepare=prepare,

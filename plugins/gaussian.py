@@ -8,7 +8,10 @@
   found by bisection at 80 significant digits, from above. The cost is
   exactly (epsilon, delta).
 - On ``zcdp`` datasets the caller states ``sigma`` or ``rho``; the cost is
-  rho = Δ² / (2σ²) (Bun and Steinke 2016, Proposition 1.6).
+  rho = Δ² / (2σ²) (Bun and Steinke 2016, Proposition 1.6). On ``rdp``
+  datasets the same rho, charged as alpha rho at the dataset's order; on
+  ``gdp`` datasets mu = Δ/σ (Dong, Roth and Su 2022, Theorem 2.7) times
+  ``GDP_MARGIN`` for the grid.
 
 Noise is an exact discrete Gaussian on the grid g <= σ * 2^-40 with the L2
 sensitivity Δ/g + sqrt(d) in grid units for d values and σ scaled by the same
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -113,18 +117,40 @@ def _uses_zcdp_form(params: Mapping[str, Any]) -> bool:
     return "sigma" in params or "rho" in params
 
 
+#: The Gaussian-DP parameter charged on gdp datasets is Δ/σ times this: the grid sampler's
+#: privacy profile is a discrete Gaussian's, which can exceed the continuous one's by a
+#: relative amount of order 1/σ in grid units (σ >= 2^40 there); docs/accounting.md.
+GDP_MARGIN = 1 + Fraction(1, 2**20)
+
+
 def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
-    if context.accounting == "zcdp":
+    if context.accounting in ("zcdp", "rdp", "gdp"):
         if not _uses_zcdp_form(params):
-            raise ValueError("on a zcdp dataset, state the gaussian noise as sigma or rho")
+            raise ValueError(f"on a {context.accounting} dataset, state the gaussian noise as "
+                             "sigma or rho")
         if "rho" in params:
-            return Cost(epsilon=0, rho=params["rho"])
-        sensitivity, sigma = Fraction(params["sensitivity"]), Fraction(params["sigma"])
-        return Cost(epsilon=0, rho=sensitivity**2 / (2 * sigma**2))
+            rho = Fraction(params["rho"])
+        else:
+            sensitivity, sigma = Fraction(params["sensitivity"]), Fraction(params["sigma"])
+            rho = sensitivity**2 / (2 * sigma**2)
+        if context.accounting == "gdp":
+            return Cost(epsilon=0, mu=sqrt_up(2 * rho) * GDP_MARGIN)
+        return Cost(epsilon=0, rho=rho)  # rdp: alpha rho at the dataset's order
     if _uses_zcdp_form(params):
         raise ValueError("on a pure or approx dataset, state the gaussian cost as "
                          "epsilon and delta")
     return Cost(epsilon=params["epsilon"], delta=params["delta"])
+
+
+def sqrt_up(square: Fraction) -> Fraction:
+    """A rational at least sqrt(``square``): exact for squares of rationals, otherwise
+    within 10^-40 above."""
+    root = Fraction(math.isqrt(square.numerator), math.isqrt(square.denominator))
+    if root * root == square:
+        return root
+    with localcontext(prec=60, rounding=ROUND_CEILING):
+        decimal_root = (Decimal(square.numerator) / Decimal(square.denominator)).sqrt()
+    return Fraction(decimal_root) + Fraction(1, 10**40)
 
 
 def noise_to_sensitivity(params: Mapping[str, Any]) -> Fraction:
@@ -181,7 +207,7 @@ GAUSSIAN = Mechanism(
     description="Gaussian noise calibrated by the analytic Gaussian mechanism, on a fine grid.",
     params_schema=PARAMS_SCHEMA,
     input_schema=ADDITIVE_INPUT,
-    accounting=("approx", "zcdp"),
+    accounting=("approx", "zcdp", "rdp", "gdp"),
     cost=cost,
     run=run,
     prepare=prepare,

@@ -121,7 +121,7 @@ RANDOMIZED_RESPONSE = Mechanism(
                 "members are answered uniformly (binary when no categories are given).",
     params_schema=PARAMS_SCHEMA,
     input_schema=INPUT_SCHEMA,
-    accounting=("pure", "approx", "zcdp"),
+    accounting=("pure", "approx", "zcdp", "rdp"),
     cost=cost,
     run=run,
     has_sensitivity=False,

@@ -74,9 +74,17 @@ MUTATIONS = [
              "if False:",
              ("tests/test_clock.py",)),
     Mutation("randomized response composes as rho * f^2", "accountant/accounting/pricing.py",
-             "None if rho is None else rho * factor)",
-             "None if rho is None else rho * factor * factor)",
+             "None if rho is None else rho * factor,",
+             "None if rho is None else rho * factor * factor,",
              ("tests/test_pricing.py",)),
+    Mutation("rdp charges rho without the order", "accountant/accounting/modes.py",
+             "return RHO.cost_units(cost.rho * Fraction(order))",
+             "return RHO.cost_units(cost.rho)",
+             ("tests/test_rdp_gdp.py::test_gaussians_fit_until_b_of_the_order",)),
+    Mutation("rdp charges epsilon-DP releases epsilon^2/2", "accountant/accounting/modes.py",
+             "return RHO.cost_units(renyi_of_pure(cost.epsilon, order))",
+             "return RHO.cost_units(cost.epsilon**2 / 2)",
+             ("tests/test_rdp_gdp.py::test_laplace_is_charged_the_epsilon_dp_bound",)),
 ]
 
 #: Where each source folder lives as an importable package in the copy.

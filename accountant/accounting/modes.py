@@ -5,14 +5,25 @@
   separately (Dwork and Roth 2014, Theorem 3.16).
 - ``zcdp``: rho, which adds under composition (Bun and Steinke 2016,
   Lemma 2.3). An epsilon-DP mechanism is (epsilon^2 / 2)-zCDP
-  (Proposition 1.4). A budget stated as (epsilon, delta) is enforced as
-  rho_limit = (sqrt(ln(1/delta) + epsilon) - sqrt(ln(1/delta)))^2, the
-  largest rho whose conversion rho + 2 sqrt(rho ln(1/delta)) (Proposition
-  1.3) stays within epsilon.
+  (Proposition 1.4). A budget stated as (epsilon, delta) is enforced as the
+  largest rho that the Canonne, Kamath and Steinke (2020) conversion turns
+  into (epsilon, delta)-DP.
+- ``rdp``: the Renyi divergence at one order alpha, fixed when the dataset is
+  created; it adds under composition (Mironov 2017, Proposition 1). The
+  budget is enforced as B(alpha), the largest such divergence that is
+  (epsilon, delta)-DP (CKS20, Proposition 12).
+- ``gdp``: mu^2 of Gaussian DP, which adds under composition (Dong, Roth and
+  Su 2022, Corollary 3.3); the budget is mu*^2, the largest mu whose
+  Gaussian tradeoff is (epsilon, delta)-DP (their Corollary 2.13).
 
-The conversions use 60-digit decimal arithmetic and then round outward with a
-guard far above its error, so a limit is never rounded up and a reported
-epsilon is never rounded down.
+The enforced quantity of the last three is stored in the ``rho`` component
+(10^-12 units): rho, the Renyi divergence at the dataset's order, or mu^2.
+Each adds, so every loss rule of DESIGN.md applies to it unchanged.
+
+The conversions use 60-digit arithmetic and then round outward with a guard
+far above its error, so a limit is never rounded up and a reported epsilon is
+never rounded down. ``docs/accounting.md`` gives why each mode is a valid
+privacy filter.
 """
 
 from __future__ import annotations
@@ -26,11 +37,14 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Literal
 
-from accountant.exact import DELTA, EPSILON, RHO, Amount, ComponentName, Limit
+import mpmath
 
-ModeName = Literal["pure", "approx", "zcdp"]
+from accountant.exact import DELTA, EPSILON, RHO, SATURATION, Amount, ComponentName, Limit
+
+ModeName = Literal["pure", "approx", "zcdp", "rdp", "gdp"]
 _CONTEXT = decimal.Context(prec=60)
 _GUARD = Decimal("1e-40")
+_DIGITS = 60
 
 
 class UnsupportedCost(ValueError):
@@ -44,12 +58,27 @@ class StatedCost:
     epsilon: Fraction
     delta: Fraction
     rho: Fraction | None
+    rdp: Fraction | None = None  # the Renyi divergence at the dataset's order
+    mu: Fraction | None = None  # Gaussian DP
 
 
 @dataclass(frozen=True)
 class Mode:
     name: ModeName
     components: tuple[ComponentName, ...]
+    #: rdp only: the Renyi order, fixed when the dataset is created.
+    order: Decimal | None = None
+
+    @property
+    def converts(self) -> bool:
+        """Whether budgets are stated as (epsilon, 0 < delta < 1) and enforced in another
+        measure (rho, the Renyi divergence, mu^2)."""
+        return self.name in ("zcdp", "rdp", "gdp")
+
+    @property
+    def measure(self) -> str:
+        """The name of what the mode adds up, as amounts show it."""
+        return {"zcdp": "rho", "rdp": "rdp", "gdp": "mu"}.get(self.name, "epsilon")
 
     def amount_of(self, cost: StatedCost) -> Amount:
         """The amount one release costs in this mode, every component rounded up."""
@@ -64,6 +93,13 @@ class Mode:
             return Amount(
                 epsilon=EPSILON.cost_units(cost.epsilon), delta=DELTA.cost_units(cost.delta)
             )
+        if self.name == "rdp":
+            return Amount(rho=self._renyi_units(cost))
+        if self.name == "gdp":
+            if cost.mu is None:
+                raise UnsupportedCost("this mechanism declares no Gaussian-DP cost, so a gdp "
+                                      "dataset cannot account it; use a Gaussian mechanism")
+            return Amount(rho=RHO.cost_units(cost.mu**2))
         if cost.rho is not None:
             return Amount(rho=RHO.cost_units(cost.rho))
         if cost.delta == 0:
@@ -73,14 +109,36 @@ class Mode:
             "state its noise as sigma or rho"
         )
 
+    def _renyi_units(self, cost: StatedCost) -> int:
+        """The divergence at the order: as declared; else alpha rho (rho-zCDP is
+        (alpha, alpha rho)-RDP for every alpha); else the epsilon-DP bound."""
+        order = self.order
+        if order is None:
+            raise UnsupportedCost("this rdp dataset has no Renyi order")
+        if cost.rdp is not None:
+            return RHO.cost_units(cost.rdp)
+        if cost.rho is not None:
+            return RHO.cost_units(cost.rho * Fraction(order))
+        if cost.delta == 0:
+            return RHO.cost_units(renyi_of_pure(cost.epsilon, order))
+        raise UnsupportedCost("this mechanism has delta > 0 and no Renyi divergence, so an rdp "
+                              "dataset cannot account it; state its noise as sigma or rho")
+
     def report(self, amount: Amount, dataset_delta: int) -> dict[str, Decimal]:
-        """An amount as the API shows it (API.md: zcdp amounts carry rho, epsilon, delta)."""
+        """An amount as the API shows it (API.md: zcdp amounts carry rho, epsilon, delta;
+        rdp amounts rdp, order, epsilon, delta; gdp amounts mu, epsilon, delta)."""
+        delta = DELTA.to_decimal(dataset_delta)
         if self.name == "zcdp":
-            return {
-                "rho": RHO.to_decimal(amount.rho),
-                "epsilon": epsilon_of_rho(amount.rho, dataset_delta),
-                "delta": DELTA.to_decimal(dataset_delta),
-            }
+            return {"rho": RHO.to_decimal(amount.rho),
+                    "epsilon": epsilon_of_rho(amount.rho, dataset_delta), "delta": delta}
+        if self.name == "rdp":
+            assert self.order is not None
+            return {"rdp": RHO.to_decimal(amount.rho), "order": self.order,
+                    "epsilon": epsilon_of_rdp(amount.rho, dataset_delta, self.order),
+                    "delta": delta}
+        if self.name == "gdp":
+            return {"mu": mu_of(amount.rho), "epsilon": epsilon_of_mu2(amount.rho, dataset_delta),
+                    "delta": delta}
         return {
             "epsilon": EPSILON.to_decimal(amount.epsilon),
             "delta": DELTA.to_decimal(amount.delta),
@@ -91,7 +149,21 @@ MODES: dict[str, Mode] = {
     "pure": Mode("pure", ("epsilon",)),
     "approx": Mode("approx", ("epsilon", "delta")),
     "zcdp": Mode("zcdp", ("rho",)),
+    "rdp": Mode("rdp", ("rho",)),  # without an order: mode_of gives a dataset's
+    "gdp": Mode("gdp", ("rho",)),
 }
+
+
+def mode_of(accounting: str, rdp_order: str | None = None) -> Mode:
+    """The mode of a dataset: its accounting, and for rdp its order."""
+    if accounting == "rdp":
+        return _rdp_mode(Decimal(rdp_order) if rdp_order is not None else None)
+    return MODES[accounting]
+
+
+@functools.lru_cache(maxsize=256)
+def _rdp_mode(order: Decimal | None) -> Mode:
+    return Mode("rdp", ("rho",), order)
 
 
 def rho_limit(epsilon: Decimal, delta: Decimal) -> int:
@@ -111,14 +183,48 @@ def rho_limit(epsilon: Decimal, delta: Decimal) -> int:
         return max(0, RHO.limit_units(max(Decimal(0), rho - _GUARD)))
 
 
-def rho_by_bun_steinke(epsilon: Decimal, delta: Decimal) -> int:
-    """Units of the largest rho with rho + 2 sqrt(rho ln(1/delta)) <= epsilon (Bun and
-    Steinke 2016, Proposition 1.3), rounded down: looser than ``rho_limit``; the discrete
-    Gaussian plugin calibrates its (epsilon, delta) parameters with it."""
+def rdp_order(epsilon: Decimal, delta: Decimal) -> Decimal:
+    """The order an rdp dataset uses when its creator names none: argmax B(alpha)/alpha for
+    its budget, where a Gaussian workload fits best, with alpha - 1 to 4 significant digits
+    (any order is sound; this one is fixed before any charge, as the filter needs)."""
+    if not 0 < delta < 1:
+        raise ValueError("delta must be between 0 and 1")
+    alpha = _best_order(lambda a: _b_float(float(epsilon), float(delta), a) / a, maximise=True)
+    above = alpha - 1
+    return (1 + above.quantize(Decimal(1).scaleb(above.adjusted() - 3))).normalize()
+
+
+def rdp_limit(epsilon: Decimal, delta: Decimal, order: Decimal) -> int:
+    """Units of B(order), the largest Renyi divergence at ``order`` that is
+    (epsilon, delta)-DP (CKS20, Proposition 12), rounded down; 0 if none is."""
+    if not 0 < delta < 1:
+        raise ValueError("delta must be between 0 and 1")
     with decimal.localcontext(_CONTEXT):
-        log_term = (1 / delta).ln()
-        rho = ((log_term + epsilon).sqrt() - log_term.sqrt()) ** 2
-        return max(0, RHO.limit_units(max(Decimal(0), rho - _GUARD)))
+        bound = _b_decimal(epsilon, delta, order)
+        return max(0, RHO.limit_units(max(Decimal(0), bound - _GUARD)))
+
+
+def renyi_of_pure(epsilon: Fraction, order: Decimal) -> Decimal:
+    """An upper bound on the Renyi divergence at ``order`` of an epsilon-DP mechanism:
+    (1/(alpha-1)) ln[(sinh(alpha eps) - sinh((alpha-1) eps)) / sinh(eps)] (Bun and Steinke
+    2016, Proposition 3.3), the exact divergence of randomized response; at 60 digits, with
+    the guard added."""
+    return _renyi_of_pure(epsilon, order)
+
+
+@functools.lru_cache(maxsize=4096)
+def _renyi_of_pure(epsilon: Fraction, order: Decimal) -> Decimal:
+    with mpmath.workdps(_DIGITS):
+        eps = mpmath.mpf(epsilon.numerator) / epsilon.denominator
+        alpha = mpmath.mpf(str(order))
+        # in log space: sinh(a e) = e^(a e) (1 - e^(-2 a e)) / 2, and large a e overflows
+        log_top = alpha * eps + mpmath.log(
+            -mpmath.expm1(-2 * alpha * eps)
+            - mpmath.exp(-eps) * (-mpmath.expm1(-2 * (alpha - 1) * eps)))
+        log_bottom = eps + mpmath.log(-mpmath.expm1(-2 * eps))
+        value = (log_top - log_bottom) / (alpha - 1)
+        bound = min(value, eps)  # (alpha, eps)-RDP holds for every epsilon-DP mechanism
+        return Decimal(mpmath.nstr(bound, 50, strip_zeros=False)) + _GUARD
 
 
 @functools.lru_cache(maxsize=4096)
@@ -135,6 +241,91 @@ def epsilon_of_rho(rho_units: int, delta_units: int) -> Decimal:
         delta = DELTA.to_decimal(delta_units)
         epsilon = alpha * rho + _conversion_decimal(delta, alpha)
         return EPSILON.to_decimal(EPSILON.cost_units(max(Decimal(0), epsilon) + _GUARD))
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon_of_rdp(rdp_units: int, delta_units: int, order: Decimal) -> Decimal:
+    """The epsilon at ``delta`` of a Renyi divergence at ``order`` (CKS20, Proposition 12),
+    rounded up: R + ln((alpha-1)/alpha) - (ln delta + ln alpha)/(alpha-1)."""
+    if rdp_units == 0:
+        return Decimal(0)
+    with decimal.localcontext(_CONTEXT):
+        epsilon = RHO.to_decimal(rdp_units) + _conversion_decimal(
+            DELTA.to_decimal(delta_units), order)
+        return EPSILON.to_decimal(EPSILON.cost_units(max(Decimal(0), epsilon) + _GUARD))
+
+
+def gdp_delta(epsilon: mpmath.mpf, mu: mpmath.mpf) -> mpmath.mpf:
+    """delta(epsilon) of mu-Gaussian DP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
+    (Dong, Roth and Su 2022, Corollary 2.13), at the working precision."""
+    return (mpmath.ncdf(-epsilon / mu + mu / 2)
+            - mpmath.exp(epsilon) * mpmath.ncdf(-epsilon / mu - mu / 2))
+
+
+def mu_limit(epsilon: Decimal, delta: Decimal) -> int:
+    """Units of mu*^2, where mu* is the largest mu whose delta(epsilon) is at most
+    ``delta``, rounded down (delta(epsilon) grows with mu: bisection, keeping the low end)."""
+    if not 0 < delta < 1:
+        raise ValueError("delta must be between 0 and 1")
+    return _mu_limit(epsilon, delta)
+
+
+@functools.lru_cache(maxsize=1024)
+def _mu_limit(epsilon: Decimal, delta: Decimal) -> int:
+    with mpmath.workdps(_DIGITS):
+        eps, target = mpmath.mpf(str(epsilon)), mpmath.mpf(str(delta))
+        low, high = mpmath.mpf(0), mpmath.mpf(1)
+        while gdp_delta(eps, high) <= target:
+            low, high = high, high * 2
+        for _ in range(200):
+            middle = (low + high) / 2
+            if gdp_delta(eps, middle) <= target:
+                low = middle
+            else:
+                high = middle
+        units = mpmath.floor(low**2 * RHO.scale)
+    return max(0, min(int(units) - 1, SATURATION))
+
+
+@functools.lru_cache(maxsize=4096)
+def epsilon_of_mu2(mu2_units: int, delta_units: int) -> Decimal:
+    """The least epsilon whose delta(epsilon) under mu-GDP is at most ``delta``, rounded up
+    (delta(epsilon) falls as epsilon grows: bisection, keeping the high end)."""
+    if mu2_units == 0:
+        return Decimal(0)
+    with mpmath.workdps(_DIGITS):
+        mu = mpmath.sqrt(mpmath.mpf(mu2_units) / RHO.scale)
+        target = mpmath.mpf(delta_units) / DELTA.scale
+        low, high = mpmath.mpf(0), mpmath.mpf(1)
+        if gdp_delta(low, mu) <= target:
+            return Decimal(0)
+        while gdp_delta(high, mu) > target:
+            low, high = high, high * 2
+        while high - low > mpmath.mpf(10) ** -12 * max(1, high):
+            middle = (low + high) / 2
+            if gdp_delta(middle, mu) > target:
+                low = middle
+            else:
+                high = middle
+        epsilon = Decimal(mpmath.nstr(high, 40, strip_zeros=False))
+    return EPSILON.to_decimal(EPSILON.cost_units(epsilon + _GUARD))
+
+
+def mu_of(mu2_units: int) -> Decimal:
+    """mu = sqrt(mu^2), rounded up to 12 decimals, for display."""
+    with decimal.localcontext(_CONTEXT):
+        root = RHO.to_decimal(mu2_units).sqrt()
+        return root.quantize(Decimal("1e-12"), rounding=decimal.ROUND_CEILING).normalize()
+
+
+def rho_by_bun_steinke(epsilon: Decimal, delta: Decimal) -> int:
+    """Units of the largest rho with rho + 2 sqrt(rho ln(1/delta)) <= epsilon (Bun and
+    Steinke 2016, Proposition 1.3), rounded down: looser than ``rho_limit``; the discrete
+    Gaussian plugin calibrates its (epsilon, delta) parameters with it."""
+    with decimal.localcontext(_CONTEXT):
+        log_term = (1 / delta).ln()
+        rho = ((log_term + epsilon).sqrt() - log_term.sqrt()) ** 2
+        return max(0, RHO.limit_units(max(Decimal(0), rho - _GUARD)))
 
 
 def _b_float(epsilon: float, delta: float, alpha: float) -> float:
@@ -188,27 +379,38 @@ def limit_of(
 ) -> Limit:
     """The enforced limit of a stated budget; components it omits are unlimited.
 
-    In zcdp mode a budget may state ``rho`` directly or ``epsilon`` (with an
-    optional ``delta``, defaulting to the dataset's) to be converted.
+    In zcdp, rdp and gdp modes a budget states ``epsilon`` (with an optional
+    ``delta``, defaulting to the dataset's) to be converted; a zcdp budget may
+    instead state ``rho`` directly.
     """
     epsilon = stated.get("epsilon")
     delta = stated.get("delta")
     rho = stated.get("rho")
-    if mode.name != "zcdp":
+    if not mode.converts:
         return Limit(
             epsilon=None if epsilon is None else EPSILON.limit_units(epsilon),
             delta=(0 if mode.name == "pure" else None) if delta is None
             else DELTA.limit_units(delta),
         )
-    if rho is None:
+    if rho is not None and mode.name == "zcdp":
+        measure = RHO.limit_units(rho)
+    else:
         at_delta = delta if delta is not None else dataset_delta
         if epsilon is None or at_delta is None:
-            raise ValueError("a zcdp budget needs rho, or epsilon with the dataset's delta")
-        rho_units = rho_limit(epsilon, at_delta)
-    else:
-        rho_units = RHO.limit_units(rho)
+            raise ValueError(f"a {mode.name} budget needs epsilon with the dataset's delta"
+                             + (", or rho" if mode.name == "zcdp" else ""))
+        measure = _converted(mode, epsilon, at_delta)
     return Limit(
         epsilon=None if epsilon is None else EPSILON.limit_units(epsilon),
         delta=None if delta is None else DELTA.limit_units(delta),
-        rho=rho_units,
+        rho=measure,
     )
+
+
+def _converted(mode: Mode, epsilon: Decimal, delta: Decimal) -> int:
+    if mode.name == "zcdp":
+        return rho_limit(epsilon, delta)
+    if mode.name == "gdp":
+        return mu_limit(epsilon, delta)
+    assert mode.order is not None
+    return rdp_limit(epsilon, delta, mode.order)

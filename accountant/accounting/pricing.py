@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
 from accountant.accounting.loss import LossRule
-from accountant.accounting.modes import Mode, StatedCost, UnsupportedCost
+from accountant.accounting.modes import Mode, StatedCost, UnsupportedCost, renyi_of_pure
 from accountant.exact import Amount
 from accountant.mechanism import Cost, Mechanism, PrivacyContext
 
@@ -63,13 +63,14 @@ def price(mechanism: Mechanism, params: Mapping[str, Any], sensitivity_unit: str
     if factor > 1 and mechanism.has_sensitivity:
         run_params["sensitivity"] = Decimal(params["sensitivity"]) * factor
     try:
-        declared = mechanism.cost(run_params, PrivacyContext(rule.privacy_unit, mode.name))
+        declared = mechanism.cost(run_params,
+                                  PrivacyContext(rule.privacy_unit, mode.name, mode.order))
     except (ValueError, ArithmeticError, KeyError, TypeError) as error:
         raise PricingError(f"mechanism {mechanism.name!r} refused these parameters: "
                            f"{error}") from None
     stated = _stated(declared, mechanism.name)
     if factor > 1 and not mechanism.has_sensitivity:
-        stated = (_compose(stated, factor) if mechanism.independent_values
+        stated = (_compose(stated, factor, mode.order) if mechanism.independent_values
                   else _group(stated, factor, mechanism.name))
     try:
         cost = mode.amount_of(stated)
@@ -85,33 +86,50 @@ def _stated(declared: object, name: str) -> StatedCost:
     if not isinstance(declared, Cost):
         raise PricingError(f"mechanism {name!r} did not declare a Cost")
     try:
-        values = [None if v is None else Fraction(v)
-                  for v in (declared.epsilon, declared.delta, declared.rho)]
+        values = [None if v is None else Fraction(v) for v in (
+            declared.epsilon, declared.delta, declared.rho, declared.rdp, declared.mu)]
     except (ValueError, TypeError, OverflowError):
         raise PricingError(f"mechanism {name!r} declared a cost that is not a finite number") \
             from None
-    epsilon, delta, rho = values
-    if epsilon is None or delta is None or epsilon < 0 or delta < 0 or delta >= 1 or (
-            rho is not None and rho < 0):
+    epsilon, delta, rho, rdp, mu = values
+    if epsilon is None or delta is None or epsilon < 0 or delta < 0 or delta >= 1 or any(
+            v is not None and v < 0 for v in (rho, rdp, mu)):
         raise PricingError(f"mechanism {name!r} declared an invalid cost {declared}")
-    return StatedCost(epsilon, delta, rho)
+    return StatedCost(epsilon, delta, rho, rdp, mu)
 
 
 def _group(stated: StatedCost, factor: int, name: str) -> StatedCost:
-    """Group privacy for a mechanism with no sensitivity: epsilon * f and rho * f^2
-    (Dwork and Roth 2014, Theorem 2.2; Bun and Steinke 2016, Proposition 1.9)."""
+    """Group privacy for a mechanism with no sensitivity: epsilon * f, rho * f^2 and mu * f
+    (Dwork and Roth 2014, Theorem 2.2; Bun and Steinke 2016, Proposition 1.9; Dong, Roth
+    and Su 2022, Theorem 2.14). A declared Renyi divergence is dropped: an rdp dataset then
+    charges the scaled rho or the scaled epsilon's bound."""
     if stated.delta > 0:
         raise PricingError(f"mechanism {name!r} has delta > 0 and no sensitivity parameter, "
                            "so it cannot be scaled to record-level contributions")
     rho = None if stated.rho is None else stated.rho * factor * factor
-    return StatedCost(stated.epsilon * factor, Fraction(0), rho)
+    mu = None if stated.mu is None else stated.mu * factor
+    return StatedCost(stated.epsilon * factor, Fraction(0), rho, None, mu)
 
 
-def _compose(stated: StatedCost, factor: int) -> StatedCost:
+def _compose(stated: StatedCost, factor: int, order: Decimal | None) -> StatedCost:
     """A person's f values randomised independently, each at the stated cost: f-fold basic
     composition, epsilon * f and delta * f (Dwork and Roth 2014, Theorem 3.16) and rho * f
     (Bun and Steinke 2016, Lemma 2.3); an epsilon-DP value without rho is epsilon^2/2-zCDP,
-    so its f values cost f epsilon^2 / 2."""
+    so its f values cost f epsilon^2 / 2. Renyi divergences at one order add (Mironov 2017,
+    Proposition 1), so f values cost f times the value's (or, without one, f times the
+    epsilon-DP bound of one value); mu^2 adds, so mu * sqrt(f), rounded up."""
     rho = stated.epsilon**2 / 2 if stated.rho is None and stated.delta == 0 else stated.rho
+    rdp = stated.rdp
+    if rdp is None and stated.rho is None and stated.delta == 0 and order is not None:
+        rdp = Fraction(renyi_of_pure(stated.epsilon, order))
+    mu = None if stated.mu is None else _sqrt_up(stated.mu**2 * factor)
     return StatedCost(stated.epsilon * factor, stated.delta * factor,
-                      None if rho is None else rho * factor)
+                      None if rho is None else rho * factor,
+                      None if rdp is None else rdp * factor, mu)
+
+
+def _sqrt_up(square: Fraction) -> Fraction:
+    """A rational at least sqrt(``square``), within 10^-40 of it."""
+    with localcontext(prec=60, rounding=ROUND_CEILING):
+        root = (Decimal(square.numerator) / Decimal(square.denominator)).sqrt()
+    return Fraction(root) + Fraction(1, 10**40)

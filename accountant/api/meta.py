@@ -86,7 +86,7 @@ def _utilisation_lines() -> list[str]:
     now = runtime().clock.now_us() / 1e6
     for dataset in datasets.all_datasets(db()):
         report = datasets.budget_report(db(), dataset, now)
-        measure = "rho" if dataset.accounting == "zcdp" else "epsilon"
+        measure = dataset.mode.measure
         scopes = [("dataset", report["loss"], report["limit"])]
         if "partition_limit" in report:
             scopes.append(("partition", report["partitions"]["max_spent"],

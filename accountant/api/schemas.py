@@ -42,7 +42,10 @@ DATASET_CREATE: dict[str, Any] = {
         "privacy_unit": {"enum": ["record", "user", "partition"]},
         "max_partitions_per_user": BOUND,
         "max_records_per_user": BOUND,
-        "accounting": {"enum": ["pure", "approx", "zcdp"]},
+        "accounting": {"enum": ["pure", "approx", "zcdp", "rdp", "gdp"]},
+        "rdp_order": {"type": "number", "exclusiveMinimum": 1, "maximum": 1000000,
+                      "description": "the Renyi order of an rdp dataset, fixed for life; "
+                                     "by default the best for its budget"},
         "budget": BUDGET,
         "partition_budget": {"anyOf": [SUB_BUDGET, {"type": "null"}]},
         "windows": {"type": "array", "items": WINDOW, "maxItems": len(PERIODS)},

@@ -15,7 +15,7 @@ from accountant.api.common import db, runtime
 from accountant.dashboard import charts
 from accountant.dashboard.session import check_csrf, csrf_token, sign_in, signed_in
 from accountant.errors import AccountantError, NotFound
-from accountant.exact import COMPONENTS, Component
+from accountant.exact import COMPONENTS, Component, ComponentName
 from accountant.models import Dataset
 from accountant.services import dashboard_reads, datasets, ledger_reads
 from accountant.services import ledger as ledger_service
@@ -32,7 +32,16 @@ def _page(template: str, who: Principal | None, **context: Any) -> str:
 
 
 def _measure(dataset: Dataset) -> str:
-    return "rho" if dataset.accounting == "zcdp" else "epsilon"
+    """The figure the dataset's budget report leads with: epsilon, rho, rdp or mu."""
+    return dataset.mode.measure
+
+
+def _column(dataset: Dataset) -> tuple[ComponentName, str]:
+    """The stored component the dataset's limits bind, and its name: rho holds rho, the
+    Renyi divergence at the order on rdp datasets, and mu^2 on gdp ones."""
+    if not dataset.mode.converts:
+        return "epsilon", "epsilon"
+    return "rho", {"rdp": "rdp", "gdp": "mu²"}.get(dataset.accounting, "rho")
 
 
 def _state(used_pct: float) -> str:
@@ -110,8 +119,9 @@ def dataset(who: Principal, name: str) -> Any:
         return _page("overview.html", who, rows=[]), 404
     report = datasets.budget_report(db(), found, runtime().clock.now_us() / 1e6)
     measure = _measure(found)
-    unit = COMPONENTS["rho" if measure == "rho" else "epsilon"]
-    seen = dashboard_reads.activity(db(), found, measure,
+    column, stored = _column(found)
+    unit = COMPONENTS[column]
+    seen = dashboard_reads.activity(db(), found, column,
                                     by_key=request.args.get("sort") == "key")
     first_day = runtime().clock.now_us() // DAY_US - 29
     daily_map = {bucket: float(unit.to_decimal(total))
@@ -124,14 +134,16 @@ def dataset(who: Principal, name: str) -> Any:
         daily.append((label, value))
         cumulative.append((label, running))
     loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
+    stored_limit = float(unit.to_decimal(found.limit[column] or 0))
     whole = sum(total for _, total in seen.consumer_totals) or 1
     recent = [{**entry, "cost": _figure(entry["cost"][measure])} for entry in seen.recent]
     used = _pct(loss, limit)
     return _page(
-        "dataset.html", who, name=name, report=report, measure=measure, loss=f"{loss:g}",
+        "dataset.html", who, name=name, report=report, measure=measure, stored=stored,
+        loss=f"{loss:g}",
         limit=f"{limit:g}", used_pct=used, state=_state(used),
-        cumulative=charts.line(cumulative, limit, f"cumulative charged {measure}"),
-        daily=charts.bars(daily, f"{measure} charged per day"),
+        cumulative=charts.line(cumulative, stored_limit, f"cumulative charged {stored}"),
+        daily=charts.bars(daily, f"{stored} charged per day"),
         partitions=[{"key": key, "spent": _units(unit, value)}
                     for key, value in seen.top_partitions],
         consumers=[{"name": consumer, "total": _units(unit, total),
@@ -161,9 +173,10 @@ def ledger_page(who: Principal) -> Any:
     try:
         parsed = ledger_api.parse_filter({**filters, **_paging()}, default_limit=50)
         page, next_cursor = ledger_reads.page(db(), parsed)
-        # the cost in the dataset's measure: rho on a zcdp dataset, epsilon otherwise
-        entries = [{**entry, "cost": _figure(entry["cost"].get("rho", entry["cost"]["epsilon"]))}
-                   for entry in page]
+        # the cost in the dataset's measure: rho, rdp or mu where it has one, else epsilon
+        entries = [{**entry, "cost": _figure(next(
+            entry["cost"][name] for name in ("rho", "rdp", "mu", "epsilon")
+            if name in entry["cost"]))} for entry in page]
     except AccountantError as problem:
         error = problem.detail
     # Verifying reads every entry, so it runs when asked, not on every page view.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from accountant.accounting.modes import Mode, mode_of
 from accountant.exact import Limit
 from accountant.models.base import Base, LimitUnits, Microseconds, Name
 
@@ -13,8 +14,9 @@ class Dataset(Base):
     """A named body of sensitive data; its row is the lock every charge on it takes.
 
     ``limit_*`` is the lifetime budget and ``partition_limit_*`` the optional
-    per-partition one. On zcdp datasets ``limit_epsilon``/``limit_delta`` are
-    the stated budget and ``limit_rho`` the enforced one. ``ledger_seq`` and
+    per-partition one. On zcdp, rdp and gdp datasets ``limit_epsilon``/``limit_delta``
+    are the stated budget and ``limit_rho`` the enforced one (rho, the Renyi divergence at
+    ``rdp_order``, or mu^2). ``ledger_seq`` and
     ``ledger_head`` are the end of the dataset's ledger chain.
     """
 
@@ -24,6 +26,8 @@ class Dataset(Base):
     name: Mapped[Name] = mapped_column(unique=True)
     privacy_unit: Mapped[str] = mapped_column(String(16))
     accounting: Mapped[str] = mapped_column(String(16))
+    #: rdp datasets: the Renyi order as exact decimal text, fixed at creation.
+    rdp_order: Mapped[str | None] = mapped_column(String(40))
     max_partitions_per_user: Mapped[int | None] = mapped_column(Integer)
     max_records_per_user: Mapped[int | None] = mapped_column(Integer)
     limit_epsilon: Mapped[LimitUnits]
@@ -47,6 +51,10 @@ class Dataset(Base):
     @property
     def limit(self) -> Limit:
         return Limit(self.limit_epsilon, self.limit_delta, self.limit_rho)
+
+    @property
+    def mode(self) -> Mode:
+        return mode_of(self.accounting, self.rdp_order)
 
     @property
     def partition_limit(self) -> Limit | None:

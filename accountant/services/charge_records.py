@@ -7,7 +7,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from accountant.accounting.modes import MODES
 from accountant.accounting.windows import isoformat
 from accountant.errors import Forbidden, NotFound
 from accountant.models import Consumer, Dataset, LedgerEntry
@@ -35,7 +34,7 @@ def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, A
         "release": entry.release,
         "partitions": entry.partitions,
         "params": entry.params,
-        "cost": MODES[dataset.accounting].report(entry.cost, dataset.limit_delta or 0),
+        "cost": dataset.mode.report(entry.cost, dataset.limit_delta or 0),
         "multiplicity": entry.multiplicity,
         "denial": entry.detail or None,
         "created_at": isoformat(entry.created_at / 1e6),

@@ -104,7 +104,7 @@ def _limit_report(evaluation: Evaluation, denial: Denial) -> dict[str, Any]:
     names = evaluation.mode.components
     limited = Amount(**{n: v for n in names if (v := denial.limit[n]) is not None})
     stated = report(evaluation, limited)
-    if evaluation.mode.name == "zcdp":
+    if evaluation.mode.converts:
         return stated
     return {k: v for k, v in stated.items() if denial.limit[k] is not None}  # type: ignore[index]
 

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from accountant.accounting.modes import MODES, limit_of
+from accountant.accounting.modes import limit_of
 from accountant.driver import Driver
 from accountant.errors import Conflict, InvalidRequest, NotFound
 from accountant.exact import DELTA
@@ -137,7 +137,7 @@ def create_consumer(session: Session, body: dict[str, Any], now: int) -> tuple[C
 
 
 def _set_quota(grant: Grant, dataset: Dataset, stated: dict[str, Any], field_name: str) -> None:
-    mode = MODES[dataset.accounting]
+    mode = dataset.mode
     try:
         quota = limit_of(mode, stated, DELTA.to_decimal(dataset.limit_delta or 0))
     except ValueError as error:
@@ -222,7 +222,7 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
     from accountant.models import Tally
     from accountant.services.datasets import rule_of, tally_state
 
-    mode, rule = MODES[dataset.accounting], rule_of(dataset)
+    mode, rule = dataset.mode, rule_of(dataset)
     tally = session.execute(select(Tally).where(
         Tally.dataset_id == dataset.id, Tally.kind == "consumer",
         Tally.consumer_id == grant.consumer_id)).scalar_one_or_none()
@@ -230,7 +230,7 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
     delta = dataset.limit_delta or 0
     entry: dict[str, Any] = {"loss": mode.report(loss, delta)}
     if grant.quota is not None:
-        entry["quota"] = describe_limit(grant.quota)
+        entry["quota"] = describe_limit(grant.quota, mode)
         entry["remaining"] = mode.report(remaining(grant.quota, loss, mode.components), delta)
     return entry
 

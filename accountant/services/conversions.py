@@ -54,27 +54,28 @@ def upgrade_zcdp_limits(session: Session, now: int) -> int:
                                    .order_by(Dataset.id).with_for_update()).scalars():
         delta = dataset.limit_delta or 0
         changes: list[tuple[str, Any, Any]] = []
-        old = describe_limit(dataset.limit)
+        old = describe_limit(dataset.limit, dataset.mode)
         if _raised(dataset, "limit", delta):
-            changes.append(("dataset", old, describe_limit(dataset.limit)))
+            changes.append(("dataset", old, describe_limit(dataset.limit, dataset.mode)))
         if dataset.has_partition_limit and dataset.partition_limit is not None:
-            old = describe_limit(dataset.partition_limit)
+            old = describe_limit(dataset.partition_limit, dataset.mode)
             if _raised(dataset, "partition_limit", delta):
                 assert dataset.partition_limit is not None
-                changes.append(("partition", old, describe_limit(dataset.partition_limit)))
+                changes.append(("partition", old,
+                                describe_limit(dataset.partition_limit, dataset.mode)))
         for window in dataset.windows:
-            old = describe_limit(_limit(window, "limit"))
+            old = describe_limit(_limit(window, "limit"), dataset.mode)
             if _raised(window, "limit", delta):
                 changes.append((f"window:{PERIOD_NAMES[window.period_seconds]}", old,
-                                describe_limit(_limit(window, "limit"))))
+                                describe_limit(_limit(window, "limit"), dataset.mode)))
         grants = session.execute(select(Grant, Consumer.name).join(
             Consumer, Consumer.id == Grant.consumer_id).where(
             Grant.dataset_id == dataset.id, Grant.has_quota)).all()
         for grant, consumer in grants:
-            old = describe_limit(_limit(grant, "quota"))
+            old = describe_limit(_limit(grant, "quota"), dataset.mode)
             if _raised(grant, "quota", delta):
                 changes.append((f"consumer:{consumer}", old,
-                                describe_limit(_limit(grant, "quota"))))
+                                describe_limit(_limit(grant, "quota"), dataset.mode)))
         if not changes:
             continue
         changed += 1

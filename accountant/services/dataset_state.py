@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accountant.accounting.loss import LossRule
+from accountant.accounting.modes import Mode, mode_of
 from accountant.driver import Driver, Pending, Rows
 from accountant.errors import NotFound
 from accountant.exact import Limit
@@ -34,6 +35,7 @@ class DatasetState:
     name: str
     privacy_unit: str
     accounting: str
+    rdp_order: str | None
     max_partitions_per_user: int | None
     max_records_per_user: int | None
     limit: Limit
@@ -49,12 +51,16 @@ class DatasetState:
         return self.limit.delta
 
     @property
+    def mode(self) -> Mode:
+        return mode_of(self.accounting, self.rdp_order)
+
+    @property
     def rule(self) -> LossRule:
         return LossRule(self.privacy_unit, self.max_partitions_per_user)
 
 
 _SELECT = (
-    "SELECT d.id, d.name, d.privacy_unit, d.accounting, d.max_partitions_per_user, "
+    "SELECT d.id, d.name, d.privacy_unit, d.accounting, d.rdp_order, d.max_partitions_per_user, "
     "d.max_records_per_user, d.limit_epsilon, d.limit_delta, d.limit_rho, "
     "d.has_partition_limit, d.partition_limit_epsilon, d.partition_limit_delta, "
     "d.partition_limit_rho, d.ledger_seq, d.ledger_head, "
@@ -84,6 +90,7 @@ def _state(name: str, rows: Rows) -> DatasetState:
         for w in rows if w.period_seconds is not None)
     return DatasetState(
         id=d.id, name=d.name, privacy_unit=d.privacy_unit, accounting=d.accounting,
+        rdp_order=d.rdp_order,
         max_partitions_per_user=d.max_partitions_per_user,
         max_records_per_user=d.max_records_per_user,
         limit=Limit(d.limit_epsilon, d.limit_delta, d.limit_rho),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal, localcontext
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text
@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, object_session
 
 from accountant.accounting.checks import remaining
 from accountant.accounting.loss import LossRule, ScopeBooks, ScopeState, loss_now
-from accountant.accounting.modes import MODES, Mode, limit_of
+from accountant.accounting.modes import MODES, Mode, limit_of, mode_of, rdp_order
 from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoformat
 from accountant.driver import Driver
 from accountant.errors import Conflict, NotFound, field_error
@@ -54,23 +54,27 @@ def _limit(mode: Mode, stated: dict[str, Any], at_delta: Decimal | None, where: 
 
 
 def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
-    mode = MODES[body.get("accounting", "approx")]
+    accounting = body.get("accounting", "approx")
     unit = body["privacy_unit"]
     for bound in ("max_partitions_per_user", "max_records_per_user"):
         if unit != "user" and body.get(bound) is not None:
             raise field_error(bound, "contribution bounds apply only to privacy_unit user")
     budget = body["budget"]
-    if mode.name == "zcdp" and not budget.get("delta"):
-        raise field_error("budget.delta",
-                          "a zcdp dataset states its budget as epsilon and 0 < delta < 1")
+    if accounting != "rdp" and "rdp_order" in body:
+        raise field_error("rdp_order", "rdp_order applies only to accounting rdp")
+    if MODES[accounting].converts and not budget.get("delta"):
+        raise field_error("budget.delta", f"a {accounting} dataset states its budget as "
+                          "epsilon and 0 < delta < 1")
     if session.execute(select(Dataset.id).where(Dataset.name == body["name"])).first():
         raise Conflict(f"a dataset named {body['name']!r} exists; choose another name")
+    order = _rdp_order(body) if accounting == "rdp" else None
+    mode = mode_of(accounting, order)
     lifetime = _limit(mode, budget, budget.get("delta"), "budget")
-    _check_zcdp_delta(mode, lifetime)
+    _check_delta(mode, lifetime)
     if mode.name == "approx" and lifetime.delta is None:
         lifetime = Limit(lifetime.epsilon, 0, None)
     dataset = Dataset(
-        name=body["name"], privacy_unit=unit, accounting=mode.name,
+        name=body["name"], privacy_unit=unit, accounting=mode.name, rdp_order=order,
         max_partitions_per_user=body.get("max_partitions_per_user"),
         max_records_per_user=body.get("max_records_per_user"),
         limit_epsilon=lifetime.epsilon, limit_delta=lifetime.delta, limit_rho=lifetime.rho,
@@ -88,10 +92,22 @@ def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
     return dataset
 
 
-def _check_zcdp_delta(mode: Mode, limit: Limit) -> None:
-    """A zcdp budget's delta must be representable: at least 1e-18, the delta unit."""
-    if mode.name == "zcdp" and not limit.delta:
-        raise field_error("budget.delta", "a zcdp budget needs delta of at least 1e-18")
+def _rdp_order(body: dict[str, Any]) -> str:
+    """The order an rdp dataset keeps for life: the one given, or the best for its budget."""
+    given = body.get("rdp_order")
+    if given is not None:
+        return str(Decimal(given).normalize())
+    budget = body["budget"]
+    try:
+        return str(rdp_order(budget["epsilon"], budget["delta"]))
+    except (KeyError, ValueError) as error:
+        raise field_error("budget", f"an rdp budget needs epsilon and delta: {error}") from None
+
+
+def _check_delta(mode: Mode, limit: Limit) -> None:
+    """A converted budget's delta must be representable: at least 1e-18, the delta unit."""
+    if mode.converts and not limit.delta:
+        raise field_error("budget.delta", f"a {mode.name} budget needs delta of at least 1e-18")
 
 
 def _set_partition_limit(dataset: Dataset, mode: Mode, stated: dict[str, Any] | None) -> None:
@@ -123,28 +139,43 @@ def _set_windows(dataset: Dataset, mode: Mode, windows: list[dict[str, Any]]) ->
             limit_delta=limit.delta, limit_rho=limit.rho))
 
 
-def describe_limit(limit: Limit) -> dict[str, Decimal]:
-    """A limit as stated: the components it limits, as exact decimals."""
+def describe_limit(limit: Limit, mode: Mode | None = None) -> dict[str, Decimal]:
+    """A limit as stated: the components it limits, as exact decimals, the enforced one
+    under the mode's measure (rho; rdp, the divergence at the order; mu, rounded down)."""
     names: tuple[ComponentName, ...] = ("epsilon", "delta", "rho")
-    return {name: COMPONENTS[name].to_decimal(v) for name in names
-            if (v := limit[name]) is not None}
+    described: dict[str, Decimal] = {name: COMPONENTS[name].to_decimal(v) for name in names
+                 if (v := limit[name]) is not None}
+    if "rho" in described and mode is not None and mode.name in ("rdp", "gdp"):
+        enforced = described.pop("rho")
+        described[mode.measure] = enforced if mode.name == "rdp" else \
+            _floor_sqrt(enforced)
+    return described
+
+
+def _floor_sqrt(value: Decimal) -> Decimal:
+    with localcontext(prec=60, rounding=ROUND_FLOOR):
+        root = value.sqrt()
+        return root.quantize(Decimal("1e-12"), rounding=ROUND_FLOOR).normalize()
 
 
 def describe(dataset: Dataset) -> dict[str, Any]:
     """The dataset as created (limits as currently set), plus ``created_at``."""
-    partition_limit = dataset.partition_limit
+    partition_limit, mode = dataset.partition_limit, dataset.mode
     view: dict[str, Any] = {
         "name": dataset.name,
         "privacy_unit": dataset.privacy_unit,
         "max_partitions_per_user": dataset.max_partitions_per_user,
         "max_records_per_user": dataset.max_records_per_user,
         "accounting": dataset.accounting,
-        "budget": describe_limit(dataset.limit),
-        "partition_budget": None if partition_limit is None else describe_limit(partition_limit),
-        "windows": [{"period": PERIOD_NAMES[w.period_seconds], **describe_limit(w.limit)}
+        "budget": describe_limit(dataset.limit, mode),
+        "partition_budget": None if partition_limit is None
+        else describe_limit(partition_limit, mode),
+        "windows": [{"period": PERIOD_NAMES[w.period_seconds], **describe_limit(w.limit, mode)}
                     for w in dataset.windows],
         "created_at": isoformat(dataset.created_at / 1e6),
     }
+    if mode.order is not None:
+        view["rdp_order"] = mode.order
     if dataset.privacy_unit == "partition":
         view["note"] = ("privacy unit 'partition' protects one whole partition, not a person "
                         "who appears in several partitions")
@@ -154,25 +185,26 @@ def describe(dataset: Dataset) -> dict[str, Any]:
 def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], actor: Any,
                   now: int) -> None:
     """Apply a PATCH (the dataset row is locked); ledger each changed limit."""
-    mode = MODES[dataset.accounting]
+    mode = dataset.mode
     reason = body.get("reason")
     changes: list[tuple[str, Any, Any]] = []
     if "budget" in body:
-        old = describe_limit(dataset.limit)
-        stated = {k: v for k, v in old.items() if k != "rho"} | body["budget"]
-        if mode.name == "zcdp" and not stated.get("delta"):
-            raise field_error("budget.delta", "a zcdp budget needs 0 < delta < 1")
+        old = describe_limit(dataset.limit, mode)
+        stated = {k: v for k, v in old.items() if k in ("epsilon", "delta")} | body["budget"]
+        if mode.converts and not stated.get("delta"):
+            raise field_error("budget.delta", f"a {mode.name} budget needs 0 < delta < 1")
         limit = _limit(mode, stated, stated.get("delta"), "budget")
-        _check_zcdp_delta(mode, limit)
+        _check_delta(mode, limit)
         dataset.limit_epsilon, dataset.limit_delta, dataset.limit_rho = (
             limit.epsilon, limit.delta if limit.delta is not None else 0, limit.rho)
-        changes.append(("dataset", old, describe_limit(dataset.limit)))
+        changes.append(("dataset", old, describe_limit(dataset.limit, mode)))
     if "partition_budget" in body:
         old_limit = dataset.partition_limit
         _set_partition_limit(dataset, mode, body["partition_budget"])
         new_limit = dataset.partition_limit
-        changes.append(("partition", None if old_limit is None else describe_limit(old_limit),
-                        None if new_limit is None else describe_limit(new_limit)))
+        changes.append(("partition",
+                        None if old_limit is None else describe_limit(old_limit, mode),
+                        None if new_limit is None else describe_limit(new_limit, mode)))
     if "windows" in body:
         old_windows = describe(dataset)["windows"]
         old_periods = {w.period_seconds for w in dataset.windows}
@@ -287,14 +319,14 @@ def tally_state(session: Session, tally: Tally | None, rule: LossRule,
 def _stated(mode: Mode, amount: Amount, dataset: Dataset,
             only: tuple[ComponentName, ...] | None = None) -> dict[str, Decimal]:
     report = mode.report(amount, dataset.limit_delta or 0)
-    if only is not None and mode.name != "zcdp":
+    if only is not None and not mode.converts:
         report = {k: v for k, v in report.items() if k in only}
     return report
 
 
 def lifetime_loss(session: Session, dataset: Dataset) -> Amount:
     """The dataset's lifetime loss now, from its lifetime tally."""
-    names = MODES[dataset.accounting].components
+    names = dataset.mode.components
     rule = rule_of(dataset)
     lifetime = session.execute(select(Tally).where(
         Tally.dataset_id == dataset.id, Tally.kind == "lifetime")).scalar()
@@ -302,7 +334,7 @@ def lifetime_loss(session: Session, dataset: Dataset) -> Amount:
 
 
 def budget_report(session: Session, dataset: Dataset, now: float) -> dict[str, Any]:
-    mode = MODES[dataset.accounting]
+    mode = dataset.mode
     rule = rule_of(dataset)
     names = mode.components
     tallies = {(t.kind, t.period_seconds, t.window_start): t for t in session.execute(
@@ -360,7 +392,7 @@ def _as_amount(limit: Limit) -> Amount:
 
 def list_partitions(session: Session, dataset: Dataset, limit: int,
                     after_id: int) -> tuple[list[dict[str, Any]], int | None]:
-    mode = MODES[dataset.accounting]
+    mode = dataset.mode
     lifetime_id = session.execute(select(Tally.id).where(
         Tally.dataset_id == dataset.id, Tally.kind == "lifetime")).scalar_one()
     rows = session.execute(

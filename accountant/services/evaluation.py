@@ -24,7 +24,7 @@ from typing import Any
 from accountant.accounting import checks as rules
 from accountant.accounting import pricing
 from accountant.accounting.loss import LossRule, ScopeKey, ScopeState, charged
-from accountant.accounting.modes import MODES, Mode
+from accountant.accounting.modes import Mode
 from accountant.accounting.windows import PERIODS, Window
 from accountant.driver import Driver, Pending, Rows
 from accountant.errors import Forbidden, field_error
@@ -181,7 +181,7 @@ def evaluate(driver: Driver, reads: Reads, request: ChargeRequest,
     if not principal.may_read(dataset.id):
         raise Forbidden(f"dataset {dataset.name!r} is not granted to {principal.name!r}; "
                         "ask an admin for a grant")
-    mode = MODES[dataset.accounting]
+    mode = dataset.mode
     rule = dataset.rule
     ids, keys, all_partitions = _resolve(reads.partitions.result(), dataset, request.partitions)
     try:

@@ -10,7 +10,6 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from accountant.accounting.modes import MODES
 from accountant.accounting.windows import isoformat
 from accountant.errors import NotFound
 from accountant.exact import Amount
@@ -21,7 +20,7 @@ from accountant.services.ledger import LedgerFilter
 
 def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
     """One entry as the API, the export and the dashboard state it (docs/ledger.md)."""
-    mode = MODES[dataset.accounting]
+    mode = dataset.mode
     charged = None  # what the running total grew by: cost x multiplicity, when granted
     if entry.kind == "charge":
         grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)

@@ -17,7 +17,8 @@ from typing import Any
 
 from accountant.models import Dataset
 
-FIELDS = ("privacy_unit", "accounting", "max_partitions_per_user", "max_records_per_user",
+FIELDS = ("privacy_unit", "accounting", "rdp_order", "max_partitions_per_user",
+          "max_records_per_user",
           "limit_epsilon", "limit_delta", "limit_rho", "has_partition_limit",
           "partition_limit_epsilon", "partition_limit_delta", "partition_limit_rho")
 
@@ -25,7 +26,9 @@ FIELDS = ("privacy_unit", "accounting", "max_partitions_per_user", "max_records_
 def digest_of(values: Mapping[str, Any], windows: Iterable[Iterable[Any]]) -> str:
     """The digest of a dataset row's ``FIELDS`` and its window budgets, given as
     (period_seconds, limit_epsilon, limit_delta, limit_rho)."""
-    content = {name: values[name] for name in FIELDS}
+    content = {name: values.get(name) for name in FIELDS}
+    if content["rdp_order"] is None:  # digests of datasets other than rdp stay as they were
+        del content["rdp_order"]
     content["has_partition_limit"] = bool(content["has_partition_limit"])
     content["windows"] = sorted([list(window) for window in windows])
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))

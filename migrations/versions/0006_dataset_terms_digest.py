@@ -10,12 +10,17 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from accountant.services.terms import FIELDS, digest_of
+from accountant.services.terms import digest_of
 
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
+
+#: The terms as they were at this revision (``rdp_order`` came with 0008).
+_FIELDS = ("privacy_unit", "accounting", "max_partitions_per_user", "max_records_per_user",
+           "limit_epsilon", "limit_delta", "limit_rho", "has_partition_limit",
+           "partition_limit_epsilon", "partition_limit_delta", "partition_limit_rho")
 
 
 def upgrade() -> None:
@@ -27,7 +32,7 @@ def upgrade() -> None:
             "SELECT dataset_id, period_seconds, limit_epsilon, limit_delta, limit_rho "
             "FROM window_budgets")):
         windows.setdefault(row[0], []).append(tuple(row[1:]))
-    rows = connection.execute(sa.text(f"SELECT id, {', '.join(FIELDS)} FROM datasets"))
+    rows = connection.execute(sa.text(f"SELECT id, {', '.join(_FIELDS)} FROM datasets"))
     for row in rows.mappings().all():
         connection.execute(sa.text("UPDATE datasets SET terms_sha256 = :d WHERE id = :id"),
                            {"d": digest_of(row, windows.get(row["id"], [])), "id": row["id"]})

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from accountant import hookimpl
+from accountant.accounting.modes import renyi_of_pure
 from accountant.mechanism import Cost, Mechanism, PrivacyContext
 from accountant.randomness import RandomSource
 from accountant_plugins.samplers import discrete_laplace, grid_for, grid_sensitivity, snap
@@ -42,7 +43,12 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
     """Pure: parameters and privacy unit in, cost out. No data, no randomness."""
     if params["lower"] >= params["upper"]:
         raise ValueError("lower must be below upper")
-    return Cost(epsilon=params["epsilon"])
+    if context.order is None:
+        return Cost(epsilon=params["epsilon"])
+    # an rdp dataset: the Renyi divergence at its order, here the bound of every
+    # epsilon-DP mechanism (what the core would charge if this declared none)
+    return Cost(epsilon=params["epsilon"],
+                rdp=renyi_of_pure(Fraction(params["epsilon"]), context.order))
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
@@ -62,7 +68,7 @@ BOUNDED_SUM = Mechanism(
     description="Sum of values clamped to [lower, upper], with Laplace noise (pure DP).",
     params_schema=PARAMS_SCHEMA,
     input_schema=INPUT_SCHEMA,
-    accounting=("pure", "approx", "zcdp"),
+    accounting=("pure", "approx", "zcdp", "rdp"),
     cost=cost,
     run=run,
     has_sensitivity=False,
