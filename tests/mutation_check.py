@@ -85,6 +85,10 @@ MUTATIONS = [
              "return RHO.cost_units(renyi_of_pure(cost.epsilon, order))",
              "return RHO.cost_units(cost.epsilon**2 / 2)",
              ("tests/test_rdp_gdp.py::test_laplace_is_charged_the_epsilon_dp_bound",)),
+    Mutation("gdp charges the grid sampler mu = D/sigma", "plugins/gaussian.py",
+             "GDP_MARGIN = 1 + Fraction(1, 2**20)",
+             "GDP_MARGIN = 1 + Fraction(0)",
+             ("tests/test_rdp_gdp.py::test_the_charged_mu_dominates_the_grid_sampler",)),
 ]
 
 #: Where each source folder lives as an importable package in the copy.
