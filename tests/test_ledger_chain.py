@@ -151,3 +151,27 @@ def test_every_limit_the_service_sets_keeps_the_terms_digest(api: Api) -> None:
         response = api.patch(f"/v1/datasets/{dataset}", {**change, "reason": "test"})
         assert response.status_code == 200, response.get_json()
         assert api.get("/v1/ledger/verify").get_json()["ok"] is True, change
+
+
+def test_a_receipt_anchors_the_chain_against_a_truncation(api: Api, database_url: str) -> None:
+    """Each receipt carries its charge's ledger entry (seq and hash, the chain's head right
+    after it): cutting the ledger back behind a receipt leaves a chain that verifies, and a
+    receipt that says its entry is gone."""
+    api.make_dataset(budget={"epsilon": 10})
+    replies = [api.charge(partitions=[f"p{index}"]).get_json() for index in range(3)]
+    last = replies[-1]
+    entries = api.ledger(dataset="clicks")
+    assert last["ledger"] == {"seq": 3, "hash": entries[-1]["hash"]}
+    verdict = api.post("/v1/receipts/verify", {"receipt": last["receipt"]}).get_json()
+    assert verdict["valid"] is True and verdict["in_ledger"] is True
+    assert verdict["claims"]["ledger"] == last["ledger"]
+    for statement in ("DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 3",
+                      "UPDATE datasets SET ledger_seq = 2, ledger_head = (SELECT hash FROM "
+                      "ledger_entries WHERE dataset_id = 1 AND seq = 2) WHERE id = 1"):
+        _sql(database_url, statement)
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True  # the chain alone: blind
+    verdict = api.post("/v1/receipts/verify", {"receipt": last["receipt"]}).get_json()
+    assert verdict["valid"] is True and verdict["in_ledger"] is False
+    assert "cut back" in verdict["reason"]
+    earlier = api.post("/v1/receipts/verify", {"receipt": replies[0]["receipt"]}).get_json()
+    assert earlier["in_ledger"] is True  # entries before the cut are still as signed

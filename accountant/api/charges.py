@@ -95,6 +95,8 @@ def _render(outcome: idempotency.Outcome, output: dict[str, Any] | None) -> Resp
         body: dict[str, Any] = {k: stored[k] for k in shown if k in stored}
         body.update({"output": output, "remaining": stored["remaining"],
                      "receipt": stored["receipt"], "created_at": stored["created_at"]})
+        if "ledger" in stored:  # the charge's ledger entry, remembered since it was added
+            body["ledger"] = stored["ledger"]
         response = Response(dumps(body), status=201, mimetype="application/json")
     for name, value in outcome.headers.items():
         response.headers[name] = value

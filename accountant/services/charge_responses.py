@@ -18,13 +18,16 @@ from accountant.accounting.checks import Denial
 from accountant.accounting.windows import isoformat
 from accountant.errors import BudgetExhausted, WindowExhausted
 from accountant.exact import Amount
-from accountant.services import idempotency, receipts
+from accountant.services import idempotency, ledger, receipts
 from accountant.services.evaluation import ChargeRequest, Evaluation
 
 
 def granted(evaluation: Evaluation, request: ChargeRequest, charge_id: str, created_at: int,
-            output_sha256: str, signer: Ed25519PrivateKey) -> idempotency.Outcome:
-    """A grant's 201 as remembered: everything but the output, with its signed receipt."""
+            output_sha256: str, head: ledger.ChainHead,
+            signer: Ed25519PrivateKey) -> idempotency.Outcome:
+    """A grant's 201 as remembered: everything but the output, with its signed receipt. Both
+    carry the charge's ledger entry (its seq and hash, the dataset's chain head right after
+    it), so that every receipt anchors the chain: a ledger cut back behind it shows."""
     priced = evaluation.priced
     body = idempotency.decimals_as_floats({
         "charge_id": charge_id,
@@ -39,11 +42,12 @@ def granted(evaluation: Evaluation, request: ChargeRequest, charge_id: str, crea
         "created_at": isoformat(created_at / 1e6),
         "run_params": idempotency.encode_params(priced.run_params),
         "output_sha256": output_sha256,
+        "ledger": {"seq": head.seq, "hash": head.hash},
     })
     body["receipt"] = receipts.receipt(
         signer, charge_id=charge_id, dataset=body["dataset"], partitions=body["partitions"],
         mechanism=body["mechanism"], cost=body["cost"], multiplicity=body["multiplicity"],
-        charged=body["charged"], output_sha256=output_sha256,
+        charged=body["charged"], output_sha256=output_sha256, ledger=body["ledger"],
         issued_at=created_at // 1_000_000)
     return idempotency.Outcome(request.fingerprint, charge_id, 201, body, {})
 

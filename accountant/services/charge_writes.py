@@ -21,10 +21,11 @@ from accountant.services.evaluation import ChargeRequest, Evaluation
 
 
 def record(driver: Driver, evaluation: Evaluation, request: ChargeRequest, charge_id: str,
-           now_us: int) -> None:
-    """Append the charge's ledger entry; a grant records what produced its output."""
+           now_us: int) -> ledger.ChainHead:
+    """Append the charge's ledger entry; a grant records what produced its output. The
+    chain's new head: the entry's seq and hash."""
     granted = evaluation.granted
-    ledger.append(
+    return ledger.append(
         driver, evaluation.dataset,
         ledger.Actor(request.principal.consumer_id, request.principal.name),
         kind="charge", status="granted" if granted else "denied", created_at=now_us,

@@ -133,14 +133,15 @@ def _in_transaction(connection: Driver, request: ChargeRequest,
     if evaluation.granted:
         charge_writes.add_to_scopes(connection, evaluation, now)
         output, digest = _run(request, evaluation, charge_id, context.noise)
+        head = charge_writes.record(connection, evaluation, request, charge_id, now)
         if not context.signer_published[0]:
             receipts.publish(connection, context.signer, now)
         response = charge_responses.granted(evaluation, request, charge_id, now, digest,
-                                            context.signer)
+                                            head, context.signer)
         done = Granted(evaluation, response, output)
     else:
+        charge_writes.record(connection, evaluation, request, charge_id, now)
         done = Denied(evaluation, charge_responses.denied(evaluation, request, charge_id, now))
-    charge_writes.record(connection, evaluation, request, charge_id, now)
     if request.key is not None:
         idempotency.remember(connection, consumer_id, request.key, done.response, now)
     return done

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Select, bindparam, insert, select
 from sqlalchemy.orm import Session
@@ -68,8 +68,9 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
            partitions: list[str] | None = None, params: dict[str, Any] | None = None,
            cost: Amount = Amount(), multiplicity: int = 1,
            detail: dict[str, Any] | None = None, noise_secret: str | None = None,
-           implementation: str | None = None, loss_after: Amount | None = None) -> None:
-    """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked).
+           implementation: str | None = None, loss_after: Amount | None = None) -> ChainHead:
+    """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked);
+    the chain's new head, which is the entry's own seq and hash.
 
     Two driver statements and no ORM object: this runs on every charge."""
     values: dict[str, Any] = {
@@ -95,6 +96,14 @@ def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | No
     if isinstance(dataset, Dataset):  # keep a loaded ORM row in step with the database
         set_committed_value(dataset, "ledger_seq", values["seq"])
         set_committed_value(dataset, "ledger_head", values["hash"])
+    return ChainHead(values["seq"], values["hash"])
+
+
+class ChainHead(NamedTuple):
+    """The end of a dataset's chain: its last entry's seq and hash."""
+
+    seq: int
+    hash: str
 
 
 #: Every column an entry is written with (its id is the database's).

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from accountant.driver import Driver
-from accountant.models import SigningKey
+from accountant.models import Dataset, LedgerEntry, SigningKey
 from accountant.signing import public_jwk, sign
 
 
@@ -38,6 +38,23 @@ def jwks(session: Session, private: Ed25519PrivateKey) -> list[dict[str, str]]:
     return [current] + [dict(k.public_jwk) for k in stored if k.kid != current["kid"]]
 
 
+def in_ledger(session: Session, claims: dict[str, Any]) -> bool | None:
+    """Whether the charge's ledger entry named by a receipt (its dataset, seq and hash) is
+    in the dataset's chain as the receipt saw it; None for a receipt that names none (signed
+    before receipts carried it). A ledger cut back behind a receipt, or an entry rewritten,
+    shows here even where the chain itself verifies."""
+    entry = claims.get("ledger")
+    if not isinstance(entry, dict):
+        return None
+    found = session.execute(
+        select(LedgerEntry.hash, LedgerEntry.charge_id).join(
+            Dataset, Dataset.id == LedgerEntry.dataset_id)
+        .where(Dataset.name == claims.get("dataset"), LedgerEntry.seq == entry.get("seq"))
+    ).first()
+    return found is not None and found.hash == entry.get("hash") \
+        and found.charge_id == claims.get("charge_id")
+
+
 def output_sha256(output: Any) -> str:
     """SHA-256 of the output exactly as the README states it:
     ``json.dumps(output, sort_keys=True, separators=(",", ":"))`` (ASCII escapes for other
@@ -48,12 +65,14 @@ def output_sha256(output: Any) -> str:
 
 def receipt(private: Ed25519PrivateKey, *, charge_id: str, dataset: str, partitions: list[str],
             mechanism: str, cost: dict[str, Decimal], multiplicity: int,
-            charged: dict[str, Decimal], output_sha256: str, issued_at: int) -> str:
+            charged: dict[str, Decimal], output_sha256: str, ledger: dict[str, Any],
+            issued_at: int) -> str:
     """The signed claims of a grant: ``cost`` per release, and ``charged`` = cost x
-    ``multiplicity``, what the dataset's running total grew by."""
+    ``multiplicity``, what the dataset's running total grew by; ``ledger``, the seq and hash
+    of the charge's ledger entry (the chain's head right after it)."""
     claims = {"charge_id": charge_id, "dataset": dataset, "partitions": partitions,
               "mechanism": mechanism, "cost": {k: float(v) for k, v in cost.items()},
               "multiplicity": multiplicity,
               "charged": {k: float(v) for k, v in charged.items()},
-              "output_sha256": output_sha256, "iat": issued_at}
+              "output_sha256": output_sha256, "ledger": ledger, "iat": issued_at}
     return sign(private, claims)
