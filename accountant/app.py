@@ -18,8 +18,8 @@ from sqlalchemy.exc import (
 )
 from werkzeug.exceptions import HTTPException
 
+from accountant import key_hashing, noise, problems, signing
 from accountant import logging as structured_logging
-from accountant import noise, problems, signing
 from accountant.alerts import AlertDispatcher, AlertSettings
 from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
 from accountant.api.common import Runtime, close_db
@@ -65,6 +65,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
             noise=noise.load_or_create(Path(settings.noise_secret_file)), signer=signer,
             clock=clock, alerts=AlertDispatcher(pm, AlertSettings.of(settings)),
             signer_published=[False]),
+        key_hasher=key_hashing.load_or_create(Path(settings.key_hash_secret_file)),
     )
     app.extensions["accountant_engine"] = engine
     for blueprint in (meta.bp, openapi.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp,
@@ -90,6 +91,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
     _register_error_handlers(app)
     _register_signing_key(app)
     _register_noise_secret(app)
+    _register_key_hasher(app)  # before any key is hashed: it may rehash the stored ones
     if settings.admin_key:
         bootstrap_admin(app, settings.admin_key)
     return app
@@ -130,9 +132,11 @@ def prepare_host(settings: Settings) -> None:
     try:
         signer = signing.load_or_create(Path(settings.signing_key_file))
         secret = noise.load_or_create(Path(settings.noise_secret_file))
+        hasher = key_hashing.load_or_create(Path(settings.key_hash_secret_file))
         try:
             with engine.connect() as connection:
                 noise.register(connection, secret)
+                key_hashing.register(connection, hasher)
         except (OperationalError, ProgrammingError):
             log.info("no schema yet; run 'accountant db upgrade'")
             return
@@ -147,7 +151,8 @@ def prepare_host(settings: Settings) -> None:
             with make_session_factory(engine)() as session:
                 try:
                     begin_write(session)
-                    if ensure_first_admin(session, settings.admin_key, time.time_ns() // 1000):
+                    if ensure_first_admin(session, settings.admin_key, time.time_ns() // 1000,
+                                          hasher):
                         log.info("created the first admin consumer 'admin' from "
                                  "ACCOUNTANT_ADMIN_KEY")
                     session.commit()
@@ -155,6 +160,16 @@ def prepare_host(settings: Settings) -> None:
                     session.rollback()  # another host created it first
     finally:
         engine.dispose()
+
+
+def _register_key_hasher(app: Flask) -> None:
+    """Make this host's key-hash secret the database's, or refuse to start if it has another."""
+    runtime: Runtime = app.extensions["accountant"]
+    try:
+        with runtime.engine.connect() as connection:
+            key_hashing.register(connection, runtime.key_hasher)
+    except (OperationalError, ProgrammingError) as error:  # no schema yet
+        log.info("key-hash secret not registered yet", extra={"error": type(error).__name__})
 
 
 def _register_noise_secret(app: Flask) -> None:
@@ -173,7 +188,7 @@ def bootstrap_admin(app: Flask, key: str) -> None:
     session = runtime.sessions()
     try:
         begin_write(session)
-        if ensure_first_admin(session, key, time.time_ns() // 1000):
+        if ensure_first_admin(session, key, time.time_ns() // 1000, runtime.key_hasher):
             log.info("created the first admin consumer 'admin' from ACCOUNTANT_ADMIN_KEY")
         session.commit()
     except IntegrityError:

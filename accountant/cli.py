@@ -16,6 +16,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from accountant.config import ConfigError, Settings, load_settings
+from accountant.key_hashing import KeyHasher
 
 
 def _settings() -> Settings:
@@ -27,6 +28,15 @@ def _settings() -> Settings:
 
 def _now() -> int:
     return time.time_ns() // 1000
+
+
+def _key_hasher(settings: Settings) -> KeyHasher:
+    """The secret API keys are hashed under (created with the database's other secrets)."""
+    from pathlib import Path
+
+    from accountant import key_hashing
+
+    return key_hashing.load_or_create(Path(settings.key_hash_secret_file))
 
 
 def _database(settings: Settings) -> Engine:
@@ -113,11 +123,12 @@ def init() -> None:
     settings = _settings()
     upgrade(settings.database_url)
     sessions = make_session_factory(make_engine(settings, service=False))
+    hasher = _key_hasher(settings)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with sessions() as session:
         begin_write(session)
         try:
-            created = ensure_first_admin(session, key, _now())
+            created = ensure_first_admin(session, key, _now(), hasher)
             session.commit()
         except IntegrityError:  # another process created the first admin at the same moment
             session.rollback()
@@ -155,11 +166,12 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     metrics_dir = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{master}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     from accountant.app import prepare_host
+    from accountant.key_hashing import KeyHashSecretMismatch
     from accountant.noise import NoiseSecretMismatch
 
     try:
         prepare_host(settings)  # no database connection stays open across the fork
-    except NoiseSecretMismatch as error:
+    except (NoiseSecretMismatch, KeyHashSecretMismatch) as error:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # never point anyone at it again
         raise click.ClickException(str(error)) from None
@@ -300,14 +312,16 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     from accountant.models import Consumer
     from accountant.services.consumers import create_consumer, issue_key
 
-    sessions = make_session_factory(_database(_settings()))
+    settings = _settings()
+    sessions = make_session_factory(_database(settings))
+    hasher = _key_hasher(settings)
     try:
         with sessions() as session:
             begin_write(session)
             consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar()
             if consumer is None:
                 _, key = create_consumer(session, {"name": name, "role": role,
-                                                   "datasets": list(datasets)}, _now())
+                                                   "datasets": list(datasets)}, _now(), hasher)
             elif consumer.role != role:
                 raise click.ClickException(f"consumer {name!r} exists with role {consumer.role}")
             elif datasets:
@@ -316,7 +330,7 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
                     f"Change its grants with PATCH /v1/consumers/{name}, or run again "
                     "without --dataset for a new key")
             else:
-                _, key = issue_key(session, consumer, _now())
+                _, key = issue_key(session, consumer, _now(), hasher)
             session.commit()
     except AccountantError as error:
         raise click.ClickException(error.detail) from None

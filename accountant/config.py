@@ -28,6 +28,8 @@ class Settings:
     signing_key_file: str = ""
     #: The secret that keys every charge's noise (replays regenerate it); created when missing.
     noise_secret_file: str = ""
+    #: The secret API keys are hashed under (HMAC); created when missing, shared by every host.
+    key_hash_secret_file: str = ""
     #: Largest request body in bytes (413 above it).
     max_body_bytes: int = 4 * 1024 * 1024
     #: Largest input or output vector (400 above it).
@@ -83,6 +85,9 @@ def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
     if not values.get("noise_secret_file"):
         values["noise_secret_file"] = str(Path(values["signing_key_file"]).parent
                                           / "noise-secret")
+    if not values.get("key_hash_secret_file"):
+        values["key_hash_secret_file"] = str(Path(values["signing_key_file"]).parent
+                                             / "key-hash-secret")
     settings = Settings(**values)
     _validate(settings)
     return settings

@@ -17,7 +17,7 @@ round's, and p50/p99 are over every request of every round. The first slice of e
 server warms up and is not counted.
 
     python bench/charges.py [--seconds 10] [--rounds 3] [--slice 1] [--clients 6]
-                            [--workers 2] [--threads 4]
+                            [--workers 2] [--threads 4] [--accounting pure|rdp|gdp]
                             [--postgres-url postgresql+psycopg://postgres@127.0.0.1/postgres]
 """
 
@@ -66,11 +66,28 @@ def wait_ready(port: int, path: str) -> None:
     raise RuntimeError(f"nothing answered on port {port}")
 
 
+#: The dataset and the charge the service is driven with, by accounting mode (--accounting):
+#: (the dataset's terms, the mechanism, its parameters).
+SETUPS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
+    "pure": ({"accounting": "pure", "budget": {"epsilon": 1000000}},
+             "laplace", {"epsilon": 0.01, "sensitivity": 1}),
+    "rdp": ({"accounting": "rdp", "rdp_order": 10, "budget": {"epsilon": 1000000, "delta": 1e-6}},
+            "laplace", {"epsilon": 0.01, "sensitivity": 1}),
+    "gdp": ({"accounting": "gdp", "budget": {"epsilon": 1000, "delta": 1e-6}},
+            "gaussian", {"sigma": 100, "sensitivity": 1}),
+}
+
+
+def _setup() -> tuple[dict[str, Any], str, dict[str, Any]]:
+    return SETUPS[os.environ.get("BENCH_ACCOUNTING", "pure")]
+
+
 def _body(kind: str, number: int, index: int) -> dict[str, Any]:
     partition = (number * 7919 + index) % 1000
     if kind == "service":
-        return {"dataset": "bench", "partitions": [f"p{partition}"], "mechanism": "laplace",
-                "params": {"epsilon": 0.01, "sensitivity": 1}, "input": {"values": [1.0]}}
+        _, mechanism, params = _setup()
+        return {"dataset": "bench", "partitions": [f"p{partition}"], "mechanism": mechanism,
+                "params": params, "input": {"values": [1.0]}}
     return {"partition": partition + 1}
 
 
@@ -148,18 +165,20 @@ def prepare(url: str, folder: str) -> None:
            "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(folder) / "key.pem")}
     subprocess.run([BIN / "accountant", "db", "upgrade"], env=env, check=True,
                    capture_output=True)
+    terms, mechanism, params = _setup()
+    dataset = {"name": "bench", "privacy_unit": "record", **terms}
+    charge = {"dataset": "bench", "partitions": ["p0"], "mechanism": mechanism,
+              "params": params, "input": {"values": [1.0]}}
     code = (
         "from accountant.app import create_app\n"
         "app = create_app()\n"
         "c = app.test_client()\n"
         f"h = {{'Authorization': 'Bearer {ADMIN_KEY}'}}\n"
-        "c.post('/v1/datasets', headers=h, json={'name': 'bench', 'privacy_unit': 'record',"
-        " 'accounting': 'pure', 'budget': {'epsilon': 1000000}})\n"
+        f"r = c.post('/v1/datasets', headers=h, json={dataset!r})\n"
+        "assert r.status_code == 201, r.get_data()\n"
         "c.post('/v1/datasets/bench/partitions', headers=h,"
         " json={'keys': [f'p{i}' for i in range(1000)]})\n"
-        "r = c.post('/v1/charges', headers=h, json={'dataset': 'bench', 'partitions': ['p0'],"
-        " 'mechanism': 'laplace', 'params': {'epsilon': 0.01, 'sensitivity': 1},"
-        " 'input': {'values': [1.0]}})\n"
+        f"r = c.post('/v1/charges', headers=h, json={charge!r})\n"
         "assert r.status_code == 201, r.get_data()\n")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
 
@@ -265,7 +284,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--postgres-url", default=os.environ.get("ACCOUNTANT_BENCH_POSTGRES_URL"))
+    parser.add_argument("--accounting", choices=sorted(SETUPS), default="pure",
+                        help="the dataset's mode: pure (laplace), rdp (laplace at order 10) "
+                             "or gdp (gaussian)")
     args = parser.parse_args()
+    os.environ["BENCH_ACCOUNTING"] = args.accounting  # read by the clients and the set-up
     with tempfile.TemporaryDirectory() as folder, dropped_afterwards(args.postgres_url):
         args.folder = folder
         backends = {"sqlite": lambda kind: f"sqlite:///{folder}/{kind}.db"}

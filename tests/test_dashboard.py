@@ -119,3 +119,23 @@ def test_sign_in_redirects_only_to_a_plain_dashboard_path(client: FlaskClient) -
     kept = client.post("/dashboard/sign-in", data={
         "api_key": ADMIN_KEY, "csrf": _csrf(page), "next": "/dashboard/ledger?dataset=a-b"})
     assert kept.headers["Location"].endswith("/dashboard/ledger?dataset=a-b")
+
+
+def test_limit_changes_read_as_changes_not_as_grants(api: Api, client: FlaskClient) -> None:
+    """A limit change shows its old and new limits and who made it, never "granted" with a
+    cost of 0; charges keep their cost and outcome (in the dataset's measure: rdp here)."""
+    api.make_dataset(accounting="rdp", budget={"epsilon": 1, "delta": 1e-6})
+    api.charge(mechanism="gaussian", params={"sigma": 100, "sensitivity": 1})
+    assert api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2},
+                                             "reason": "new quarter"}).status_code == 200
+    _sign_in(client, ADMIN_KEY)
+    for path in ("/dashboard/ledger?dataset=clicks", "/dashboard/datasets/clicks"):
+        html = client.get(path).get_data(as_text=True)
+        rows = re.findall(r"<tr class=\"granted\">.*?</tr>", html, re.S)
+        assert len(rows) == 2, path
+        change, charge = sorted(rows, key=lambda row: "limit change" in row, reverse=True)
+        assert "limit change" in change and ">granted<" not in change
+        assert "dataset: epsilon 1, delta 0.000001" in change and "→" in change
+        assert "epsilon 2" in change
+        assert ">granted<" in charge and ">0.001099<" in charge  # alpha D^2 / (2 sigma^2)
+        assert "admin" in change

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import g, request
 
-from accountant.api.common import driver
+from accountant.api.common import driver, runtime
 from accountant.errors import Forbidden, Unauthorized
 from accountant.services.consumers import Principal, authenticate
 
@@ -17,7 +17,7 @@ def principal(*roles: str) -> Principal:
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise Unauthorized("send 'Authorization: Bearer <api-key>'")
-        found = authenticate(driver(), key.strip())
+        found = authenticate(driver(), key.strip(), runtime().key_hasher)
         driver().end_read()
         if found is None:
             raise Unauthorized("unknown or revoked API key; ask an admin for a key")

@@ -17,6 +17,7 @@ from accountant.config import Settings
 from accountant.driver import Driver
 from accountant.errors import InvalidRequest, field_error
 from accountant.jsonio import JSONInputError, RefusedValue, loads
+from accountant.key_hashing import KeyHasher
 from accountant.plugins import MechanismRegistry
 from accountant.services.charges import ChargeContext
 
@@ -33,6 +34,7 @@ class Runtime:
     signer: Ed25519PrivateKey
     clock: Clock
     charging: ChargeContext
+    key_hasher: KeyHasher
 
 
 def runtime() -> Runtime:

@@ -11,7 +11,7 @@ from werkzeug.routing import BaseConverter
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
 from accountant.api.auth import principal
-from accountant.api.common import db, json_body, now_us
+from accountant.api.common import db, json_body, now_us, runtime
 from accountant.db import begin_write
 from accountant.services import consumers
 
@@ -40,7 +40,8 @@ def create() -> Any:
     body = json_body(schemas.CONSUMER_CREATE)
     session = db()
     begin_write(session)
-    consumer, key = consumers.create_consumer(session, body, now_us())
+    consumer, key = consumers.create_consumer(session, body, now_us(),
+                                                runtime().key_hasher)
     session.commit()
     view = consumers.describe_consumer(consumer, _dataset_names())
     return {**view, "api_key": key, "key_id": consumer.keys[0].id}, 201
@@ -79,7 +80,7 @@ def create_key(name: str) -> Any:
     session = db()
     begin_write(session)
     consumer = consumers.find_consumer(session, name)
-    row, key = consumers.issue_key(session, consumer, now_us())
+    row, key = consumers.issue_key(session, consumer, now_us(), runtime().key_hasher)
     session.commit()
     return {"id": row.id, "prefix": row.prefix, "consumer": name, "api_key": key,
             "created_at": isoformat(row.created_at / 1e6)}, 201

@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 from flask import Flask, Request, abort, redirect, request, session, url_for
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
-from accountant.api.common import db
+from accountant.api.common import db, runtime
 from accountant.driver import Driver
 from accountant.services.consumers import Principal, authenticate, principal_of_key_id
 
@@ -49,7 +49,7 @@ def current() -> Principal | None:
 
 def sign_in(key: str) -> tuple[Principal | None, str | None]:
     """(principal, None) on success, else (None, the reason to show)."""
-    principal = authenticate(Driver.of(db()), key.strip())
+    principal = authenticate(Driver.of(db()), key.strip(), runtime().key_hasher)
     if principal is None:
         return None, "Unknown or revoked API key."
     if principal.role not in ROLES:

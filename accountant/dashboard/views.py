@@ -136,7 +136,7 @@ def dataset(who: Principal, name: str) -> Any:
     loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
     stored_limit = float(unit.to_decimal(found.limit[column] or 0))
     whole = sum(total for _, total in seen.consumer_totals) or 1
-    recent = [{**entry, "cost": _figure(entry["cost"][measure])} for entry in seen.recent]
+    recent = [_row(entry) for entry in seen.recent]
     used = _pct(loss, limit)
     return _page(
         "dataset.html", who, name=name, report=report, measure=measure, stored=stored,
@@ -160,6 +160,36 @@ def _figure(value: Decimal) -> str:
     return f"{float(value):g}"
 
 
+def _row(entry: dict[str, Any]) -> dict[str, Any]:
+    """A ledger entry as a table row: a charge's cost in the dataset's measure (rho, rdp or
+    mu where it has one, else epsilon) and its outcome; a limit change's old and new limits
+    and who changed them, never a grant of cost 0."""
+    if entry["kind"] == "limit_change":
+        detail = entry["detail"] or {}
+        scope = detail.get("scope", "")
+        if scope == "consumer":
+            scope = f"quota of {detail.get('consumer', '')}"
+        return {**entry, "cost": f"{scope}: {_limits(detail.get('old'))} → "
+                                 f"{_limits(detail.get('new'))}",
+                "outcome": "limit change", "badge": "change"}
+    cost = next(entry["cost"][name] for name in ("rho", "rdp", "mu", "epsilon")
+                if name in entry["cost"])
+    return {**entry, "cost": _figure(cost), "outcome": entry["status"],
+            "badge": "denied" if entry["status"] == "denied" else "ok"}
+
+
+def _limits(stated: Any) -> str:
+    """Limits as a limit change records them: a mapping of amounts, a list of windows, or
+    none."""
+    if stated is None:
+        return "none"
+    if isinstance(stated, list):
+        return "; ".join(_limits(item) for item in stated) or "none"
+    if isinstance(stated, dict):
+        return ", ".join(f"{k} {v}" for k, v in stated.items())
+    return str(stated)
+
+
 def _filters() -> dict[str, str]:
     return {k: v for k in ("dataset", "consumer", "status", "since", "until")
             if (v := request.args.get(k, ""))}
@@ -173,10 +203,7 @@ def ledger_page(who: Principal) -> Any:
     try:
         parsed = ledger_api.parse_filter({**filters, **_paging()}, default_limit=50)
         page, next_cursor = ledger_reads.page(db(), parsed)
-        # the cost in the dataset's measure: rho, rdp or mu where it has one, else epsilon
-        entries = [{**entry, "cost": _figure(next(
-            entry["cost"][name] for name in ("rho", "rdp", "mu", "epsilon")
-            if name in entry["cost"]))} for entry in page]
+        entries = [_row(entry) for entry in page]
     except AccountantError as problem:
         error = problem.detail
     # Verifying reads every entry, so it runs when asked, not on every page view.

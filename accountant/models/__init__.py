@@ -6,6 +6,7 @@ from accountant.models.base import Base
 from accountant.models.consumer import ApiKey, Consumer, Grant
 from accountant.models.dataset import Dataset, WindowBudget
 from accountant.models.idempotency import IdempotencyKey
+from accountant.models.key_hash_secret import KeyHashSecret
 from accountant.models.ledger import LedgerEntry
 from accountant.models.noise_secret import NoiseSecret
 from accountant.models.partition import Partition
@@ -19,6 +20,7 @@ __all__ = [
     "Dataset",
     "Grant",
     "IdempotencyKey",
+    "KeyHashSecret",
     "LedgerEntry",
     "NoiseSecret",
     "Partition",

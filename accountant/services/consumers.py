@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +14,7 @@ from accountant.accounting.modes import limit_of
 from accountant.driver import Driver
 from accountant.errors import Conflict, InvalidRequest, NotFound
 from accountant.exact import DELTA
+from accountant.key_hashing import KeyHasher, ensure_registered
 from accountant.models import ApiKey, Consumer, Dataset, Grant
 from accountant.services.datasets import describe_limit
 
@@ -38,11 +38,7 @@ class Principal:
         return self.role == "admin" or (self.role == "service" and dataset_id in self.granted)
 
 
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def authenticate(driver: Driver, key: str) -> Principal | None:
+def authenticate(driver: Driver, key: str, hasher: KeyHasher) -> Principal | None:
     """The principal of an unrevoked key, or None. The lookup is by hash, never by the key.
 
     One driver statement and no ORM objects: this runs on every request.
@@ -52,7 +48,7 @@ def authenticate(driver: Driver, key: str) -> Principal | None:
         "FROM api_keys AS k "
         "JOIN consumers AS c ON c.id = k.consumer_id "
         "LEFT JOIN grants AS g ON g.consumer_id = c.id "
-        "WHERE k.key_hash = :hash AND k.revoked_at IS NULL", {"hash": hash_key(key)})
+        "WHERE k.key_hash = :hash AND k.revoked_at IS NULL", {"hash": hasher(key)})
     if not rows:
         return None
     first = rows[0]
@@ -70,11 +66,12 @@ def principal_of_key_id(session: Session, key_id: str) -> Principal | None:
     return None if row is None else Principal(row[1], row[2], row[3], row[0])
 
 
-def issue_key(session: Session, consumer: Consumer, now: int,
+def issue_key(session: Session, consumer: Consumer, now: int, hasher: KeyHasher,
               key: str | None = None) -> tuple[ApiKey, str]:
     """A new key for ``consumer``; the plaintext is returned once and never stored."""
+    ensure_registered(session, hasher)  # before the first keyed hash this database holds
     plaintext = key if key is not None else KEY_PREFIX + secrets.token_urlsafe(32)
-    row = ApiKey(id=secrets.token_hex(8), consumer_id=consumer.id, key_hash=hash_key(plaintext),
+    row = ApiKey(id=secrets.token_hex(8), consumer_id=consumer.id, key_hash=hasher(plaintext),
                  prefix=display_prefix(plaintext), created_at=now)
     session.add(row)
     session.flush()
@@ -94,7 +91,8 @@ def revoke_key(session: Session, key_id: str, now: int) -> None:
     row.revoked_at = now
 
 
-def create_consumer(session: Session, body: dict[str, Any], now: int) -> tuple[Consumer, str]:
+def create_consumer(session: Session, body: dict[str, Any], now: int,
+                    hasher: KeyHasher) -> tuple[Consumer, str]:
     """Create a consumer with its grants and quotas, and its first key."""
     if body["name"] == "me":
         raise InvalidRequest("'me' is reserved: /v1/consumers/me is the caller's own record; "
@@ -132,7 +130,7 @@ def create_consumer(session: Session, body: dict[str, Any], now: int) -> tuple[C
         session.flush()
     except IntegrityError:
         raise Conflict(f"a consumer named {body['name']!r} exists") from None
-    _, key = issue_key(session, consumer, now)
+    _, key = issue_key(session, consumer, now, hasher)
     return consumer, key
 
 
@@ -163,7 +161,7 @@ def describe_consumer(consumer: Consumer, dataset_names: dict[int, str]) -> dict
     }
 
 
-def ensure_first_admin(session: Session, key: str, now: int) -> bool:
+def ensure_first_admin(session: Session, key: str, now: int, hasher: KeyHasher) -> bool:
     """Create the admin ``admin`` with ``key`` unless an admin exists; True if created.
 
     Safe when several processes start at once: the consumer name is unique,
@@ -175,7 +173,7 @@ def ensure_first_admin(session: Session, key: str, now: int) -> bool:
     consumer = Consumer(name="admin", role="admin", created_at=now)
     session.add(consumer)
     session.flush()
-    issue_key(session, consumer, now, key=key)
+    issue_key(session, consumer, now, hasher, key=key)
     return True
 
 

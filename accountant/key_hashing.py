@@ -1,0 +1,102 @@
+"""API keys are stored as a keyed hash, so that a leaked table is not enough to test guesses.
+
+A key's stored hash is HMAC-SHA256, under the key-hash secret, of the key's SHA-256. Without
+the secret, a copy of the ``api_keys`` table cannot be used to check a guessed key (a
+human-chosen ``ACCOUNTANT_ADMIN_KEY`` above all). The secret is its own file,
+``ACCOUNTANT_KEY_HASH_SECRET_FILE`` (32 random bytes in hex, created once with mode 0600,
+by default next to the signing key), never derived from the noise secret or the signing
+key, which have lifecycles of their own.
+
+The database remembers the id of the secret its keys are hashed under (a keyed hash of the
+secret, which reveals nothing of it), and a process with another secret refuses to start:
+every key would be unknown to it. The first process to register a secret rehashes the keys
+stored before keyed hashing (plain SHA-256) in the same transaction; since the stored value
+was the key's SHA-256, no key needs to be known to do so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from accountant.keyfiles import create_once, warn_if_readable_by_others
+from accountant.models import ApiKey, KeyHashSecret
+
+
+class KeyHashSecretMismatch(RuntimeError):
+    """This host's key-hash secret is not the one the database's keys are hashed under."""
+
+
+@dataclass(frozen=True)
+class KeyHasher:
+    """Stored hashes of API keys: HMAC-SHA256(secret, SHA-256(key)), in hex."""
+
+    secret: bytes = field(repr=False)
+    id: str
+
+    def __call__(self, key: str) -> str:
+        return self.of_digest(hashlib.sha256(key.encode()).digest())
+
+    def of_digest(self, digest: bytes) -> str:
+        return hmac.new(self.secret, digest, hashlib.sha256).hexdigest()
+
+
+def from_bytes(secret: bytes) -> KeyHasher:
+    if len(secret) < 32:
+        raise ValueError("a key-hash secret needs at least 32 bytes")
+    return KeyHasher(secret, hmac.new(secret, b"accountant key-hash secret id v1",
+                                      hashlib.sha256).hexdigest()[:32])
+
+
+def load_or_create(path: Path) -> KeyHasher:
+    """The secret in ``path`` (hex), created once when missing."""
+    create_once(path, os.urandom(32).hex().encode() + b"\n", "key-hash secret")
+    warn_if_readable_by_others(path, "key-hash secret")
+    try:
+        return from_bytes(bytes.fromhex(path.read_text().strip()))
+    except ValueError:
+        raise ValueError(f"{path} does not hold a key-hash secret (64 or more hex digits)") \
+            from None
+
+
+def register(connection: Connection, hasher: KeyHasher) -> None:
+    """At start: ``ensure_registered`` in a transaction of its own on ``connection``; if
+    another process registers at the same moment, its secret decides."""
+    try:
+        with connection.begin():
+            ensure_registered(connection, hasher)
+    except IntegrityError:
+        with connection.begin():
+            _check(connection.execute(select(KeyHashSecret.id)).scalar(), hasher)
+
+
+def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> None:
+    """In the caller's transaction, before any key is hashed: make ``hasher``'s secret the
+    database's if it has none, rehashing every key stored as plain SHA-256 (before keyed
+    hashing); raise ``KeyHashSecretMismatch`` if the database has another."""
+    known = connection.execute(select(KeyHashSecret.id)).scalar()
+    if known is None:
+        connection.execute(insert(KeyHashSecret).values({
+            KeyHashSecret.slot: 1, KeyHashSecret.id: hasher.id,
+            KeyHashSecret.created_at: time.time_ns() // 1000}))
+        for key_id, stored in connection.execute(select(ApiKey.id, ApiKey.key_hash)).all():
+            connection.execute(update(ApiKey).where(ApiKey.id == key_id).values(
+                key_hash=hasher.of_digest(bytes.fromhex(stored))))
+        return
+    _check(known, hasher)
+
+
+def _check(known: str | None, hasher: KeyHasher) -> None:
+    if known != hasher.id:
+        raise KeyHashSecretMismatch(
+            f"this host's key-hash secret (id {hasher.id}) is not the one this database's API "
+            f"keys are hashed under (id {known}); copy the key-hash secret file "
+            "(ACCOUNTANT_KEY_HASH_SECRET_FILE) from a host that serves this database")
