@@ -175,3 +175,25 @@ def test_a_receipt_anchors_the_chain_against_a_truncation(api: Api, database_url
     assert "cut back" in verdict["reason"]
     earlier = api.post("/v1/receipts/verify", {"receipt": replies[0]["receipt"]}).get_json()
     assert earlier["in_ledger"] is True  # entries before the cut are still as signed
+
+
+def test_limits_rewritten_with_a_matching_digest_are_caught_by_the_charges(
+        busy: Api, database_url: str) -> None:
+    """'other' has had no limit change; its denied charge recorded the terms it was checked
+    against, inside the chain, so limits edited with a recomputed digest still show."""
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from accountant.models import Dataset
+    from accountant.services import terms
+
+    engine = create_engine(database_url)
+    with Session(engine) as session:
+        dataset = session.execute(select(Dataset).where(Dataset.name == "other")).scalar_one()
+        dataset.limit_epsilon = dataset.limit_epsilon * 10
+        dataset.terms_sha256 = terms.digest(dataset)
+        session.commit()
+    engine.dispose()
+    body = busy.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and body["dataset"] == "other"
+    assert "last ledger entry" in body["reason"]

@@ -36,6 +36,7 @@ def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, A
         "params": entry.params,
         "cost": dataset.mode.report(entry.cost, dataset.limit_delta or 0),
         "multiplicity": entry.multiplicity,
-        "denial": entry.detail or None,
+        "denial": {k: v for k, v in (entry.detail or {}).items() if k != "terms_sha256"}
+        if entry.status == "denied" else None,
         "created_at": isoformat(entry.created_at / 1e6),
     }

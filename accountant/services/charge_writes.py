@@ -22,9 +22,13 @@ from accountant.services.evaluation import ChargeRequest, Evaluation
 
 def record(driver: Driver, evaluation: Evaluation, request: ChargeRequest, charge_id: str,
            now_us: int) -> ledger.ChainHead:
-    """Append the charge's ledger entry; a grant records what produced its output. The
-    chain's new head: the entry's seq and hash."""
+    """Append the charge's ledger entry; a grant records what produced its output. Every
+    charge records the digest of the terms it was checked against, so that limits edited in
+    the database show even before their first limit change. The chain's new head: the
+    entry's seq and hash."""
     granted = evaluation.granted
+    detail = {} if granted else _denial_detail(evaluation)
+    detail["terms_sha256"] = evaluation.dataset.terms_sha256
     return ledger.append(
         driver, evaluation.dataset,
         ledger.Actor(request.principal.consumer_id, request.principal.name),
@@ -32,7 +36,7 @@ def record(driver: Driver, evaluation: Evaluation, request: ChargeRequest, charg
         charge_id=charge_id, mechanism=request.mechanism.name, release=request.release,
         partitions=evaluation.partitions, params=_plain_params(request),
         cost=evaluation.priced.cost, multiplicity=evaluation.priced.multiplicity,
-        detail={} if granted else _denial_detail(evaluation),
+        detail=detail,
         noise_secret=request.noise_secret if granted else None,
         implementation=request.mechanism.implementation if granted else None,
         loss_after=evaluation.lifetime_after if granted else evaluation.lifetime_now)

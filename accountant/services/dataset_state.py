@@ -43,6 +43,7 @@ class DatasetState:
     windows: tuple[WindowLimit, ...]
     ledger_seq: int
     ledger_head: str
+    terms_sha256: str  # the digest of the terms as the service last set them
     quota: Limit | None  # the charging consumer's quota on this dataset
     granted: bool  # whether the charging consumer holds a grant on it, read under the lock
 
@@ -63,7 +64,7 @@ _SELECT = (
     "SELECT d.id, d.name, d.privacy_unit, d.accounting, d.rdp_order, d.max_partitions_per_user, "
     "d.max_records_per_user, d.limit_epsilon, d.limit_delta, d.limit_rho, "
     "d.has_partition_limit, d.partition_limit_epsilon, d.partition_limit_delta, "
-    "d.partition_limit_rho, d.ledger_seq, d.ledger_head, "
+    "d.partition_limit_rho, d.ledger_seq, d.ledger_head, d.terms_sha256, "
     "w.period_seconds, w.limit_epsilon AS window_epsilon, w.limit_delta AS window_delta, "
     "w.limit_rho AS window_rho, g.dataset_id AS granted, g.has_quota, g.quota_epsilon, "
     "g.quota_delta, g.quota_rho "
@@ -97,5 +98,6 @@ def _state(name: str, rows: Rows) -> DatasetState:
         partition_limit=Limit(d.partition_limit_epsilon, d.partition_limit_delta,
                               d.partition_limit_rho) if d.has_partition_limit else None,
         windows=windows, ledger_seq=d.ledger_seq, ledger_head=d.ledger_head,
+        terms_sha256=d.terms_sha256,
         quota=Limit(d.quota_epsilon, d.quota_delta, d.quota_rho) if d.has_quota else None,
         granted=d.granted is not None)

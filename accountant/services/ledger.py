@@ -195,7 +195,7 @@ def verify(session: Session, progress: Any = None) -> Verification:
             if problem:
                 return Verification(False, checked, heads, entry, dataset.name, problem)
             expected_prev, expected_seq, previous_id = entry.hash, entry.seq + 1, entry.id
-            if entry.kind == "limit_change" and (entry.detail or {}).get("terms_sha256"):
+            if (entry.detail or {}).get("terms_sha256"):  # a limit change, or a charge
                 recorded_terms = entry.detail["terms_sha256"]
             checked += 1
             if progress is not None and checked % 10_000 == 0:
@@ -216,8 +216,8 @@ def verify(session: Session, progress: Any = None) -> Verification:
 def _terms_problem(dataset: Dataset, recorded: str) -> str | None:
     """Why ``dataset``'s limits are not the ones the service last set, if they are not."""
     if dataset.terms_sha256 != recorded:
-        return ("the dataset's limits are not the ones its last limit change in the ledger "
-                "recorded (edited in the database?)")
+        return ("the dataset's limits are not the ones its last ledger entry recorded "
+                "(edited in the database?)")
     if terms.digest(dataset) != dataset.terms_sha256:
         return ("the dataset's limits, bounds or windows do not match the digest the service "
                 "recorded when it last set them (edited in the database?)")
