@@ -27,6 +27,7 @@ from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from accountant.db import WRITE
 from accountant.keyfiles import create_once, warn_if_readable_by_others
 from accountant.models import ApiKey, KeyHashSecret
 
@@ -70,6 +71,7 @@ def load_or_create(path: Path) -> KeyHasher:
 def register(connection: Connection, hasher: KeyHasher) -> None:
     """At start: ``ensure_registered`` in a transaction of its own on ``connection``; if
     another process registers at the same moment, its secret decides."""
+    connection.execution_options(**{WRITE: True})  # SQLite: BEGIN IMMEDIATE, one at a time
     try:
         with connection.begin():
             ensure_registered(connection, hasher)
