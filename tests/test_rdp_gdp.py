@@ -259,3 +259,14 @@ def test_a_small_discrete_gaussian_exceeds_its_continuous_profile() -> None:
     with mpmath.workdps(40):
         e = mpmath.mpf(1)
         assert discrete_gaussian_delta(Fraction(1), 1, e) > gdp_delta(e, mpmath.mpf(1)) + 0.01
+
+
+def test_quotas_are_named_in_their_datasets_measure(api: Api) -> None:
+    api.make_dataset("renyi", accounting="rdp", budget={"epsilon": 1, "delta": 1e-6})
+    api.make_dataset("gauss", accounting="gdp", budget={"epsilon": 1, "delta": 1e-6})
+    api.make_consumer("svc", datasets=["renyi", "gauss"],
+                      quotas={"renyi": {"epsilon": 0.5}, "gauss": {"epsilon": 0.5}})
+    listed = {c["name"]: c for c in api.get("/v1/consumers").get_json()["consumers"]}
+    quotas = listed["svc"]["quotas"]
+    assert set(quotas["renyi"]) == {"epsilon", "rdp"} and set(quotas["gauss"]) == {"epsilon", "mu"}
+    assert 0 < quotas["gauss"]["mu"] < 0.2367  # mu* of (0.5, 1e-6) is below that of (1, 1e-6)

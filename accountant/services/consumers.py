@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, object_session, selectinload
 
-from accountant.accounting.modes import limit_of
+from accountant.accounting.modes import Mode, limit_of, mode_of
 from accountant.driver import Driver
 from accountant.errors import Conflict, InvalidRequest, NotFound
 from accountant.exact import DELTA
@@ -149,8 +149,8 @@ def describe_consumer(consumer: Consumer, dataset_names: dict[int, str]) -> dict
     quotas = {}
     for grant in consumer.grants:
         quota = grant.quota
-        if quota is not None:
-            quotas[dataset_names[grant.dataset_id]] = describe_limit(quota)
+        if quota is not None:  # the enforced part named as its dataset's mode names it
+            quotas[dataset_names[grant.dataset_id]] = describe_limit(quota, _mode(grant))
     return {
         "name": consumer.name,
         "role": consumer.role,
@@ -175,6 +175,15 @@ def ensure_first_admin(session: Session, key: str, now: int, hasher: KeyHasher) 
     session.flush()
     issue_key(session, consumer, now, hasher, key=key)
     return True
+
+
+def _mode(grant: Grant) -> Mode | None:
+    session = object_session(grant)
+    if session is None:
+        return None
+    row = session.execute(select(Dataset.accounting, Dataset.rdp_order)
+                          .where(Dataset.id == grant.dataset_id)).first()
+    return None if row is None else mode_of(row.accounting, row.rdp_order)
 
 
 def dataset_names(session: Session) -> dict[int, str]:
