@@ -102,14 +102,10 @@ def _answered(url: str) -> int | str:
         return "no answer within 10 s"
 
 
-def test_slow_clients_starve_gunicorn_directly_but_not_behind_the_proxy(
-        service: Server, proxy: str) -> None:
-    slow = SlowClients(service.base)
-    try:
-        direct = _answered(f"{service.base}/healthz")
-    finally:
-        slow.close()
-    assert direct == "no answer within 10 s"  # why the proxy is needed
+def test_slow_clients_do_not_starve_the_service_behind_the_proxy(proxy: str) -> None:
+    """Without the proxy, 100 such clients held every gunicorn thread (2 workers x 4) and
+    /healthz went unanswered for 10 s in most runs; whether a probe slips in first depends on
+    scheduling, so only the proxy's half is asserted."""
     slow = SlowClients(proxy)
     try:
         through = [_answered(f"{proxy}{path}") for path in ("/healthz", "/v1/datasets") * 5]
