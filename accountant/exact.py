@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from typing import Literal
 
@@ -73,6 +73,17 @@ EPSILON = Component("epsilon", 9)
 DELTA = Component("delta", 18)
 RHO = Component("rho", 12)
 COMPONENTS: dict[ComponentName, Component] = {c.name: c for c in (EPSILON, DELTA, RHO)}
+
+
+def sqrt_up(square: Fraction) -> Fraction:
+    """A rational at least sqrt(``square``): exact for squares of rationals, otherwise
+    within 10^-40 above."""
+    root = Fraction(math.isqrt(square.numerator), math.isqrt(square.denominator))
+    if root * root == square:
+        return root
+    with localcontext(prec=60, rounding=ROUND_CEILING):
+        decimal_root = (Decimal(square.numerator) / Decimal(square.denominator)).sqrt()
+    return Fraction(decimal_root) + Fraction(1, 10**40)
 
 
 def _exact(value: Number, name: str) -> Fraction:

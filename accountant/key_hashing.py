@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from accountant.db import WRITE
-from accountant.keyfiles import create_once, warn_if_readable_by_others
+from accountant.keyfiles import load_secret, secret_id
 from accountant.models import ApiKey, KeyHashSecret
 
 
@@ -50,22 +49,10 @@ class KeyHasher:
         return hmac.new(self.secret, digest, hashlib.sha256).hexdigest()
 
 
-def from_bytes(secret: bytes) -> KeyHasher:
-    if len(secret) < 32:
-        raise ValueError("a key-hash secret needs at least 32 bytes")
-    return KeyHasher(secret, hmac.new(secret, b"accountant key-hash secret id v1",
-                                      hashlib.sha256).hexdigest()[:32])
-
-
 def load_or_create(path: Path) -> KeyHasher:
     """The secret in ``path`` (hex), created once when missing."""
-    create_once(path, os.urandom(32).hex().encode() + b"\n", "key-hash secret")
-    warn_if_readable_by_others(path, "key-hash secret")
-    try:
-        return from_bytes(bytes.fromhex(path.read_text().strip()))
-    except ValueError:
-        raise ValueError(f"{path} does not hold a key-hash secret (64 or more hex digits)") \
-            from None
+    secret = load_secret(path, "key-hash secret")
+    return KeyHasher(secret, secret_id(secret, b"accountant key-hash secret id v1"))
 
 
 def register(connection: Connection, hasher: KeyHasher) -> None:

@@ -8,6 +8,8 @@ every process started at the same moment ends up with the same secret.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import tempfile
@@ -34,6 +36,25 @@ def create_once(path: Path, content: bytes, what: str) -> None:
         pass  # another process created it first; use theirs
     finally:
         os.unlink(temporary)
+
+
+def load_secret(path: Path, what: str) -> bytes:
+    """The secret in ``path`` (at least 32 bytes in hex), created once with 32 random bytes
+    when missing; a warning if other users may read it."""
+    create_once(path, os.urandom(32).hex().encode() + b"\n", what)
+    warn_if_readable_by_others(path, what)
+    try:
+        secret = bytes.fromhex(path.read_text().strip())
+    except ValueError:
+        secret = b""
+    if len(secret) < 32:
+        raise ValueError(f"{path} does not hold a {what} (64 or more hex digits)")
+    return secret
+
+
+def secret_id(secret: bytes, label: bytes) -> str:
+    """A public id of a secret: a keyed hash that reveals nothing of it."""
+    return hmac.new(secret, label, hashlib.sha256).hexdigest()[:32]
 
 
 def warn_if_readable_by_others(path: Path, what: str) -> None:

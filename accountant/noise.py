@@ -22,9 +22,6 @@ are then refused.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +29,7 @@ from pathlib import Path
 from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
 
-from accountant.keyfiles import create_once, warn_if_readable_by_others
+from accountant.keyfiles import load_secret, secret_id
 from accountant.models import Base
 from accountant.randomness import KeyedRandomSource, RandomSource
 
@@ -58,20 +55,12 @@ class NoiseSecret:
 def from_bytes(secret: bytes) -> NoiseSecret:
     if len(secret) < 32:
         raise ValueError("a noise secret needs at least 32 bytes")
-    return NoiseSecret(secret, hmac.new(secret, b"accountant noise secret id v1",
-                                        hashlib.sha256).hexdigest()[:32])
+    return NoiseSecret(secret, secret_id(secret, b"accountant noise secret id v1"))
 
 
 def load_or_create(path: Path) -> NoiseSecret:
     """The secret in ``path`` (hex), created once when missing."""
-    create_once(path, os.urandom(32).hex().encode() + b"\n", "noise secret")
-    warn_if_readable_by_others(path, "noise secret")
-    text = path.read_text().strip()
-    try:
-        return from_bytes(bytes.fromhex(text))
-    except ValueError:
-        raise ValueError(f"{path} does not hold a noise secret (64 or more hex digits)") \
-            from None
+    return from_bytes(load_secret(path, "noise secret"))
 
 
 def register(connection: Connection, noise: NoiseSecret) -> None:

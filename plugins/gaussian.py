@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 import mpmath
 
 from accountant import hookimpl
+from accountant.exact import sqrt_up
 from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _samplers
@@ -140,17 +140,6 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
         raise ValueError("on a pure or approx dataset, state the gaussian cost as "
                          "epsilon and delta")
     return Cost(epsilon=params["epsilon"], delta=params["delta"])
-
-
-def sqrt_up(square: Fraction) -> Fraction:
-    """A rational at least sqrt(``square``): exact for squares of rationals, otherwise
-    within 10^-40 above."""
-    root = Fraction(math.isqrt(square.numerator), math.isqrt(square.denominator))
-    if root * root == square:
-        return root
-    with localcontext(prec=60, rounding=ROUND_CEILING):
-        decimal_root = (Decimal(square.numerator) / Decimal(square.denominator)).sqrt()
-    return Fraction(decimal_root) + Fraction(1, 10**40)
 
 
 def noise_to_sensitivity(params: Mapping[str, Any]) -> Fraction:

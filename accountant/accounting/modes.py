@@ -311,11 +311,13 @@ def epsilon_of_mu2(mu2_units: int, delta_units: int) -> Decimal:
     return EPSILON.to_decimal(EPSILON.cost_units(epsilon + _GUARD))
 
 
-def mu_of(mu2_units: int) -> Decimal:
-    """mu = sqrt(mu^2), rounded up to 12 decimals, for display."""
-    with decimal.localcontext(_CONTEXT):
+def mu_of(mu2_units: int, *, down: bool = False) -> Decimal:
+    """mu = sqrt(mu^2) to 12 decimals, for display: rounded up (a loss), or down (a limit)."""
+    rounding = decimal.ROUND_FLOOR if down else decimal.ROUND_CEILING
+    with decimal.localcontext(_CONTEXT) as context:
+        context.rounding = rounding
         root = RHO.to_decimal(mu2_units).sqrt()
-        return root.quantize(Decimal("1e-12"), rounding=decimal.ROUND_CEILING).normalize()
+        return root.quantize(Decimal("1e-12"), rounding=rounding).normalize()
 
 
 def rho_by_bun_steinke(epsilon: Decimal, delta: Decimal) -> int:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal, localcontext
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 from accountant.accounting.loss import LossRule
 from accountant.accounting.modes import Mode, StatedCost, UnsupportedCost, renyi_of_pure
-from accountant.exact import Amount
+from accountant.exact import Amount, sqrt_up
 from accountant.mechanism import Cost, Mechanism, PrivacyContext
 
 
@@ -122,14 +122,7 @@ def _compose(stated: StatedCost, factor: int, order: Decimal | None) -> StatedCo
     rdp = stated.rdp
     if rdp is None and stated.rho is None and stated.delta == 0 and order is not None:
         rdp = Fraction(renyi_of_pure(stated.epsilon, order))
-    mu = None if stated.mu is None else _sqrt_up(stated.mu**2 * factor)
+    mu = None if stated.mu is None else sqrt_up(stated.mu**2 * factor)
     return StatedCost(stated.epsilon * factor, stated.delta * factor,
                       None if rho is None else rho * factor,
                       None if rdp is None else rdp * factor, mu)
-
-
-def _sqrt_up(square: Fraction) -> Fraction:
-    """A rational at least sqrt(``square``), within 10^-40 of it."""
-    with localcontext(prec=60, rounding=ROUND_CEILING):
-        root = (Decimal(square.numerator) / Decimal(square.denominator)).sqrt()
-    return Fraction(root) + Fraction(1, 10**40)

@@ -147,10 +147,12 @@ def _set_quota(grant: Grant, dataset: Dataset, stated: dict[str, Any], field_nam
 
 def describe_consumer(consumer: Consumer, dataset_names: dict[int, str]) -> dict[str, Any]:
     quotas = {}
+    modes = _modes_of_quotas(consumer)  # the enforced part named as its dataset's mode names it
     for grant in consumer.grants:
         quota = grant.quota
-        if quota is not None:  # the enforced part named as its dataset's mode names it
-            quotas[dataset_names[grant.dataset_id]] = describe_limit(quota, _mode(grant))
+        if quota is not None:
+            quotas[dataset_names[grant.dataset_id]] = describe_limit(
+                quota, modes.get(grant.dataset_id))
     return {
         "name": consumer.name,
         "role": consumer.role,
@@ -177,13 +179,14 @@ def ensure_first_admin(session: Session, key: str, now: int, hasher: KeyHasher) 
     return True
 
 
-def _mode(grant: Grant) -> Mode | None:
-    session = object_session(grant)
-    if session is None:
-        return None
-    row = session.execute(select(Dataset.accounting, Dataset.rdp_order)
-                          .where(Dataset.id == grant.dataset_id)).first()
-    return None if row is None else mode_of(row.accounting, row.rdp_order)
+def _modes_of_quotas(consumer: Consumer) -> dict[int, Mode]:
+    """The mode of each dataset on which ``consumer`` has a quota, in one query."""
+    ids = [grant.dataset_id for grant in consumer.grants if grant.has_quota]
+    session = object_session(consumer)
+    if not ids or session is None:
+        return {}
+    return {row.id: mode_of(row.accounting, row.rdp_order) for row in session.execute(
+        select(Dataset.id, Dataset.accounting, Dataset.rdp_order).where(Dataset.id.in_(ids)))}
 
 
 def dataset_names(session: Session) -> dict[int, str]:

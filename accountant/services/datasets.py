@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_FLOOR, Decimal, localcontext
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text
@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, object_session
 
 from accountant.accounting.checks import remaining
 from accountant.accounting.loss import LossRule, ScopeBooks, ScopeState, loss_now
-from accountant.accounting.modes import MODES, Mode, limit_of, mode_of, rdp_order
+from accountant.accounting.modes import MODES, Mode, limit_of, mode_of, mu_of, rdp_order
 from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoformat
 from accountant.driver import Driver
 from accountant.errors import Conflict, NotFound, field_error
@@ -145,17 +145,11 @@ def describe_limit(limit: Limit, mode: Mode | None = None) -> dict[str, Decimal]
     names: tuple[ComponentName, ...] = ("epsilon", "delta", "rho")
     described: dict[str, Decimal] = {name: COMPONENTS[name].to_decimal(v) for name in names
                  if (v := limit[name]) is not None}
-    if "rho" in described and mode is not None and mode.name in ("rdp", "gdp"):
+    if limit.rho is not None and mode is not None and mode.name in ("rdp", "gdp"):
         enforced = described.pop("rho")
         described[mode.measure] = enforced if mode.name == "rdp" else \
-            _floor_sqrt(enforced)
+            mu_of(limit.rho, down=True)
     return described
-
-
-def _floor_sqrt(value: Decimal) -> Decimal:
-    with localcontext(prec=60, rounding=ROUND_FLOOR):
-        root = value.sqrt()
-        return root.quantize(Decimal("1e-12"), rounding=ROUND_FLOOR).normalize()
 
 
 def describe(dataset: Dataset) -> dict[str, Any]:
