@@ -87,6 +87,7 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
         if request.endpoint == "charges.create" and "started" in g:
             record_metric(lambda: CHARGE_SECONDS.labels(outcome_of(response.status_code))
                           .observe(time.perf_counter() - g.started))
+        response.headers["X-Content-Type-Options"] = "nosniff"
         return response
     _register_error_handlers(app)
     _register_signing_key(app)

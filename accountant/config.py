@@ -60,6 +60,12 @@ class Settings:
     alert_webhook_url: str | None = None
     #: The webhook's timeout per attempt, in milliseconds (3 attempts with backoff).
     alert_webhook_timeout_ms: int = 2000
+    #: If set (32+ printable characters), GET /metrics answers only requests that send it as
+    #: "Authorization: Bearer <key>"; unset, /metrics is open like /healthz.
+    metrics_key: str | None = None
+    #: The dashboard cookie's Secure flag: "auto" sets it when the request came over HTTPS
+    #: (directly, or through a proxy that says so in X-Forwarded-Proto); "true" or "false".
+    cookie_secure: str = "auto"
 
 
 _INT_FIELDS = {"max_body_bytes", "max_vector_length", "max_partitions_per_charge",
@@ -114,6 +120,11 @@ def _validate(settings: Settings) -> None:
     key = settings.admin_key
     if key is not None and (len(key) < 32 or not key.isprintable()):
         raise ConfigError(f"{PREFIX}ADMIN_KEY must be at least 32 printable characters")
+    metrics_key = settings.metrics_key
+    if metrics_key is not None and (len(metrics_key) < 32 or not metrics_key.isprintable()):
+        raise ConfigError(f"{PREFIX}METRICS_KEY must be at least 32 printable characters")
+    if settings.cookie_secure not in {"auto", "true", "false"}:
+        raise ConfigError(f"{PREFIX}COOKIE_SECURE must be auto, true or false")
     if settings.database_pooler not in {"", "pgbouncer"}:
         raise ConfigError(f"{PREFIX}DATABASE_POOLER must be empty or pgbouncer")
     if settings.sqlite_synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:

@@ -53,6 +53,13 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
     _api(server, "POST", "/v1/datasets", {"name": "used-up", "privacy_unit": "user",
                                           "max_partitions_per_user": 2,
                                           "budget": {"epsilon": 0.5}})
+    _api(server, "POST", "/v1/datasets", {"name": "by-day", "privacy_unit": "record",
+                                          "budget": {"epsilon": 5},
+                                          "partition_budget": {"epsilon": 0.3}})
+    for _ in range(3):  # the third is denied by the partition limit
+        _api(server, "POST", "/v1/charges", {
+            "dataset": "by-day", "partitions": ["monday"], "mechanism": "laplace",
+            "params": {"epsilon": 0.15, "sensitivity": 1}, "input": {"values": [3.0]}})
     for index in range(6):
         _api(server, "POST", "/v1/charges", {
             "dataset": "clicks", "partitions": [f"day-{index % 3}"], "mechanism": "laplace",
@@ -64,16 +71,23 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         "dataset": "used-up", "partitions": ["b"], "mechanism": "laplace",
         "params": {"epsilon": 0.1, "sensitivity": 1}, "input": {"values": [1.0]}})
     assert denied.status_code == 409
+    assert _api(server, "PATCH", "/v1/datasets/clicks", {
+        "budget": {"epsilon": 3}, "reason": "new quarter"}).status_code == 200
+    _api(server, "POST", "/v1/charges", {
+        "dataset": "clicks", "partitions": ["day-9"], "mechanism": "laplace",
+        "params": {"epsilon": 0.2, "sensitivity": 1}, "input": {"values": [10.0]}})
     service_key = _api(server, "POST", "/v1/consumers", {
         "name": "svc", "role": "service", "datasets": ["clicks"]}).json()["api_key"]
     budgets = {name: _api(server, "GET", f"/v1/datasets/{name}/budget").json()
-               for name in ("clicks", "used-up")}
+               for name in ("clicks", "used-up", "by-day")}
     SHOTS.mkdir(parents=True, exist_ok=True)
     requests_seen: list[str] = []
+    console: list[str] = []  # a Content-Security-Policy violation is reported here
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page()
         page.on("request", lambda r: requests_seen.append(r.url))
+        page.on("console", lambda m: console.append(m.text))
         page.goto(server + "/dashboard")
         assert "/dashboard/sign-in" in page.url
         page.screenshot(path=str(SHOTS / "sign-in.png"), full_page=True)
@@ -88,20 +102,46 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         assert float(row.locator(".limit").inner_text()) == budgets["clicks"]["limit"]["epsilon"]
         exhausted = page.locator('tr[data-dataset="used-up"]')
         assert exhausted.locator(".badge.exhausted").count() == 1
+        full = page.locator('tr[data-dataset="by-day"] .badge.exhausted')
+        assert full.inner_text() == "1 partition at limit"  # its lifetime use is only 6%
         page.screenshot(path=str(SHOTS / "overview.png"), full_page=True)
         page.click("text=clicks")
         assert page.locator("svg.chart").count() == 2
         assert float(page.inner_text("#loss")) == budgets["clicks"]["loss"]["epsilon"]
-        assert page.locator("#partitions tbody tr").count() == 3
+        assert page.locator("#partitions tbody tr").count() == 4
+        _check_loss_chart(page, budgets["clicks"]["loss"]["epsilon"], [2.0, 3.0])
         page.screenshot(path=str(SHOTS / "dataset.png"), full_page=True)
+        page.goto(server + "/dashboard/datasets/by-day")
+        marked = page.locator('#scopes tr[data-scope="partition"]')
+        assert "monday" in marked.inner_text() and "at limit" in marked.inner_text()
+        page.screenshot(path=str(SHOTS / "dataset-partition-at-limit.png"), full_page=True)
+        missing = page.goto(server + "/dashboard/datasets/no-such-dataset")
+        assert missing is not None and missing.status == 404
+        assert "no dataset named" in page.inner_text("#not-found")
+        page.screenshot(path=str(SHOTS / "not-found.png"), full_page=True)
+        page.goto(server + "/dashboard/datasets/clicks")
         page.click("header >> text=Ledger")
-        assert page.locator("#entries tbody tr.denied").count() == 1
+        assert page.locator("#entries tbody tr.denied").count() == 2
+        ids = [int(i) for i in page.locator("#entries tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.id)")]
+        assert ids == sorted(ids, reverse=True) and int(page.inner_text("#count")) == len(ids)
+        assert sorted(page.locator("#entries tr.denied .denied-by").all_inner_texts()) == [
+            "dataset", "partition monday"]
         page.select_option("select[name=status]", "denied")
+        page.select_option("select[name=dataset]", "by-day")
         page.click("form >> text=Filter")
         assert page.locator("#entries tbody tr").count() == 1
         page.click("text=verify now")
         assert "verified" in page.inner_text("#chain")
         page.screenshot(path=str(SHOTS / "ledger.png"), full_page=True)
+        narrow = browser.new_page(viewport={"width": 390, "height": 844})
+        narrow.context.add_cookies(page.context.cookies())
+        for name, path in (("overview", "/dashboard"), ("dataset", "/dashboard/datasets/clicks"),
+                           ("ledger", "/dashboard/ledger")):
+            narrow.goto(server + path)
+            assert narrow.evaluate("document.documentElement.scrollWidth") <= 390, name
+            narrow.screenshot(path=str(SHOTS / f"{name}-390px.png"), full_page=True)
+        narrow.close()
         page.click("header >> text=Mechanisms")
         assert page.locator("#mechanisms tbody tr").count() >= 6
         page.screenshot(path=str(SHOTS / "mechanisms.png"), full_page=True)
@@ -111,4 +151,25 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         browser.close()
     assert all(url.startswith(server) for url in requests_seen), \
         [u for u in requests_seen if not u.startswith(server)]
-    assert len(list(SHOTS.glob("*.png"))) >= 5
+    assert not [text for text in console if "Content Security Policy" in text], console
+    assert len(list(SHOTS.glob("*.png"))) >= 10
+
+
+def _check_loss_chart(page: Any, api_loss: float, limits: list[float]) -> None:
+    """The loss line ends at the API's loss, read back from where it is drawn on the axis
+    (to within a pixel of a 224-pixel axis) and from its label; the limit's steps are drawn
+    at each limit it had."""
+    chart = page.locator("svg.loss-chart")
+    top = float(chart.get_attribute("data-y-top"))
+    plot_top = float(chart.get_attribute("data-plot-top"))
+    plot_bottom = float(chart.get_attribute("data-plot-bottom"))
+
+    def value_at(y: float) -> float:
+        return (plot_bottom - y) / (plot_bottom - plot_top) * top
+
+    last_y = float(chart.locator(".series").get_attribute("points").split()[-1].split(",")[1])
+    assert abs(value_at(last_y) - api_loss) <= top / (plot_bottom - plot_top)
+    assert chart.locator(".final-loss").text_content() == f"loss {api_loss:g}"
+    steps = {round(value_at(float(point.split(",")[1])), 6) for point in
+             chart.locator(".limit").get_attribute("points").split()}
+    assert all(any(abs(s - limit) <= top / 200 for s in steps) for limit in limits), steps

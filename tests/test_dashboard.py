@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from flask.testing import FlaskClient
 
+from accountant.app import create_app
 from tests.conftest import ADMIN_KEY, Api
 
 
@@ -131,7 +133,7 @@ def test_limit_changes_read_as_changes_not_as_grants(api: Api, client: FlaskClie
     _sign_in(client, ADMIN_KEY)
     for path in ("/dashboard/ledger?dataset=clicks", "/dashboard/datasets/clicks"):
         html = client.get(path).get_data(as_text=True)
-        rows = re.findall(r"<tr class=\"granted\">.*?</tr>", html, re.S)
+        rows = re.findall(r"<tr class=\"(?:granted|change)\".*?</tr>", html, re.S)
         assert len(rows) == 2, path
         change, charge = sorted(rows, key=lambda row: "limit change" in row, reverse=True)
         assert "limit change" in change and ">granted<" not in change
@@ -139,3 +141,56 @@ def test_limit_changes_read_as_changes_not_as_grants(api: Api, client: FlaskClie
         assert "epsilon 2" in change
         assert ">granted<" in charge and ">0.001099<" in charge  # alpha D^2 / (2 sigma^2)
         assert "admin" in change
+
+
+def test_every_page_carries_the_security_headers(api: Api, client: FlaskClient) -> None:
+    """No script, nothing from another host, no framing, no sniffing: on the sign-in page, on
+    every signed-in page, on the 404 page and on the stylesheet."""
+    api.make_dataset()
+    pages = ["/dashboard/sign-in"]
+    _sign_in(client, ADMIN_KEY)
+    pages += ["/dashboard", "/dashboard/datasets/clicks", "/dashboard/ledger",
+              "/dashboard/mechanisms", "/dashboard/datasets/nothing-here",
+              "/dashboard/static/style.css"]
+    for path in pages:
+        response = client.get(path)
+        assert response.status_code in (200, 404), path
+        policy = response.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy, path
+        assert "script-src" not in policy and "unsafe-inline" not in policy, path
+        assert response.headers["X-Content-Type-Options"] == "nosniff", path
+        assert response.headers["X-Frame-Options"] == "DENY", path
+        html = response.get_data(as_text=True)
+        response.close()
+        assert "<script" not in html and " style=" not in html, path  # none inline either
+
+
+def test_an_unknown_dataset_page_says_so(api: Api, client: FlaskClient) -> None:
+    for name in ("a", "b"):
+        api.make_dataset(name)
+    _sign_in(client, ADMIN_KEY)
+    response = client.get("/dashboard/datasets/missing")
+    assert response.status_code == 404
+    html = response.get_data(as_text=True)
+    assert "no dataset named “missing”" in html and "No datasets yet" not in html
+
+
+def test_the_session_cookie_is_secure_behind_tls(database_url: str, signing_key_file: str,
+                                                 ) -> None:
+    """auto (the default): Secure over HTTPS, or through a proxy that says so; true and
+    false force it."""
+    def cookie(setting: str | None, **request: Any) -> str:
+        config = {"database_url": database_url, "admin_key": ADMIN_KEY,
+                  "signing_key_file": signing_key_file}
+        if setting is not None:
+            config["cookie_secure"] = setting
+        with create_app(config).test_client() as client:
+            response = client.get("/dashboard/sign-in", **request)
+            return response.headers["Set-Cookie"]
+
+    assert "Secure" not in cookie(None)
+    assert "Secure" in cookie(None, base_url="https://accountant.example")
+    assert "Secure" in cookie(None, headers={"X-Forwarded-Proto": "https"})
+    assert "Secure" in cookie("true")
+    assert "Secure" not in cookie("false", base_url="https://accountant.example")
+    assert "HttpOnly" in cookie(None) and "SameSite=Lax" in cookie(None)

@@ -8,14 +8,15 @@ import json
 
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import select
+from sqlalchemy import event, select
 
+from accountant.app import create_app
 from accountant.db import begin_write
 from accountant.driver import Driver
 from accountant.exact import Amount
 from accountant.models import LedgerEntry
 from accountant.services import datasets, ledger
-from tests.conftest import Api
+from tests.conftest import ADMIN_KEY, Api
 
 
 def _busy(api: Api) -> None:
@@ -51,6 +52,42 @@ def test_metrics_count_charges_by_outcome(api: Api, client: FlaskClient) -> None
             in text)
     assert ('accountant_charges_total{dataset="other",mechanism="laplace",outcome="granted"} 1'
             in text)
+
+
+def test_a_scrape_reads_no_ledger_entry(api: Api, app: Flask, client: FlaskClient) -> None:
+    """The counts come from the charges' own counters and the gauges from the scope rows:
+    every statement a scrape sends is recorded, and none reads ledger_entries."""
+    _busy(api)
+    api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2}})  # a limit change too
+    statements: list[str] = []
+    engine = app.extensions["accountant_engine"]
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        text = client.get("/metrics").get_data(as_text=True)
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert 'outcome="denied"} 2' in text and statements
+    assert not [s for s in statements if "ledger_entries" in s], statements
+
+
+def test_metrics_can_require_a_key(database_url: str, signing_key_file: str) -> None:
+    key = "m" * 40
+    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
+                      "signing_key_file": signing_key_file, "metrics_key": key})
+    with app.test_client() as client:
+        for headers in ({}, {"Authorization": "Bearer " + "x" * 40},
+                        {"Authorization": f"Bearer {ADMIN_KEY}"}):
+            refused = client.get("/metrics", headers=headers)
+            assert refused.status_code == 401, headers
+            assert refused.content_type == "application/problem+json"
+            assert "ACCOUNTANT_METRICS_KEY" in refused.get_json()["detail"]
+        answered = client.get("/metrics", headers={"Authorization": f"Bearer {key}"})
+        assert answered.status_code == 200 and "accountant_mechanisms" in answered.text
+        assert client.get("/healthz").status_code == 200  # health stays open
 
 
 def test_metrics_report_latency_and_utilisation(api: Api, client: FlaskClient) -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import hmac
 from typing import Any
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 
 from accountant.api.auth import principal
 from accountant.api.common import db, runtime
-from accountant.errors import Unavailable
+from accountant.errors import Unauthorized, Unavailable
 from accountant.metrics import process_metrics
 from accountant.services import datasets, ledger_reads
 
@@ -63,8 +64,11 @@ def _label(value: str | None) -> str:
 
 @bp.get("/metrics")
 def metrics() -> Any:
-    """Prometheus text format. Charge counts come from the ledger, so every worker and host
-    reports the same monotonic totals."""
+    """Prometheus text format. Charge counts are kept by the charges themselves in the
+    database, so every worker and host reports the same monotonic totals; a scrape reads
+    those counts and the scope rows, never the ledger. With ACCOUNTANT_METRICS_KEY set, only
+    a request that sends that key as a bearer token is answered."""
+    _check_metrics_key()
     rows = ledger_reads.charge_counts(db())
     lines = ["# HELP accountant_charges_total Charges by dataset, mechanism and outcome.",
              "# TYPE accountant_charges_total counter"]
@@ -79,13 +83,24 @@ def metrics() -> Any:
     return Response(text, mimetype="text/plain; version=0.0.4")
 
 
+def _check_metrics_key() -> None:
+    expected = runtime().settings.metrics_key
+    if expected is None:
+        return
+    sent = request.headers.get("Authorization", "")
+    if not hmac.compare_digest(sent.encode(), f"Bearer {expected}".encode()):
+        raise Unauthorized("/metrics needs the key set in ACCOUNTANT_METRICS_KEY: send "
+                           "'Authorization: Bearer <that key>' (Prometheus: "
+                           "authorization.credentials in the scrape config)")
+
+
 def _utilisation_lines() -> list[str]:
     """Loss over limit for each dataset's lifetime, largest partition and current windows."""
     lines = ["# HELP accountant_budget_utilisation Loss divided by limit (1 is exhausted).",
              "# TYPE accountant_budget_utilisation gauge"]
     now = runtime().clock.now_us() / 1e6
     for dataset in datasets.all_datasets(db()):
-        report = datasets.budget_report(db(), dataset, now)
+        report = datasets.budget_report(db(), dataset, now, history=False)
         measure = dataset.mode.measure
         scopes = [("dataset", report["loss"], report["limit"])]
         if "partition_limit" in report:

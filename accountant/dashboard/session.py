@@ -34,6 +34,14 @@ class CookieSessions(SecureCookieSessionInterface):
             return self.session_class()  # what Flask's own gives a request without one
         return super().open_session(app, request)
 
+    def get_cookie_secure(self, app: Flask) -> bool:
+        """ACCOUNTANT_COOKIE_SECURE: "auto" marks the cookie Secure when the request came
+        over HTTPS, directly or through a proxy that says so in X-Forwarded-Proto."""
+        setting = runtime().settings.cookie_secure
+        if setting != "auto":
+            return setting == "true"
+        return request.is_secure or request.headers.get("X-Forwarded-Proto", "") == "https"
+
 
 def current() -> Principal | None:
     """The signed-in principal, or None (also when its key has been revoked since)."""

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, redirect, render_template, request, session, url_for
+from flask import Blueprint, Response, redirect, render_template, request, session, url_for
 
 from accountant.accounting.windows import isoformat
 from accountant.api import ledger as ledger_api
 from accountant.api.common import db, runtime
 from accountant.dashboard import charts
 from accountant.dashboard.session import check_csrf, csrf_token, sign_in, signed_in
-from accountant.errors import AccountantError, NotFound
+from accountant.errors import AccountantError, NotFound, field_error
 from accountant.exact import COMPONENTS, Component, ComponentName
 from accountant.models import Dataset
-from accountant.services import dashboard_reads, datasets, ledger_reads
+from accountant.services import dashboard_reads, datasets
 from accountant.services import ledger as ledger_service
 from accountant.services.consumers import Principal
 from accountant.services.dashboard_reads import DAY_US
@@ -25,6 +26,22 @@ from accountant.services.dashboard_reads import DAY_US
 bp = Blueprint("dashboard", __name__, url_prefix="/dashboard",
                template_folder=str(Path(__file__).parent / "templates"),
                static_folder=str(Path(__file__).parent / "static"))
+
+
+#: The dashboard runs no script and loads nothing from another host; no page may be framed.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
+                               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+@bp.after_request
+def _security_headers(response: Response) -> Response:
+    response.headers.update(SECURITY_HEADERS)
+    return response
 
 
 def _page(template: str, who: Principal | None, **context: Any) -> str:
@@ -83,6 +100,60 @@ def sign_out(who: Principal) -> Any:
     return redirect(url_for("dashboard.sign_in_page"), code=303)
 
 
+def _bound(dataset: Dataset) -> tuple[str, ...]:
+    """The figures a limit binds in the dataset's mode: epsilon and delta, or its measure."""
+    return (dataset.mode.measure,) if dataset.mode.converts else ("epsilon", "delta")
+
+
+def _used(dataset: Dataset, loss: dict[str, Any], limit: dict[str, Any]) -> float:
+    """The largest share of a limit used, in percent, over the figures it binds."""
+    shares = [_pct(float(loss.get(name, 0)), float(limit[name]))
+              for name in _bound(dataset) if name in limit]
+    return max(shares, default=0.0)
+
+
+def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every scope that bounds or allocates the dataset's loss, with its use: the lifetime
+    limit, the partition limit (with the partitions at it), each window and each quota."""
+    scopes = [{"scope": "lifetime", "kind": "privacy bound", "used_pct":
+               _used(dataset, report["loss"], report["limit"]),
+               "loss": report["loss"], "limit": report["limit"]}]
+    if "partition_limit" in report:
+        full = dashboard_reads.partitions_at_limit(db(), dataset)
+        scopes.append({"scope": "partition", "kind": "privacy bound",
+                       "used_pct": 100.0 if full else _used(
+                           dataset, report["partitions"]["max_spent"], report["partition_limit"]),
+                       "loss": report["partitions"]["max_spent"],
+                       "limit": report["partition_limit"], "at_limit": full})
+    for window in report["windows"]:
+        scopes.append({"scope": f"window {window['period']}", "kind": "allocation",
+                       "used_pct": _used(dataset, window["loss"], window["limit"]),
+                       "loss": window["loss"], "limit": window["limit"],
+                       "resets_at": window["end"]})
+    for consumer, use in dashboard_reads.quotas(db(), dataset):
+        scopes.append({"scope": f"quota of {consumer}", "kind": "allocation",
+                       "used_pct": _used(dataset, use["loss"], use["quota"]),
+                       "loss": use["loss"], "limit": use["quota"]})
+    for scope in scopes:
+        scope["state"] = _state(scope["used_pct"])
+    return scopes
+
+
+def _marks(scopes: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What the overview flags: each scope at or above 80%, and partitions at their limit."""
+    marks = []
+    for scope in scopes:
+        if scope.get("at_limit"):
+            count = len(scope["at_limit"])
+            marks.append({"state": "exhausted", "text": f"{count}{'+' if count >= 20 else ''} "
+                          f"partition{'s' if count > 1 else ''} at limit"})
+        elif scope["state"] != "ok":
+            marks.append({"state": scope["state"], "text": f"{scope['scope']} at "
+                          f"{scope['used_pct']:g}%: " + ("exhausted" if scope["state"] ==
+                                                          "exhausted" else "above 80%")})
+    return marks
+
+
 @bp.get("")
 @bp.get("/")
 @signed_in
@@ -92,22 +163,22 @@ def overview(who: Principal) -> Any:
     for dataset in datasets.all_datasets(db()):
         report = datasets.budget_report(db(), dataset, now)
         measure = _measure(dataset)
-        loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
-        used = _pct(loss, limit)
-        windows = []
-        worst = used
-        for window in report["windows"]:
-            w_limit = float(window["limit"].get(measure, 0))
-            w_loss = float(window["loss"][measure])
-            w_used = _pct(w_loss, w_limit) if measure in window["limit"] else 0.0
-            worst = max(worst, w_used)
-            windows.append({"period": window["period"], "loss": f"{w_loss:g}",
-                            "limit": f"{w_limit:g}", "used_pct": w_used})
+        scopes = _scopes(dataset, report)
+        windows = [{"period": s["scope"].removeprefix("window "),
+                    "loss": _figure(s["loss"].get(measure, Decimal(0))),
+                    "limit": _figure(s["limit"].get(measure, Decimal(0))),
+                    "used_pct": s["used_pct"]} for s in scopes if s["scope"].startswith("window")]
+        marks = _marks(scopes)
         rows.append({"name": dataset.name, "unit": dataset.privacy_unit,
-                     "accounting": dataset.accounting, "loss": f"{loss:g}",
-                     "limit": f"{limit:g}", "measure": measure, "used_pct": used,
-                     "windows": windows, "state": _state(worst)})
+                     "accounting": dataset.accounting,
+                     "loss": _figure(report["loss"][measure]),
+                     "limit": _figure(report["limit"][measure]), "measure": measure,
+                     "used_pct": scopes[0]["used_pct"], "windows": windows, "marks": marks,
+                     "state": max((s["state"] for s in scopes), key=_STATES.index)})
     return _page("overview.html", who, rows=rows)
+
+
+_STATES = ["ok", "warn", "exhausted"]
 
 
 @bp.get("/datasets/<name>")
@@ -116,40 +187,58 @@ def dataset(who: Principal, name: str) -> Any:
     try:
         found = datasets.find(db(), name)
     except NotFound:
-        return _page("overview.html", who, rows=[]), 404
-    report = datasets.budget_report(db(), found, runtime().clock.now_us() / 1e6)
+        return _page("not_found.html", who, what=f"There is no dataset named “{name}”."), 404
+    now_us = runtime().clock.now_us()
+    report = datasets.budget_report(db(), found, now_us / 1e6)
     measure = _measure(found)
     column, stored = _column(found)
     unit = COMPONENTS[column]
     seen = dashboard_reads.activity(db(), found, column,
                                     by_key=request.args.get("sort") == "key")
-    first_day = runtime().clock.now_us() // DAY_US - 29
+    first_day = now_us // DAY_US - 29
     daily_map = {bucket: float(unit.to_decimal(total))
                  for bucket, total in seen.charged_per_day.items()}
-    running = sum(v for bucket, v in daily_map.items() if bucket < first_day)
-    daily, cumulative = [], [(isoformat((first_day - 1) * 86_400)[:10], running)]
-    for i in range(30):
-        label, value = isoformat((first_day + i) * 86_400)[:10], daily_map.get(first_day + i, 0.0)
-        running += value
-        daily.append((label, value))
-        cumulative.append((label, running))
+    daily = [(isoformat((first_day + i) * 86_400)[:10], daily_map.get(first_day + i, 0.0))
+             for i in range(30)]
+    delta = found.limit_delta or 0
+    history = [(at / 1e6, float(found.mode.report(amount, delta)[measure]))
+               for at, amount in dashboard_reads.loss_history(db(), found, now_us)]
     loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
-    stored_limit = float(unit.to_decimal(found.limit[column] or 0))
+    scopes = _scopes(found, report)
     whole = sum(total for _, total in seen.consumer_totals) or 1
-    recent = [_row(entry) for entry in seen.recent]
-    used = _pct(loss, limit)
+    used = scopes[0]["used_pct"]
     return _page(
         "dataset.html", who, name=name, report=report, measure=measure, stored=stored,
-        loss=f"{loss:g}",
-        limit=f"{limit:g}", used_pct=used, state=_state(used),
-        cumulative=charts.line(cumulative, stored_limit, f"cumulative charged {stored}"),
-        daily=charts.bars(daily, f"{stored} charged per day"),
+        loss=_figure(report["loss"][measure]), limit=_figure(report["limit"][measure]),
+        used_pct=used, state=_state(used), scopes=scopes, converts=found.mode.converts,
+        delta=report["loss"].get("delta") if found.mode.converts else None,
+        loss_chart=charts.loss_over_time(
+            history, _limit_steps(found, report, measure, limit),
+            found.created_at / 1e6, now_us / 1e6, measure),
+        final_loss=loss,
+        daily=charts.bars(daily, f"charged {stored} per day (cost × multiplicity)"),
         partitions=[{"key": key, "spent": _units(unit, value)}
                     for key, value in seen.top_partitions],
         consumers=[{"name": consumer, "total": _units(unit, total),
                     "share": round(100 * total / whole, 1)}
                    for consumer, total in seen.consumer_totals],
-        recent=recent)
+        recent=[_row(entry) for entry in seen.recent])
+
+
+def _limit_steps(dataset: Dataset, report: dict[str, Any], measure: str,
+                 limit: float) -> list[tuple[float, float]]:
+    """The lifetime limit's history as (seconds, limit) steps, from the dataset's creation:
+    the first change's old limit (or today's, if it never changed), then each new one."""
+    changes = [c for c in report["limit_history"] if c["scope"] == "dataset"
+               and isinstance(c["old"], dict) and measure in c["old"]
+               and isinstance(c["new"], dict) and measure in c["new"]]
+    steps = [(dataset.created_at / 1e6, float(changes[0]["old"][measure]) if changes else limit)]
+    steps += [(_seconds(c["at"]), float(c["new"][measure])) for c in changes]
+    return steps
+
+
+def _seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def _units(unit: Component, value: int) -> str:
@@ -161,21 +250,37 @@ def _figure(value: Decimal) -> str:
 
 
 def _row(entry: dict[str, Any]) -> dict[str, Any]:
-    """A ledger entry as a table row: a charge's cost in the dataset's measure (rho, rdp or
-    mu where it has one, else epsilon) and its outcome; a limit change's old and new limits
-    and who changed them, never a grant of cost 0."""
+    """A ledger entry as a table row: a charge's cost, what it added to the running total and
+    the lifetime loss after it, each in the dataset's measure (rho, rdp or mu where it has
+    one, else epsilon), its outcome and, for a denial, the scope that denied it; a limit
+    change's old and new limits and who changed them, never a grant of cost 0."""
+    detail = entry["detail"] or {}
+    loss_after = "" if entry["loss_after"] is None else _figure(_lead(entry["loss_after"]))
     if entry["kind"] == "limit_change":
-        detail = entry["detail"] or {}
         scope = detail.get("scope", "")
         if scope == "consumer":
             scope = f"quota of {detail.get('consumer', '')}"
         return {**entry, "cost": f"{scope}: {_limits(detail.get('old'))} → "
-                                 f"{_limits(detail.get('new'))}",
+                                 f"{_limits(detail.get('new'))}", "charged": "",
+                "multiplicity": "", "loss_after": loss_after, "denied_by": "",
                 "outcome": "limit change", "badge": "change"}
-    cost = next(entry["cost"][name] for name in ("rho", "rdp", "mu", "epsilon")
-                if name in entry["cost"])
-    return {**entry, "cost": _figure(cost), "outcome": entry["status"],
+    denied_by = ""
+    if entry["status"] == "denied":
+        denied_by = str(detail.get("scope", ""))
+        if detail.get("partition") is not None:
+            denied_by += (f" {detail['partition']}" if denied_by == "partition"
+                          else f" (partition {detail['partition']})")
+        if detail.get("period"):
+            denied_by += f" ({detail['period']})"
+    return {**entry, "cost": _figure(_lead(entry["cost"])),
+            "charged": _figure(_lead(entry["charged"])) if entry["charged"] else "",
+            "loss_after": loss_after, "denied_by": denied_by, "outcome": entry["status"],
             "badge": "denied" if entry["status"] == "denied" else "ok"}
+
+
+def _lead(amount: dict[str, Decimal]) -> Decimal:
+    """The figure an amount leads with: its rho, rdp or mu if it has one, else epsilon."""
+    return next(amount[name] for name in ("rho", "rdp", "mu", "epsilon") if name in amount)
 
 
 def _limits(stated: Any) -> str:
@@ -199,11 +304,12 @@ def _filters() -> dict[str, str]:
 @signed_in
 def ledger_page(who: Principal) -> Any:
     filters = _filters()
-    error, entries, next_cursor = None, [], None
+    error, view = None, dashboard_reads.LedgerView([], 0, False, False)
     try:
-        parsed = ledger_api.parse_filter({**filters, **_paging()}, default_limit=50)
-        page, next_cursor = ledger_reads.page(db(), parsed)
-        entries = [_row(entry) for entry in page]
+        parsed = ledger_api.parse_filter(filters, default_limit=50)
+        view = dashboard_reads.ledger_view(
+            db(), parsed, before=_position("before"), after=_position("after"),
+            oldest=request.args.get("oldest") == "1")
     except AccountantError as problem:
         error = problem.detail
     # Verifying reads every entry, so it runs when asked, not on every page view.
@@ -212,12 +318,20 @@ def ledger_page(who: Principal) -> Any:
         result = ledger_service.verify(db())
         verification = {"ok": result.ok, "entries": result.entries,
                         "reason": result.reason or ""}
-    return _page("ledger.html", who, entries=entries, args=request.args, filters=filters,
-                 next_cursor=next_cursor, error=error, verification=verification)
+    dataset_names, consumer_names = dashboard_reads.names(db())
+    return _page("ledger.html", who, entries=[_row(entry) for entry in view.entries],
+                 view=view, args=request.args, filters=filters, error=error,
+                 verification=verification, dataset_names=dataset_names,
+                 consumer_names=consumer_names)
 
 
-def _paging() -> dict[str, str]:
-    return {k: v for k in ("cursor",) if (v := request.args.get(k, ""))}
+def _position(name: str) -> int | None:
+    raw = request.args.get(name, "")
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+        raise field_error(name, "must be an entry id from a link of this page")
+    return int(raw)
 
 
 @bp.get("/ledger/export")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from accountant.models.base import Base
+from accountant.models.charge_count import ChargeCount
 from accountant.models.consumer import ApiKey, Consumer, Grant
 from accountant.models.dataset import Dataset, WindowBudget
 from accountant.models.idempotency import IdempotencyKey
@@ -16,6 +17,7 @@ from accountant.models.tally import Tally, TallySpend
 __all__ = [
     "ApiKey",
     "Base",
+    "ChargeCount",
     "Consumer",
     "Dataset",
     "Grant",

@@ -27,6 +27,8 @@ def record(driver: Driver, evaluation: Evaluation, request: ChargeRequest, charg
     the database show even before their first limit change. The chain's new head: the
     entry's seq and hash."""
     granted = evaluation.granted
+    driver.run(_COUNT_CHARGE, {"d": evaluation.dataset.id, "m": request.mechanism.name,
+                               "o": "granted" if granted else "denied"})
     detail = {} if granted else _denial_detail(evaluation)
     detail["terms_sha256"] = evaluation.dataset.terms_sha256
     return ledger.append(
@@ -40,6 +42,12 @@ def record(driver: Driver, evaluation: Evaluation, request: ChargeRequest, charg
         noise_secret=request.noise_secret if granted else None,
         implementation=request.mechanism.implementation if granted else None,
         loss_after=evaluation.lifetime_after if granted else evaluation.lifetime_now)
+
+
+#: /metrics reports these counts, so that a scrape never reads the ledger.
+_COUNT_CHARGE = ("INSERT INTO charge_counts (dataset_id, mechanism, outcome, count) "
+                 "VALUES (:d, :m, :o, 1) ON CONFLICT (dataset_id, mechanism, outcome) "
+                 "DO UPDATE SET count = charge_counts.count + 1")
 
 
 def _plain_params(request: ChargeRequest) -> dict[str, Any]:

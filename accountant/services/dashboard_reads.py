@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from accountant.models import Consumer, Dataset, LedgerEntry, Partition, Tally, TallySpend
+from accountant.exact import Amount
+from accountant.models import (
+    Consumer,
+    Dataset,
+    Grant,
+    LedgerEntry,
+    Partition,
+    Tally,
+    TallySpend,
+)
 from accountant.services import ledger
+from accountant.services.consumers import quota_use
 from accountant.services.ledger_reads import describe_entry
 
 DAY_US = 86_400 * 1_000_000
@@ -54,3 +64,93 @@ def activity(session: Session, dataset: Dataset, measure: str, *,
         [(key, int(value)) for key, value in top],
         [(name, int(total)) for name, total in shares],
         [describe_entry(entry, dataset, consumer) for entry, _name, consumer in recent])
+
+
+#: Points of the loss-over-time chart at most: the ledger is read grouped, never whole.
+LOSS_POINTS = 240
+
+
+def loss_history(session: Session, dataset: Dataset, until_us: int) -> list[tuple[int, Amount]]:
+    """(time in microseconds, lifetime loss after it) from the dataset's creation to
+    ``until_us``: the loss after the last entry of each of at most LOSS_POINTS equal spans.
+    The lifetime loss never decreases, so each component's largest value in a span is its
+    value after the span's last entry. Entries from before loss_after was stored are left
+    out."""
+    start = dataset.created_at
+    span = max(1, until_us - start)
+    bucket = (LedgerEntry.created_at - start) * LOSS_POINTS // span
+    rows = session.execute(
+        select(bucket, func.max(LedgerEntry.created_at), func.max(LedgerEntry.loss_after_epsilon),
+               func.max(LedgerEntry.loss_after_delta), func.max(LedgerEntry.loss_after_rho))
+        .where(LedgerEntry.dataset_id == dataset.id, LedgerEntry.loss_after_epsilon.is_not(None))
+        .group_by(bucket).order_by(bucket)).all()
+    return [(int(at), Amount(int(epsilon or 0), int(delta or 0), int(rho or 0)))
+            for _bucket, at, epsilon, delta, rho in rows]
+
+
+def partitions_at_limit(session: Session, dataset: Dataset) -> list[str]:
+    """The keys of the partitions whose lifetime spend has reached the partition limit in
+    any limited component (at most 20, by key), and none without a partition limit."""
+    limit = dataset.partition_limit if dataset.has_partition_limit else None
+    if limit is None:
+        return []
+    reached = [getattr(TallySpend, name) >= value
+               for name in ("epsilon", "delta", "rho") if (value := limit[name]) is not None]
+    if not reached:
+        return []
+    return list(session.execute(
+        select(Partition.key)
+        .join(TallySpend, TallySpend.partition_id == Partition.id)
+        .join(Tally, (Tally.id == TallySpend.tally_id) & (Tally.kind == "lifetime"))
+        .where(Partition.dataset_id == dataset.id, or_(*reached))
+        .order_by(Partition.key).limit(20)).scalars())
+
+
+def quotas(session: Session, dataset: Dataset) -> list[tuple[str, dict[str, Any]]]:
+    """Each consumer with a quota on ``dataset``: its name and its quota's use."""
+    grants = session.execute(
+        select(Grant, Consumer.name).join(Consumer, Consumer.id == Grant.consumer_id)
+        .where(Grant.dataset_id == dataset.id, Grant.has_quota)
+        .order_by(Consumer.name)).all()
+    return [(name, quota_use(session, grant, dataset)) for grant, name in grants]
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """A page of the dashboard's ledger, newest first, with what its links need."""
+
+    entries: list[dict[str, Any]]
+    count: int  # entries matching the filters
+    newer: bool  # entries newer than this page exist
+    older: bool  # entries older than this page exist
+
+
+def ledger_view(session: Session, filters: ledger.LedgerFilter, *, before: int | None = None,
+                after: int | None = None, oldest: bool = False) -> LedgerView:
+    """Up to ``filters.limit`` entries, newest first: the newest (no position), those just
+    before id ``before`` (older), those just after id ``after`` (newer), or the oldest."""
+    if after is not None or oldest:
+        page_filter = replace(filters, after_id=after or 0, newest_first=False)
+    else:
+        page_filter = replace(filters, before_id=before, newest_first=True)
+    rows = list(session.execute(ledger.query(page_filter)).all())
+    if not page_filter.newest_first:
+        rows.reverse()
+    datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
+    entries = [describe_entry(entry, datasets[entry.dataset_id], consumer)
+               for entry, _name, consumer in rows]
+    plain = replace(filters, limit=1)
+    count = session.execute(ledger.count(filters)).scalar_one()
+    newer = older = False
+    if entries:
+        newer = bool(session.execute(ledger.query(
+            replace(plain, after_id=entries[0]["id"]))).first())
+        older = bool(session.execute(ledger.query(
+            replace(plain, before_id=entries[-1]["id"]))).first())
+    return LedgerView(entries, count, newer, older)
+
+
+def names(session: Session) -> tuple[list[str], list[str]]:
+    """Every dataset's and every consumer's name, sorted: the ledger filter's choices."""
+    return (list(session.execute(select(Dataset.name).order_by(Dataset.name)).scalars()),
+            list(session.execute(select(Consumer.name).order_by(Consumer.name)).scalars()))

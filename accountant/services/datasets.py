@@ -327,7 +327,10 @@ def lifetime_loss(session: Session, dataset: Dataset) -> Amount:
     return loss_now(rule, tally_state(session, lifetime, rule, names), names)
 
 
-def budget_report(session: Session, dataset: Dataset, now: float) -> dict[str, Any]:
+def budget_report(session: Session, dataset: Dataset, now: float, *,
+                  history: bool = True) -> dict[str, Any]:
+    """What GET /v1/datasets/{name}/budget shows, from the scope rows; ``history`` adds the
+    limit changes, which are read from the ledger (/metrics leaves them out)."""
     mode = dataset.mode
     rule = rule_of(dataset)
     names = mode.components
@@ -351,14 +354,14 @@ def budget_report(session: Session, dataset: Dataset, now: float) -> dict[str, A
         })
     count = session.execute(select(func.count()).select_from(Partition).where(
         Partition.dataset_id == dataset.id)).scalar_one()
-    history = [
+    changes = [
         {"at": isoformat(entry.created_at / 1e6), "scope": entry.detail.get("scope"),
          "old": entry.detail.get("old"), "new": entry.detail.get("new"),
          "reason": entry.detail.get("reason")}
         for entry in session.execute(select(LedgerEntry).where(
             LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "limit_change")
             .order_by(LedgerEntry.id)).scalars()
-    ]
+    ] if history else []
     report: dict[str, Any] = {
         "dataset": dataset.name,
         "privacy_unit": dataset.privacy_unit,
@@ -369,7 +372,7 @@ def budget_report(session: Session, dataset: Dataset, now: float) -> dict[str, A
         "windows": windows,
         "partitions": {"count": count, "max_spent": _stated(
             mode, lifetime.max_spend if lifetime else Amount(), dataset)},
-        "limit_history": history,
+        "limit_history": changes,
         "guarantees": ("only the lifetime and partition limits bound privacy loss; window "
                        "budgets and consumer quotas are allocation limits"),
     }

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, bindparam, insert, select
+from sqlalchemy import Select, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -121,16 +121,30 @@ class LedgerFilter:
     after_id: int = 0
     limit: int = 100
     through_id: int | None = None  # no entry after this id (an export's fixed end)
+    before_id: int | None = None  # only entries before this id
+    newest_first: bool = False
 
 
 def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
-    """Entries matching ``filters``, oldest first, with their dataset and consumer names."""
+    """Entries matching ``filters``, oldest first (or newest first), with their dataset and
+    consumer names."""
+    return matching(filters).limit(filters.limit)
+
+
+def count(filters: LedgerFilter) -> Select[int]:
+    """How many entries match ``filters`` (its position and limit aside)."""
+    return select(func.count()).select_from(
+        matching(replace(filters, after_id=0, before_id=None)).order_by(None).subquery())
+
+
+def matching(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
+    """Every entry matching ``filters``, in its order."""
     statement = (
         select(LedgerEntry, Dataset.name, Consumer.name)
         .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
         .outerjoin(Consumer, Consumer.id == LedgerEntry.consumer_id)
         .where(LedgerEntry.id > filters.after_id)
-        .order_by(LedgerEntry.id)
+        .order_by(LedgerEntry.id.desc() if filters.newest_first else LedgerEntry.id)
     )
     if filters.dataset_id is not None:
         statement = statement.where(LedgerEntry.dataset_id == filters.dataset_id)
@@ -144,7 +158,9 @@ def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
         statement = statement.where(LedgerEntry.created_at < filters.until)
     if filters.through_id is not None:
         statement = statement.where(LedgerEntry.id <= filters.through_id)
-    return statement.limit(filters.limit)
+    if filters.before_id is not None:
+        statement = statement.where(LedgerEntry.id < filters.before_id)
+    return statement
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from accountant.accounting.windows import isoformat
 from accountant.errors import NotFound
 from accountant.exact import Amount
-from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.models import ChargeCount, Consumer, Dataset, LedgerEntry
 from accountant.services import ledger
 from accountant.services.ledger import LedgerFilter
 
@@ -106,14 +106,13 @@ def verification(session: Session) -> dict[str, Any]:
             "reason": result.reason, "first_bad_entry": bad}
 
 
-def charge_counts(session: Session) -> list[tuple[str, str | None, str, int]]:
-    """(dataset, mechanism, outcome, count) of every charge in the ledger."""
+def charge_counts(session: Session) -> list[tuple[str, str, str, int]]:
+    """(dataset, mechanism, outcome, count) of every charge, as each charge counted itself:
+    no ledger read."""
     rows = session.execute(
-        select(Dataset.name, LedgerEntry.mechanism, LedgerEntry.status, func.count())
-        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
-        .where(LedgerEntry.kind == "charge")
-        .group_by(Dataset.name, LedgerEntry.mechanism, LedgerEntry.status)).all()
-    return [(dataset, mechanism, status, count) for dataset, mechanism, status, count in rows]
+        select(Dataset.name, ChargeCount.mechanism, ChargeCount.outcome, ChargeCount.count)
+        .join(Dataset, Dataset.id == ChargeCount.dataset_id)).all()
+    return [(dataset, mechanism, outcome, count) for dataset, mechanism, outcome, count in rows]
 
 
 def schema_revision(session: Session) -> str | None:
