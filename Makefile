@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# `make serve` installs only what serving needs; `make test` adds the test extra.
+SERVE_STAMP := $(VENV)/.installed-serve
 # The example third-party plugin is installed for the tests only, outside the service's venv.
 TEST_PLUGINS := $(CURDIR)/.test-plugins
 
@@ -10,9 +12,15 @@ TEST_PLUGINS := $(CURDIR)/.test-plugins
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+$(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+$(SERVE_STAMP): pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet -e .
+	touch $(SERVE_STAMP)
+
+$(STAMP): pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
@@ -20,7 +28,7 @@ $(TEST_PLUGINS): $(STAMP) tests/example_plugin/pyproject.toml tests/example_plug
 	rm -rf $(TEST_PLUGINS)
 	$(BIN)/pip install --quiet --no-deps --target $(TEST_PLUGINS) tests/example_plugin
 
-serve: $(STAMP)  ## install, migrate ./var/accountant.db, print a first admin key, serve on :8000
+serve: $(SERVE_STAMP)  ## install, migrate ./var/accountant.db, print a first admin key, serve on :8000
 	$(BIN)/accountant init
 	$(BIN)/accountant serve --host 127.0.0.1 --port 8000 --workers 2
 

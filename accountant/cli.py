@@ -476,8 +476,13 @@ def plugins_list() -> None:
               help="False-alarm probability for an honest mechanism.")
 def plugins_audit(name: str, samples: int, alpha: float) -> None:
     """Empirically test mechanism NAME on neighbouring inputs; exit 1 if its epsilon is
-    provably larger than it declares."""
-    from accountant.audit import audit
+    provably larger than it declares. Needs the audit extra (scipy)."""
+    try:
+        from accountant.audit import audit
+    except ModuleNotFoundError as missing:
+        raise click.ClickException(
+            f"the audit needs {missing.name}: pip install 'privacy-accountant[audit]'"
+        ) from None
     from accountant.plugins import MechanismRegistry, make_plugin_manager
 
     registry = MechanismRegistry(*make_plugin_manager(_settings().disabled_plugins))

@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from accountant.mechanism import Mechanism
-
 if TYPE_CHECKING:
     from accountant.alerts import AlertSettings, BudgetAlert
+    from accountant.mechanism import Mechanism
 
 PROJECT = "accountant"
 hookspec = pluggy.HookspecMarker(PROJECT)

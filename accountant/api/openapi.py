@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from flask import Blueprint, current_app
+from flask import Blueprint, current_app, request
 
-from accountant.api import schemas
+from accountant.api import responses, schemas
 from accountant.api.receipts import VERIFY
 
 bp = Blueprint("openapi", __name__)
@@ -63,6 +63,49 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
     ("POST", "/v1/receipts/verify"): ("Verify a receipt", VERIFY, 200, [400, 401, 413]),
 }
 
+#: (method, path) -> (operation id, schema of the success answer, or None for none or text)
+ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
+    ("GET", "/healthz"): ("health", "Health"),
+    ("GET", "/readyz"): ("readiness", "Health"),
+    ("GET", "/openapi.json"): ("openapiDocument", None),
+    ("GET", "/metrics"): ("metrics", None),
+    ("GET", "/v1/mechanisms"): ("listMechanisms", "MechanismList"),
+    ("POST", "/v1/datasets"): ("createDataset", "Dataset"),
+    ("GET", "/v1/datasets"): ("listDatasets", "DatasetList"),
+    ("GET", "/v1/datasets/{name}"): ("getDataset", "Dataset"),
+    ("PATCH", "/v1/datasets/{name}"): ("updateDataset", "Dataset"),
+    ("POST", "/v1/datasets/{name}/partitions"): ("declarePartitions", "PartitionsDeclared"),
+    ("GET", "/v1/datasets/{name}/budget"): ("getBudget", "Budget"),
+    ("GET", "/v1/datasets/{name}/partitions"): ("listPartitions", "PartitionPage"),
+    ("POST", "/v1/consumers"): ("createConsumer", "NewConsumer"),
+    ("GET", "/v1/consumers"): ("listConsumers", "ConsumerList"),
+    ("PATCH", "/v1/consumers/{name}"): ("updateConsumer", "Consumer"),
+    ("GET", "/v1/consumers/me"): ("getMyConsumer", "Consumer"),
+    ("POST", "/v1/consumers/{name}/keys"): ("createKey", "NewKey"),
+    ("DELETE", "/v1/keys/{key_id}"): ("revokeKey", None),
+    ("POST", "/v1/charges"): ("createCharge", "Charge"),
+    ("POST", "/v1/charges/preview"): ("previewCharge", "Preview"),
+    ("POST", "/v1/charges/plan"): ("planCharges", "Plan"),
+    ("GET", "/v1/charges/{charge_id}"): ("getCharge", "ChargeRecord"),
+    ("GET", "/v1/ledger"): ("listLedgerEntries", "LedgerPage"),
+    ("GET", "/v1/ledger/export"): ("exportLedger", None),
+    ("GET", "/v1/ledger/verify"): ("verifyLedger", "LedgerVerification"),
+    ("GET", "/v1/receipts/public-key"): ("getReceiptKeys", "JWKSet"),
+    ("POST", "/v1/receipts/verify"): ("verifyReceipt", "ReceiptVerification"),
+}
+
+_TAGS = [("/v1/charges", "charges"), ("/v1/datasets", "datasets"),
+         ("/v1/consumers", "consumers"), ("/v1/keys", "consumers"), ("/v1/ledger", "ledger"),
+         ("/v1/receipts", "receipts"), ("/v1/mechanisms", "mechanisms"), ("/", "service")]
+
+_RETRY_AFTER = {"Retry-After": {"description": "seconds until a retry may succeed (429: until "
+                                               "the window resets)",
+                                "schema": {"type": "integer"}}}
+_IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                    "description": "a unique string per logical charge: a retry with the same "
+                                   "key and body returns the first answer, charged once",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+
 _SLUG_QUERY: dict[str, Any] = {"type": "string", "pattern": schemas.SLUG}
 _TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _CURSOR: dict[str, Any] = {"type": "string", "pattern": "^[0-9]{1,18}$"}
@@ -88,16 +131,18 @@ def flask_path(path: str) -> str:
     return path.replace("{charge_id}", "<uuid:charge_uuid>").replace("{", "<").replace("}", ">")
 
 
-def document() -> dict[str, Any]:
+def document(server: str | None = None) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for (method, path), (summary, request_schema, success, errors) in OPERATIONS.items():
+        operation_id, answer = ANSWERS[(method, path)]
+        answer_schema = _OBJECT if answer is None else {"$ref": f"#/components/schemas/{answer}"}
         operation: dict[str, Any] = {
             "summary": summary,
-            "operationId": f"{method.lower()}_{path.strip('/').replace('/', '_')}"
-                           .replace("{", "").replace("}", "").replace(".", "_"),
+            "operationId": operation_id,
+            "tags": [next(tag for prefix, tag in _TAGS if path.startswith(prefix))],
             "responses": {str(success): {"description": "success"} if success == 204 else {
                 "description": "success",
-                "content": {kind: {"schema": _OBJECT if kind.endswith("json") else
+                "content": {kind: {"schema": answer_schema if kind.endswith("json") else
                                    {"type": "string"}}
                             for kind in _CONTENT.get(path, ["application/json"])}}},
         }
@@ -105,11 +150,15 @@ def document() -> dict[str, Any]:
             operation["responses"][str(status)] = {
                 "description": "problem", "content": {"application/problem+json": {
                     "schema": _PROBLEM}}}
+            if status in (429, 503):
+                operation["responses"][str(status)]["headers"] = copy.deepcopy(_RETRY_AFTER)
         parameters = [{"name": name.strip("{}"), "in": "path", "required": True,
                        "schema": {"type": "string"}}
                       for name in path.split("/") if name.startswith("{")]
         parameters += [{"name": name, "in": "query", "required": False, "schema": schema}
                        for name, schema in _QUERY.get(path, []) if method == "GET"]
+        if (method, path) == ("POST", "/v1/charges"):
+            parameters.append(copy.deepcopy(_IDEMPOTENCY_KEY))
         if parameters:
             operation["parameters"] = parameters
         if request_schema is not None:
@@ -122,18 +171,16 @@ def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "Privacy-budget accountant", "version": "1"},
+        "servers": [{"url": server or "/", "description": "this service"}],
+        "tags": [{"name": tag} for tag in dict.fromkeys(tag for _, tag in _TAGS)],
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {"Problem": {
-                "type": "object", "required": ["type", "title", "status", "detail"],
-                "properties": {"type": {"type": "string"}, "title": {"type": "string"},
-                               "status": {"type": "integer"}, "detail": {"type": "string"},
-                               "errors": {"type": "array"}}}},
+            "schemas": copy.deepcopy(responses.SCHEMAS),
         },
     }
 
 
 @bp.get("/openapi.json")
 def openapi() -> Any:
-    return current_app.json.response(document())
+    return current_app.json.response(document(request.host_url.rstrip("/")))

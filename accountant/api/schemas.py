@@ -107,9 +107,9 @@ CHARGE: dict[str, Any] = {
     "type": "object",
     "properties": {
         "dataset": {"type": "string", "minLength": 1, "maxLength": 63},
-        "partitions": {"anyOf": [
-            {"const": "*"},
+        "partitions": {"anyOf": [  # the list first: generated clients try the forms in order
             {"type": "array", "items": PARTITION_KEY, "minItems": 1},
+            {"const": "*"},
         ]},
         "release": {"enum": ["joint", "parallel"]},
         "mechanism": {"type": "string", "minLength": 1, "maxLength": 63},

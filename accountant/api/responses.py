@@ -1,0 +1,127 @@
+"""JSON Schemas of the answers (API.md), for /openapi.json: what a generated client parses.
+Objects list the fields API.md fixes and allow more (the contract adds fields freely)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(required: list[str], doc: str = "", /, **properties: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    if doc:
+        schema["description"] = doc
+    return schema
+
+
+def _list(item: Any) -> dict[str, Any]:
+    return {"type": "array", "items": item}
+
+
+STRING: dict[str, Any] = {"type": "string"}
+INTEGER: dict[str, Any] = {"type": "integer"}
+BOOLEAN: dict[str, Any] = {"type": "boolean"}
+ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+OPTIONAL_STRING: dict[str, Any] = {"type": ["string", "null"]}
+OPTIONAL_AMOUNT: dict[str, Any] = {"anyOf": [_ref("Amount"), {"type": "null"}]}
+TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
+STRINGS = _list(STRING)
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Amount": {"type": "object", "additionalProperties": {"type": "number"},
+               "description": "epsilon and delta; rho on zcdp, rdp and order on rdp, mu on gdp "
+                              "datasets (DESIGN.md)"},
+    "FieldError": _object(["field", "message"], field=STRING, message=STRING),
+    "Problem": _object(
+        ["type", "title", "status", "detail"], "application/problem+json (RFC 9457); a denial "
+        "adds scope, limit, spent and requested, with partition or resets_at",
+        type=STRING, title=STRING, status=INTEGER, detail=STRING,
+        errors=_list(_ref("FieldError")), scope=STRING, partition=OPTIONAL_STRING,
+        limit=_ref("Amount"), spent=_ref("Amount"), requested=_ref("Amount"),
+        resets_at=STRING),
+    "Health": _object(["status"], status=STRING, schema=STRING),
+    "Charge": _object(
+        ["charge_id", "dataset", "mechanism", "partitions", "cost", "output", "remaining",
+         "receipt", "created_at"], "a granted charge: the noisy output and its receipt",
+        charge_id=STRING, dataset=STRING, mechanism=STRING, release=STRING,
+        partitions=STRINGS, cost=_ref("Amount"), multiplicity=INTEGER,
+        charged=_ref("Amount"), output=ANY_OBJECT, remaining=_ref("Amount"),
+        receipt=STRING, created_at=TIME,
+        ledger=_object(["seq", "hash"], seq=INTEGER, hash=STRING)),
+    "ChargeRecord": _object(
+        ["charge_id", "dataset", "status", "cost"], "a charge as the ledger recorded it",
+        charge_id=STRING, dataset=STRING, consumer=OPTIONAL_STRING, status=STRING,
+        mechanism=OPTIONAL_STRING, release=OPTIONAL_STRING, partitions=STRINGS,
+        params=ANY_OBJECT, cost=_ref("Amount"), multiplicity=INTEGER,
+        denial={"anyOf": [ANY_OBJECT, {"type": "null"}]}, created_at=TIME),
+    "Preview": _object(
+        ["granted", "cost"], granted=BOOLEAN, cost=_ref("Amount"),
+        remaining_after=_ref("Amount"), scope=OPTIONAL_STRING, reason=OPTIONAL_STRING),
+    "Plan": _object(
+        [], "fits and limited_by, or, asked with a count, params",
+        fits=INTEGER, limited_by={"anyOf": [ANY_OBJECT, {"type": "null"}]},
+        params=ANY_OBJECT),
+    "Dataset": _object(
+        ["name", "privacy_unit", "accounting", "budget"], name=STRING, privacy_unit=STRING,
+        accounting=STRING, max_partitions_per_user={"type": ["integer", "null"]},
+        max_records_per_user={"type": ["integer", "null"]}, budget=_ref("Amount"),
+        partition_budget=OPTIONAL_AMOUNT, windows=_list(ANY_OBJECT), created_at=TIME),
+    "DatasetList": _object(["datasets"], datasets=_list(_ref("Dataset"))),
+    "Budget": _object(
+        ["dataset", "loss", "limit", "remaining"], "the loss, limit and remaining of every "
+        "scope; a service also sees its own quota (consumer)",
+        dataset=STRING, privacy_unit=STRING, accounting=STRING, loss=_ref("Amount"),
+        limit=_ref("Amount"), remaining=_ref("Amount"), windows=_list(ANY_OBJECT),
+        partitions=ANY_OBJECT, partition_limit=_ref("Amount"), limit_history=_list(ANY_OBJECT),
+        consumer=ANY_OBJECT),
+    "PartitionsDeclared": _object(["dataset", "created", "existing"], dataset=STRING,
+                                  created=STRINGS, existing=STRINGS),
+    "PartitionPage": _object(
+        ["partitions", "next_cursor"],
+        partitions=_list(_object(["key", "spent"], key=STRING, spent=_ref("Amount"))),
+        next_cursor=OPTIONAL_STRING),
+    "Consumer": _object(
+        ["name", "role", "datasets"], "a consumer; never its keys' secrets",
+        name=STRING, role=STRING, datasets=STRINGS,
+        quotas={"type": "object", "additionalProperties": _ref("Amount")},
+        keys=_list(_object(["id"], id=STRING, prefix=STRING, revoked=BOOLEAN)),
+        use={"type": "object", "additionalProperties": ANY_OBJECT}),
+    "ConsumerList": _object(["consumers"], consumers=_list(_ref("Consumer"))),
+    "NewConsumer": _object(["name", "role", "api_key"], "the key is shown this once",
+                           name=STRING, role=STRING, datasets=STRINGS, api_key=STRING,
+                           key_id=STRING),
+    "NewKey": _object(["id", "consumer", "api_key"], "the key is shown this once",
+                      id=STRING, prefix=STRING, consumer=STRING, api_key=STRING,
+                      created_at=TIME),
+    "Mechanism": _object(["name", "accounting"], name=STRING, description=STRING,
+                         params_schema=ANY_OBJECT, input_schema=ANY_OBJECT,
+                         accounting=STRINGS, plugin=STRING),
+    "MechanismList": _object(["mechanisms"], mechanisms=_list(_ref("Mechanism"))),
+    "LedgerEntry": _object(
+        ["id", "seq", "kind", "dataset", "status", "created_at", "prev_hash", "hash"],
+        "docs/ledger.md: the canonical form and what each hash covers",
+        id=INTEGER, seq=INTEGER, kind=STRING, charge_id=OPTIONAL_STRING, dataset=STRING,
+        consumer=OPTIONAL_STRING, status=STRING, mechanism=OPTIONAL_STRING,
+        release=OPTIONAL_STRING, partitions=STRINGS, cost=_ref("Amount"),
+        multiplicity=INTEGER, charged=OPTIONAL_AMOUNT, loss_after=OPTIONAL_AMOUNT,
+        detail={"anyOf": [ANY_OBJECT, {"type": "null"}]}, created_at=TIME,
+        noise_secret=OPTIONAL_STRING, implementation=OPTIONAL_STRING, prev_hash=STRING,
+        hash=STRING, params=ANY_OBJECT, cost_units=_list(INTEGER), created_at_us=INTEGER),
+    "LedgerPage": _object(["entries", "next_cursor"], entries=_list(_ref("LedgerEntry")),
+                          next_cursor=OPTIONAL_STRING),
+    "LedgerVerification": _object(
+        ["ok", "entries"], ok=BOOLEAN, entries=INTEGER,
+        heads={"type": "object", "additionalProperties": STRING}, dataset=OPTIONAL_STRING,
+        reason=OPTIONAL_STRING,
+        first_bad_entry={"anyOf": [_ref("LedgerEntry"), {"type": "null"}]}),
+    "JWKSet": _object(["keys"], keys=_list(_object(
+        ["kty", "crv", "x", "kid"], kty=STRING, crv=STRING, x=STRING, kid=STRING, alg=STRING,
+        use=STRING))),
+    "ReceiptVerification": _object(["valid"], valid=BOOLEAN, charge_id=OPTIONAL_STRING,
+                                   claims=ANY_OBJECT, in_ledger=BOOLEAN, reason=STRING),
+}
