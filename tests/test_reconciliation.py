@@ -102,3 +102,6 @@ def test_ten_thousand_mixed_charges_reconcile(api: Api, client: FlaskClient,
     assert all(e["detail"]["partition"] in e["partitions"] for e in denials
                if e["detail"]["scope"] == "partition")
     assert all(sum(e["charged"].values()) == 0 for e in denials)
+    print(f"{CHARGES} charges: {outcomes[201]} granted, {outcomes[409]} denied "
+          f"({Counter(e['detail']['scope'] for e in denials)}); sum of charged {charged} = T; "
+          f"loss {recomputed}")
