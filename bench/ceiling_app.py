@@ -2,7 +2,7 @@
 database driver and nothing else (no auth, validation, pricing, mechanism or ORM).
 
 It writes what a granted one-partition charge writes: the dataset row (ledger head), s(p)
-in the lifetime and consumer scopes, both scope rows and one ledger entry, in one
+in the lifetime and consumer scopes, both scope rows, the charge count and one ledger entry, in one
 transaction that locks the dataset first. On PostgreSQL it uses psycopg's pipeline mode as
 the service does: the lock (with the implicit BEGIN) is one round trip, and the writes
 travel with the COMMIT in a second one. Run by bench/charges.py under gunicorn.
@@ -72,6 +72,10 @@ def write_charge(connection, partition: int) -> str:  # type: ignore[no-untyped-
             "epsilon = tally_spends.epsilon + excluded.epsilon"), (partition,))
         cursor.executemany(_sql("UPDATE tallies SET total_epsilon = total_epsilon + 10000000 "
                                 "WHERE id = ?"), [(1,), (2,)])
+        cursor.execute(_sql(
+            "INSERT INTO charge_counts (dataset_id, mechanism, outcome, count) "
+            "VALUES (1, 'laplace', 'granted', 1) ON CONFLICT (dataset_id, mechanism, outcome) "
+            "DO UPDATE SET count = charge_counts.count + 1"))
         content = json.dumps({"seq": seq + 1, "partition": partition, "cost": 10000000})
         digest = hashlib.sha256((head + content).encode()).hexdigest()
         now = time.time_ns() // 1000
