@@ -83,11 +83,11 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path,
     name = f"accountant_test_{uuid.uuid4().hex[:12]}"
     with _admin_engine().connect() as connection:
         connection.execute(text(f"CREATE DATABASE {name} TEMPLATE {postgres_template}"))
-    url = make_url(POSTGRES_URL).set(database=name)
+    database = make_url(POSTGRES_URL).set(database=name)
     if request.param == "pgbouncer":  # every app of the test, and its child processes
         monkeypatch.setenv("ACCOUNTANT_DATABASE_POOLER", "pgbouncer")
-        url = url.set(port=request.getfixturevalue("pgbouncer_port"))
-    yield url.render_as_string(False)
+        database = database.set(port=request.getfixturevalue("pgbouncer_port"))
+    yield database.render_as_string(False)
     with _admin_engine().connect() as connection:
         connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 

@@ -11,7 +11,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import requests
@@ -135,7 +135,7 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         assert "verified" in page.inner_text("#chain")
         page.screenshot(path=str(SHOTS / "ledger.png"), full_page=True)
         narrow = browser.new_page(viewport={"width": 390, "height": 844})
-        narrow.context.add_cookies(page.context.cookies())
+        narrow.context.add_cookies(cast(Any, page.context.cookies()))
         for name, path in (("overview", "/dashboard"), ("dataset", "/dashboard/datasets/clicks"),
                            ("ledger", "/dashboard/ledger")):
             narrow.goto(server + path)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ from tests.server import running_service
 
 pytestmark = pytest.mark.slow
 
-LAPLACE = {"mechanism": "laplace", "params": {"epsilon": 0.25, "sensitivity": 1},
+LAPLACE: dict[str, Any] = {"mechanism": "laplace", "params": {"epsilon": 0.25, "sensitivity": 1},
            "input": {"values": [10.0, 20.0]}}
 
 

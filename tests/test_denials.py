@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from tests.conftest import Api
 
@@ -106,8 +107,8 @@ def test_lowered_limit_blocks_without_refund(api: Api) -> None:
 
 def test_preview_prices_without_charging(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1})
-    body = {"dataset": "clicks", "partitions": ["a"], "mechanism": "laplace",
-            "params": {"epsilon": 0.4, "sensitivity": 1}}
+    body: dict[str, Any] = {"dataset": "clicks", "partitions": ["a"], "mechanism": "laplace",
+                            "params": {"epsilon": 0.4, "sensitivity": 1}}
     ok = api.post("/v1/charges/preview", body).get_json()
     assert ok["granted"] is True and ok["remaining_after"]["epsilon"] == 0.6
     body["params"]["epsilon"] = 1.5

@@ -50,9 +50,9 @@ def test_a_generated_client_charges_and_reads_a_denial(server: str, tmp_path: Pa
     generated, output = _generate(server, tmp_path)
     assert "Unable to process schema" not in output and "WARNING" not in output, output
     try:
-        from generated_accountant.api.charges import create_charge  # type: ignore[import-not-found]
-        from generated_accountant.api.datasets import create_dataset  # type: ignore[import-not-found]
-        from generated_accountant.models import (  # type: ignore[import-not-found]
+        from generated_accountant.api.charges import create_charge
+        from generated_accountant.api.datasets import create_dataset
+        from generated_accountant.models import (
             Charge,
             CreateChargeBody,
             CreateDatasetBody,

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,7 @@ def test_totals_rebuilt_from_the_ledger_match_and_edits_are_reported(
     service.charge(partitions=["a"], epsilon=0.25)
     api.charge(partitions=["b"], epsilon=20)  # denied: not in the totals
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
-    command = [BIN, "ledger", "rebuild-totals", "--check"]
+    command: list[str | Path] = [BIN, "ledger", "rebuild-totals", "--check"]
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "2 granted ledger entries" in result.stdout
@@ -127,7 +128,7 @@ def test_a_truncation_the_chain_cannot_see_is_caught_against_an_earlier_export(
     copy = tmp_path / f"earlier.{export_format}"
     copy.write_text(busy.get(f"/v1/ledger/export?format={export_format}").text)
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
-    verify = [BIN, "ledger", "verify", "--against", str(copy)]
+    verify: list[str | Path] = [BIN, "ledger", "verify", "--against", str(copy)]
     assert subprocess.run(verify, env=env, capture_output=True).returncode == 0
     for statement in REWOUND[case]:
         _sql(database_url, statement)
@@ -145,12 +146,13 @@ def test_every_limit_the_service_sets_keeps_the_terms_digest(api: Api) -> None:
     api.make_dataset("u", privacy_unit="user", max_partitions_per_user=3,
                      budget={"epsilon": 3}, partition_budget={"epsilon": 1})
     api.charge(dataset="z", mechanism="gaussian", params={"sigma": 20, "sensitivity": 1})
-    for dataset, change in [
-            ("z", {"windows": [{"period": "1h", "epsilon": 1}, {"period": "7d", "epsilon": 3}]}),
-            ("z", {"budget": {"epsilon": 5, "delta": 1e-7}}),
-            ("z", {"windows": []}),
-            ("u", {"partition_budget": {"epsilon": 2}, "budget": {"epsilon": 2.5}}),
-            ("u", {"partition_budget": None})]:
+    changes: list[tuple[str, dict[str, Any]]] = [
+        ("z", {"windows": [{"period": "1h", "epsilon": 1}, {"period": "7d", "epsilon": 3}]}),
+        ("z", {"budget": {"epsilon": 5, "delta": 1e-7}}),
+        ("z", {"windows": []}),
+        ("u", {"partition_budget": {"epsilon": 2}, "budget": {"epsilon": 2.5}}),
+        ("u", {"partition_budget": None})]
+    for dataset, change in changes:
         response = api.patch(f"/v1/datasets/{dataset}", {**change, "reason": "test"})
         assert response.status_code == 200, response.get_json()
         assert api.get("/v1/ledger/verify").get_json()["ok"] is True, change
@@ -193,6 +195,7 @@ def test_limits_rewritten_with_a_matching_digest_are_caught_by_the_charges(
     engine = create_engine(database_url)
     with Session(engine) as session:
         dataset = session.execute(select(Dataset).where(Dataset.name == "other")).scalar_one()
+        assert dataset.limit_epsilon is not None
         dataset.limit_epsilon = dataset.limit_epsilon * 10
         dataset.terms_sha256 = terms.digest(dataset)
         session.commit()

@@ -107,7 +107,7 @@ def _check(api: Api, database_url: str, mechanism: str, params: dict[str, Any],
         assert after == before, response.text
     else:
         assert response.get_json()["type"].endswith("/budget-exhausted")
-    return response.status_code
+    return int(response.status_code)
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ def reference_loss(charges: list[tuple[Fraction, list[str], str]], unit: str,
         return max(spend.values())
     if k is None:
         return total
-    return min(total, sum(sorted(spend.values(), reverse=True)[:k]))
+    return min(total, sum(sorted(spend.values(), reverse=True)[:k], Fraction(0)))
 
 
 charge = st.tuples(

@@ -18,7 +18,7 @@ from accountant.plugins import MechanismRegistry, make_plugin_manager
 
 
 def _schemas() -> dict[str, Mapping[str, Any]]:
-    found = {name: value for name, value in vars(schemas).items()
+    found: dict[str, Mapping[str, Any]] = {name: value for name, value in vars(schemas).items()
              if name.isupper() and isinstance(value, dict)}
     for mechanism in MechanismRegistry(*make_plugin_manager()).all():
         found[f"{mechanism.name}.params"] = mechanism.params_schema

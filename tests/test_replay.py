@@ -27,7 +27,8 @@ from accountant.randomness import RandomSource
 from accountant_plugins.laplace import LAPLACE
 from tests.conftest import ADMIN_KEY, Api, run_sql
 
-CHARGE = {"input": {"values": [10.0, 20.0]}, "headers": {"Idempotency-Key": "retry-me"}}
+CHARGE: dict[str, Any] = {"input": {"values": [10.0, 20.0]},
+                          "headers": {"Idempotency-Key": "retry-me"}}
 
 
 def _app(database_url: str, folder: Path, *, key: str = "signing-key.pem",

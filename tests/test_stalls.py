@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(postgres_bin() is None,
                                  reason="needs PostgreSQL's server programs")]
 HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
-CHARGE = {"dataset": "frozen", "partitions": ["p1"], "mechanism": "laplace",
+CHARGE: dict[str, Any] = {"dataset": "frozen", "partitions": ["p1"], "mechanism": "laplace",
           "params": {"epsilon": 0.01, "sensitivity": 1}, "input": {"values": [1.0]}}
 
 
@@ -92,7 +92,7 @@ def test_a_frozen_database_is_a_503_within_the_timeout_and_healthz_stays_up(
                        for key, r in zip(keys, after, strict=True)]
             assert [r.status_code for r in retried] == [201] * len(keys)
             ledger = http.get(f"{service.base}/v1/ledger", headers=HEADERS,
-                              params={"dataset": "frozen", "limit": 100}).json()
+                              params={"dataset": "frozen", "limit": "100"}).json()
             assert len(ledger["entries"]) == 1 + len(keys)  # each charged once
             assert http.get(f"{service.base}/v1/ledger/verify",
                             headers=HEADERS).json()["ok"] is True
