@@ -34,6 +34,7 @@ serve: $(SERVE_STAMP)  ## install, migrate ./var/accountant.db, print a first ad
 
 test: $(STAMP) $(TEST_PLUGINS)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/vulture
 	PYTHONPATH=$(TEST_PLUGINS) $(BIN)/python -m pytest

@@ -56,26 +56,50 @@ def _amount(amount: Amount, names: tuple[ComponentName, ...]) -> dict[str, float
     return {name: float(COMPONENTS[name].to_decimal(amount[name])) for name in names}
 
 
-def crossings(checks: tuple[ScopeCheck, ...], names: tuple[ComponentName, ...],
-              thresholds: tuple[int, ...], *, dataset: str, consumer: str, charge_id: str,
-              at: float) -> list[BudgetAlert]:
+def crossings(
+    checks: tuple[ScopeCheck, ...],
+    names: tuple[ComponentName, ...],
+    thresholds: tuple[int, ...],
+    *,
+    dataset: str,
+    consumer: str,
+    charge_id: str,
+    at: float,
+) -> list[BudgetAlert]:
     alerts = []
     for check in checks:
         before = _utilisation(check.spent, check, names)
         after = _utilisation(check.after, check, names)
         for threshold in thresholds:
             if before < threshold / 100 <= after:
-                window = {} if check.window is None else {
-                    "period": check.window.name, "start": isoformat(check.window.start),
-                    "end": isoformat(check.window.end)}
-                alerts.append(BudgetAlert(
-                    dataset=dataset, scope=check.scope, threshold=threshold,
-                    utilisation=round(after, 6), loss=_amount(check.after, names),
-                    limit={n: float(COMPONENTS[n].to_decimal(v)) for n in names
-                           if (v := check.limit[n]) is not None},
-                    charge_id=charge_id, at=isoformat(at),
-                    partition=check.partition if check.scope == "partition" else None,
-                    consumer=consumer if check.scope == "consumer" else None, window=window))
+                window = (
+                    {}
+                    if check.window is None
+                    else {
+                        "period": check.window.name,
+                        "start": isoformat(check.window.start),
+                        "end": isoformat(check.window.end),
+                    }
+                )
+                alerts.append(
+                    BudgetAlert(
+                        dataset=dataset,
+                        scope=check.scope,
+                        threshold=threshold,
+                        utilisation=round(after, 6),
+                        loss=_amount(check.after, names),
+                        limit={
+                            n: float(COMPONENTS[n].to_decimal(v))
+                            for n in names
+                            if (v := check.limit[n]) is not None
+                        },
+                        charge_id=charge_id,
+                        at=isoformat(at),
+                        partition=check.partition if check.scope == "partition" else None,
+                        consumer=consumer if check.scope == "consumer" else None,
+                        window=window,
+                    )
+                )
     return alerts
 
 
@@ -89,8 +113,9 @@ class AlertSettings:
 
     @classmethod
     def of(cls, settings: Settings) -> AlertSettings:
-        return cls(settings.alert_thresholds, settings.alert_webhook_url,
-                   settings.alert_webhook_timeout_ms)
+        return cls(
+            settings.alert_thresholds, settings.alert_webhook_url, settings.alert_webhook_timeout_ms
+        )
 
 
 class AlertDispatcher:
@@ -103,12 +128,18 @@ class AlertDispatcher:
         hook = pm.hook.accountant_budget_alert
         plugins = [impl.plugin for impl in hook.get_hookimpls()]
         self._callers = [
-            (pm.get_name(plugin), pm.subset_hook_caller(
-                "accountant_budget_alert", [p for p in plugins if p is not plugin]))
-            for plugin in plugins]
+            (
+                pm.get_name(plugin),
+                pm.subset_hook_caller(
+                    "accountant_budget_alert", [p for p in plugins if p is not plugin]
+                ),
+            )
+            for plugin in plugins
+        ]
 
-    def after_grant(self, checks: tuple[ScopeCheck, ...], names: tuple[ComponentName, ...],
-                    **facts: Any) -> None:
+    def after_grant(
+        self, checks: tuple[ScopeCheck, ...], names: tuple[ComponentName, ...], **facts: Any
+    ) -> None:
         """Send an alert for each threshold a granted charge crossed."""
         self.fire(crossings(checks, names, self.alerting.thresholds, **facts))
 

@@ -40,9 +40,12 @@ from accountant.services.receipts import register as register_key
 log = logging.getLogger(__name__)
 
 
-def create_app(config: Mapping[str, Any] | Settings | None = None, *,
-               clock: Clock | None = None,
-               extra_plugins: Iterable[tuple[str, object]] = ()) -> Flask:
+def create_app(
+    config: Mapping[str, Any] | Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    extra_plugins: Iterable[tuple[str, object]] = (),
+) -> Flask:
     """Build the service. ``config`` overrides environment settings (tests pass a mapping)."""
     settings = config if isinstance(config, Settings) else load_settings(config)
     structured_logging.configure(settings.log_level)
@@ -62,20 +65,34 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
         signer=signer,
         clock=clock,
         charging=ChargeContext(
-            noise=noise.load_or_create(Path(settings.noise_secret_file)), signer=signer,
-            clock=clock, alerts=AlertDispatcher(pm, AlertSettings.of(settings)),
-            signer_published=[False]),
+            noise=noise.load_or_create(Path(settings.noise_secret_file)),
+            signer=signer,
+            clock=clock,
+            alerts=AlertDispatcher(pm, AlertSettings.of(settings)),
+            signer_published=[False],
+        ),
         key_hasher=key_hashing.load_or_create(Path(settings.key_hash_secret_file)),
     )
     app.extensions["accountant_engine"] = engine
-    for blueprint in (meta.bp, openapi.bp, datasets.bp, consumers.bp, charges.bp, ledger.bp,
-                      receipts.bp, dashboard.bp):
+    for blueprint in (
+        meta.bp,
+        openapi.bp,
+        datasets.bp,
+        consumers.bp,
+        charges.bp,
+        ledger.bp,
+        receipts.bp,
+        dashboard.bp,
+    ):
         app.register_blueprint(blueprint)
     app.secret_key = signing.derive_secret(signer, b"accountant dashboard session v1")
     app.session_interface = CookieSessions()
-    app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
-                      SESSION_COOKIE_NAME="accountant_session",
-                      PERMANENT_SESSION_LIFETIME=8 * 3600)
+    app.config.update(
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_NAME="accountant_session",
+        PERMANENT_SESSION_LIFETIME=8 * 3600,
+    )
     app.teardown_appcontext(close_db)
 
     @app.before_request
@@ -85,10 +102,14 @@ def create_app(config: Mapping[str, Any] | Settings | None = None, *,
     @app.after_request
     def _observe(response: Response) -> Response:
         if request.endpoint == "charges.create" and "started" in g:
-            record_metric(lambda: CHARGE_SECONDS.labels(outcome_of(response.status_code))
-                          .observe(time.perf_counter() - g.started))
+            record_metric(
+                lambda: CHARGE_SECONDS.labels(outcome_of(response.status_code)).observe(
+                    time.perf_counter() - g.started
+                )
+            )
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
+
     _register_error_handlers(app)
     _register_signing_key(app)
     _register_noise_secret(app)
@@ -152,10 +173,12 @@ def prepare_host(settings: Settings) -> None:
             with make_session_factory(engine)() as session:
                 try:
                     begin_write(session)
-                    if ensure_first_admin(session, settings.admin_key, time.time_ns() // 1000,
-                                          hasher):
-                        log.info("created the first admin consumer 'admin' from "
-                                 "ACCOUNTANT_ADMIN_KEY")
+                    if ensure_first_admin(
+                        session, settings.admin_key, time.time_ns() // 1000, hasher
+                    ):
+                        log.info(
+                            "created the first admin consumer 'admin' from ACCOUNTANT_ADMIN_KEY"
+                        )
                     session.commit()
                 except IntegrityError:
                     session.rollback()  # another host created it first
@@ -196,15 +219,18 @@ def bootstrap_admin(app: Flask, key: str) -> None:
         session.rollback()  # another worker or host created it first
     except (OperationalError, DBAPIError) as error:
         session.rollback()
-        log.warning("could not create the first admin; is the schema migrated?",
-                    extra={"error": type(error).__name__})
+        log.warning(
+            "could not create the first admin; is the schema migrated?",
+            extra={"error": type(error).__name__},
+        )
     finally:
         session.close()
 
 
 def _response(problem: problems.Problem) -> Response:
-    response = Response(dumps(problem.body), status=problem.status,
-                        mimetype="application/problem+json")
+    response = Response(
+        dumps(problem.body), status=problem.status, mimetype="application/problem+json"
+    )
     for name, value in problem.headers.items():
         response.headers[name] = value
     return response
@@ -222,36 +248,58 @@ def _register_error_handlers(app: Flask) -> None:
             limit = app.config["MAX_CONTENT_LENGTH"]
             detail = f"the request body is larger than {limit} bytes; send less data"
         allow = {name: value for name, value in error.get_headers() if name == "Allow"}
-        return _response(problems.problem(error.code or 500,
-                                          error.name.lower().replace(" ", "-"), error.name,
-                                          detail, headers=allow))
+        return _response(
+            problems.problem(
+                error.code or 500,
+                error.name.lower().replace(" ", "-"),
+                error.name,
+                detail,
+                headers=allow,
+            )
+        )
 
     @app.errorhandler(IntegrityError)
     def _on_integrity(error: IntegrityError) -> Response:
         log.warning("integrity conflict", extra={"path": request.path})
-        return _response(problems.of(
-            Conflict("the request conflicts with the current state; retry it")))
+        return _response(
+            problems.of(Conflict("the request conflicts with the current state; retry it"))
+        )
 
     @app.errorhandler(DataError)
     def _on_data(error: DataError) -> Response:
         # A value the database refuses to store or compare, such as a NUL character in a
         # name on PostgreSQL: the request's fault, and nothing was written.
-        detail = ("a value in the request cannot be used by the database (for example a NUL "
-                  "character or a number out of range); remove it")
-        return _response(problems.of(
-            InvalidRequest(detail, errors=[{"field": "", "message": detail}])))
+        detail = (
+            "a value in the request cannot be used by the database (for example a NUL "
+            "character or a number out of range); remove it"
+        )
+        return _response(
+            problems.of(InvalidRequest(detail, errors=[{"field": "", "message": detail}]))
+        )
 
     @app.errorhandler(OperationalError)
     def _on_database(error: OperationalError) -> Response:
         record_metric(DATABASE_ERRORS.inc)
-        log.error("database unavailable", extra={"path": request.path,
-                                                 "error": str(error.orig)[:200]})
-        return _response(problems.of(Unavailable(
-            "the database is unavailable; retry with the same Idempotency-Key",
-            retry_after=1)))
+        log.error(
+            "database unavailable", extra={"path": request.path, "error": str(error.orig)[:200]}
+        )
+        return _response(
+            problems.of(
+                Unavailable(
+                    "the database is unavailable; retry with the same Idempotency-Key",
+                    retry_after=1,
+                )
+            )
+        )
 
     @app.errorhandler(Exception)
     def _on_unexpected(error: Exception) -> Response:
         log.exception("unexpected error", extra={"path": request.path})
-        return _response(problems.problem(500, "internal", "Internal error",
-                                          "an unexpected error occurred; it has been logged"))
+        return _response(
+            problems.problem(
+                500,
+                "internal",
+                "Internal error",
+                "an unexpected error occurred; it has been logged",
+            )
+        )

@@ -84,32 +84,68 @@ def configurations(mechanism: Mechanism, samples: int) -> list[Configuration]:
     if "sensitivity" in params_properties:
         params["sensitivity"] = Decimal(1)
     if "utilities" in properties:
-        return [Configuration("utilities [0, 1] vs [1, 0]", params, accounting,
-                              {"utilities": [0, 1]}, {"utilities": [1, 0]}, 1)]
+        return [
+            Configuration(
+                "utilities [0, 1] vs [1, 0]",
+                params,
+                accounting,
+                {"utilities": [0, 1]},
+                {"utilities": [1, 0]},
+                1,
+            )
+        ]
     items = properties.get("values", {}).get("items", {})
     if "boolean" in str(items):
-        configurations = [Configuration("value true vs false", params, accounting,
-                                        {"values": [True] * samples},
-                                        {"values": [False] * samples}, samples)]
+        configurations = [
+            Configuration(
+                "value true vs false",
+                params,
+                accounting,
+                {"values": [True] * samples},
+                {"values": [False] * samples},
+                samples,
+            )
+        ]
         if "null" in str(items):  # a roster: add/remove turns a member's value into null
-            configurations += [Configuration(f"member {value} vs absent", params, accounting,
-                                             {"values": [value] * samples},
-                                             {"values": [None] * samples}, samples)
-                               for value in (True, False)]
+            configurations += [
+                Configuration(
+                    f"member {value} vs absent",
+                    params,
+                    accounting,
+                    {"values": [value] * samples},
+                    {"values": [None] * samples},
+                    samples,
+                )
+                for value in (True, False)
+            ]
         return configurations
     zero: Any = 0 if items.get("type") == "integer" else 0.0
-    return [Configuration("value 0 vs sensitivity", params, accounting,
-                          {"values": [zero] * samples},
-                          {"values": [zero + 1] * samples}, samples)]
+    return [
+        Configuration(
+            "value 0 vs sensitivity",
+            params,
+            accounting,
+            {"values": [zero] * samples},
+            {"values": [zero + 1] * samples},
+            samples,
+        )
+    ]
 
 
-def _draw(mechanism: Mechanism, configuration: Configuration, data: Mapping[str, Any],
-          samples: int, source: RandomSource) -> Floats:
+def _draw(
+    mechanism: Mechanism,
+    configuration: Configuration,
+    data: Mapping[str, Any],
+    samples: int,
+    source: RandomSource,
+) -> Floats:
     if configuration.samples_per_call > 1:
         output = mechanism.run(configuration.params, data, source)
         return np.array([float(v) for v in output["values"]], dtype=np.float64)
-    return np.array([float(mechanism.run(configuration.params, data, source)["index"])
-                     for _ in range(samples)], dtype=np.float64)
+    return np.array(
+        [float(mechanism.run(configuration.params, data, source)["index"]) for _ in range(samples)],
+        dtype=np.float64,
+    )
 
 
 @dataclass(frozen=True)
@@ -154,16 +190,23 @@ def _bound(hits_a: int, hits_b: int, n: int, delta: float, alpha: float) -> floa
     return math.log((low - delta) / high)
 
 
-def audit(mechanism: Mechanism, *, samples: int = 1_000_000, alpha: float = 1e-3,
-          source: RandomSource | None = None, progress: Progress | None = None) -> list[Finding]:
+def audit(
+    mechanism: Mechanism,
+    *,
+    samples: int = 1_000_000,
+    alpha: float = 1e-3,
+    source: RandomSource | None = None,
+    progress: Progress | None = None,
+) -> list[Finding]:
     """Audit ``mechanism``; a finding with ``passed`` false is a privacy violation."""
     source = source or RandomSource()
     say = progress or (lambda message: None)
     cases = configurations(mechanism, samples)
     findings = []
     for number, configuration in enumerate(cases, start=1):
-        cost = mechanism.cost(configuration.params,
-                              PrivacyContext("record", configuration.accounting))
+        cost = mechanism.cost(
+            configuration.params, PrivacyContext("record", configuration.accounting)
+        )
         epsilon, delta = float(cost.epsilon), float(cost.delta)
         n = samples if configuration.samples_per_call > 1 else min(samples, 20_000)
         say(f"[{number}/{len(cases)}] {configuration.label}: drawing {n} outputs per side ...")
@@ -184,8 +227,11 @@ def audit(mechanism: Mechanism, *, samples: int = 1_000_000, alpha: float = 1e-3
         hits_second = best.count(second[half:])
         lower = _bound(hits_first, hits_second, n - half, delta, alpha / len(cases))
         direction = "x' vs x" if swapped else "x vs x'"
-        findings.append(Finding(configuration.label, epsilon, delta, lower,
-                                f"{name} ({direction})", n))
-        say(f"[{number}/{len(cases)}] epsilon lower bound {lower:.4f} "
-            f"(declared {epsilon:g}) on event {name}")
+        findings.append(
+            Finding(configuration.label, epsilon, delta, lower, f"{name} ({direction})", n)
+        )
+        say(
+            f"[{number}/{len(cases)}] epsilon lower bound {lower:.4f} "
+            f"(declared {epsilon:g}) on event {name}"
+        )
     return findings

@@ -51,11 +51,15 @@ def _database(settings: Settings) -> Engine:
 
     url = make_url(settings.database_url)
     shown = url.render_as_string(hide_password=True)
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
-            and not Path(url.database).exists():
+    if (
+        url.get_backend_name() == "sqlite"
+        and url.database not in (None, "", ":memory:")
+        and not Path(url.database).exists()
+    ):
         raise click.ClickException(
             f"no database at {url.database}; run 'accountant init' in this folder first, or "
-            "point ACCOUNTANT_DATABASE_URL at the service's database")
+            "point ACCOUNTANT_DATABASE_URL at the service's database"
+        )
     engine = make_engine(settings, service=False)
     try:
         with engine.connect() as connection:
@@ -134,8 +138,11 @@ def init() -> None:
             session.rollback()
             created = False
     if not created:
-        click.echo("an admin already exists; create more keys with "
-                   "'accountant keys create --name NAME --role admin'", err=True)
+        click.echo(
+            "an admin already exists; create more keys with "
+            "'accountant keys create --name NAME --role admin'",
+            err=True,
+        )
         return
     click.echo("first admin key (shown once; store it now):", err=True)
     click.echo(key)
@@ -144,10 +151,16 @@ def init() -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8000, show_default=True, type=int, help="Port to bind.")
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 256),
-              help="Worker processes.")
-@click.option("--threads", default=4, show_default=True, type=click.IntRange(1, 256),
-              help="Threads per worker.")
+@click.option(
+    "--workers", default=2, show_default=True, type=click.IntRange(1, 256), help="Worker processes."
+)
+@click.option(
+    "--threads",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Threads per worker.",
+)
 def serve(host: str, port: int, workers: int, threads: int) -> None:
     """Serve the API with gunicorn in the foreground; SIGTERM stops every worker."""
     from gunicorn.app.base import BaseApplication
@@ -176,12 +189,18 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # never point anyone at it again
         raise click.ClickException(str(error)) from None
 
-    class _Server(BaseApplication):  # type: ignore[misc]
+    class _Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
         def load_config(self) -> None:
             options: dict[str, Any] = {
-                "bind": f"{host}:{port}", "workers": workers, "threads": threads,
-                "worker_class": "gthread", "graceful_timeout": 10, "timeout": 60,
-                "accesslog": None, "errorlog": "-", "loglevel": "warning",
+                "bind": f"{host}:{port}",
+                "workers": workers,
+                "threads": threads,
+                "worker_class": "gthread",
+                "graceful_timeout": 10,
+                "timeout": 60,
+                "accesslog": None,
+                "errorlog": "-",
+                "loglevel": "warning",
                 "logconfig_dict": serving.LOGGING,
             }
             for key, value in options.items():
@@ -195,7 +214,8 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
 
     logging.getLogger("accountant.serve").info(
         f"serving on http://{host}:{port} with {workers} workers",
-        extra={"url": f"http://{host}:{port}", "workers": workers, "threads": threads})
+        extra={"url": f"http://{host}:{port}", "workers": workers, "threads": threads},
+    )
     serving.install()
     try:
         _Server().run()
@@ -215,7 +235,7 @@ def _remove_stale_metrics_folders() -> None:
     from pathlib import Path
 
     for folder in Path(tempfile.gettempdir()).glob(f"{_METRICS_PREFIX}*"):
-        pid = folder.name[len(_METRICS_PREFIX):].split("-")[0]
+        pid = folder.name[len(_METRICS_PREFIX) :].split("-")[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -247,8 +267,12 @@ def noise_secret_show() -> None:
 
 
 @noise_secret.command("adopt")
-@click.option("--yes", is_flag=True, required=True,
-              help="Confirm: replays of charges made under the old secret will be refused.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    required=True,
+    help="Confirm: replays of charges made under the old secret will be refused.",
+)
 def noise_secret_adopt(yes: bool) -> None:
     """Make this host's noise secret the database's, retiring the old one.
 
@@ -278,7 +302,7 @@ def _mark_dead(_server: Any, worker: Any) -> None:
     """gunicorn hook: drop a dead worker's live gauges from the multiprocess metrics."""
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]  # prometheus_client's multiprocess module is untyped
 
 
 @main.group()
@@ -293,18 +317,25 @@ def _slug(_context: click.Context, parameter: click.Parameter, value: str) -> st
     from accountant.api.schemas import SLUG
 
     if not re.fullmatch(SLUG, value):
-        raise click.BadParameter(f"{value!r} is not a valid name: use 1 to 63 lowercase letters, "
-                                 "digits, '-' and '_', starting with a letter or digit",
-                                 param=parameter)
+        raise click.BadParameter(
+            f"{value!r} is not a valid name: use 1 to 63 lowercase letters, "
+            "digits, '-' and '_', starting with a letter or digit",
+            param=parameter,
+        )
     return value
 
 
 @keys.command("create")
-@click.option("--name", required=True, callback=_slug,
-              help="Consumer name; created if it does not exist.")
+@click.option(
+    "--name", required=True, callback=_slug, help="Consumer name; created if it does not exist."
+)
 @click.option("--role", required=True, type=click.Choice(["admin", "service", "auditor"]))
-@click.option("--dataset", "datasets", multiple=True,
-              help="Dataset to grant (service role; repeat for several).")
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    help="Dataset to grant (service role; repeat for several).",
+)
 def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     """Print a new key for consumer NAME, once; the database keeps only its hash."""
     from accountant.db import begin_write, make_session_factory
@@ -320,23 +351,29 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
             begin_write(session)
             consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar()
             if consumer is None:
-                _, key = create_consumer(session, {"name": name, "role": role,
-                                                   "datasets": list(datasets)}, _now(), hasher)
+                _, key = create_consumer(
+                    session,
+                    {"name": name, "role": role, "datasets": list(datasets)},
+                    _now(),
+                    hasher,
+                )
             elif consumer.role != role:
                 raise click.ClickException(f"consumer {name!r} exists with role {consumer.role}")
             elif datasets:
                 raise click.ClickException(
                     f"consumer {name!r} exists; --dataset applies only when creating one. "
                     f"Change its grants with PATCH /v1/consumers/{name}, or run again "
-                    "without --dataset for a new key")
+                    "without --dataset for a new key"
+                )
             else:
                 _, key = issue_key(session, consumer, _now(), hasher)
             session.commit()
     except AccountantError as error:
         raise click.ClickException(error.detail) from None
     except (OperationalError, IntegrityError) as error:
-        raise click.ClickException(f"database error: {error.orig}; "
-                                   "did you run 'accountant db upgrade'?") from None
+        raise click.ClickException(
+            f"database error: {error.orig}; did you run 'accountant db upgrade'?"
+        ) from None
     click.echo(key)
 
 
@@ -346,11 +383,20 @@ def ledger() -> None:
 
 
 @ledger.command("verify")
-@click.option("--against", "copies", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="An earlier export (JSON Lines or CSV from GET /v1/ledger/export) that the "
-                   "ledger must still contain; repeat for several.")
-@click.option("--file", "export_file", type=click.Path(exists=True, dir_okay=False),
-              help="Verify this JSON Lines export alone, offline: no database, no settings.")
+@click.option(
+    "--against",
+    "copies",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="An earlier export (JSON Lines or CSV from GET /v1/ledger/export) that the "
+    "ledger must still contain; repeat for several.",
+)
+@click.option(
+    "--file",
+    "export_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Verify this JSON Lines export alone, offline: no database, no settings.",
+)
 def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
     """Recompute every dataset's hash chain; exit 1 naming the first bad entry.
 
@@ -368,7 +414,8 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
     sessions = make_session_factory(_database(_settings()))
     with sessions() as session:
         result = ledger_service.verify(
-            session, progress=lambda n: click.echo(f"  {n} entries checked ...", err=True))
+            session, progress=lambda n: click.echo(f"  {n} entries checked ...", err=True)
+        )
         missing = ledger_service.anchors_missing(session, anchors) if result.ok else []
     for problem in missing:
         click.echo(f"DAMAGED: {problem}", err=True)
@@ -379,8 +426,11 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
         for name, head in sorted(result.heads.items()):
             click.echo(f"  {name} {head}")
         return
-    where = "" if result.first_bad is None else \
-        f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
+    where = (
+        ""
+        if result.first_bad is None
+        else f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
+    )
     click.echo(f"DAMAGED: dataset {result.dataset!r}{where}: {result.reason}", err=True)
     sys.exit(1)
 
@@ -409,8 +459,11 @@ def _anchors(paths: tuple[str, ...]) -> dict[str, tuple[int, str]]:
         with open(path, newline="", encoding="utf-8") as file:
             first = file.read(1)
             file.seek(0)
-            rows = (json.loads(line) for line in file if line.strip()) if first == "{" \
+            rows = (
+                (json.loads(line) for line in file if line.strip())
+                if first == "{"
                 else csv.DictReader(file)
+            )
             try:
                 for row in rows:
                     name, seq = _plain_cell(row["dataset"]), int(row["seq"])
@@ -419,19 +472,26 @@ def _anchors(paths: tuple[str, ...]) -> dict[str, tuple[int, str]]:
             except (KeyError, ValueError) as error:
                 raise click.ClickException(
                     f"{path} is not a ledger export (JSON Lines or CSV with dataset, seq and "
-                    f"hash): {error}") from None
+                    f"hash): {error}"
+                ) from None
     return last
 
 
 def _plain_cell(value: str) -> str:
     """A CSV cell as it was before the export escaped a leading formula character."""
-    return value[1:] if value[:1] == "'" and value[1:2] in ("=", "+", "-", "@", "\t", "\r") \
-        else value
+    return (
+        value[1:] if value[:1] == "'" and value[1:2] in ("=", "+", "-", "@", "\t", "\r") else value
+    )
 
 
 @ledger.command("rebuild-totals")
-@click.option("--check", "check_only", is_flag=True, required=True,
-              help="Only compare the rebuilt totals with the stored ones (required).")
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    required=True,
+    help="Only compare the rebuilt totals with the stored ones (required).",
+)
 def ledger_rebuild_totals(check_only: bool) -> None:
     """Recompute every scope's totals from the ledger; exit 1 on any difference."""
     from accountant.db import make_session_factory
@@ -441,8 +501,11 @@ def ledger_rebuild_totals(check_only: bool) -> None:
     with sessions() as session:
         replayed, differences = totals.check(session)
     for diff in differences:
-        click.echo(f"DIFFERENT {diff.dataset} {diff.scope} {diff.what}: stored {diff.stored}, "
-                   f"ledger says {diff.rebuilt}", err=True)
+        click.echo(
+            f"DIFFERENT {diff.dataset} {diff.scope} {diff.what}: stored {diff.stored}, "
+            f"ledger says {diff.rebuilt}",
+            err=True,
+        )
     if differences:
         sys.exit(1)
     click.echo(f"ok: the totals equal the {replayed} granted ledger entries")
@@ -470,10 +533,20 @@ def plugins_list() -> None:
 
 @plugins.command("audit")
 @click.argument("name")
-@click.option("--samples", default=1_000_000, show_default=True, type=click.IntRange(1000),
-              help="Outputs drawn per neighbouring input (selections use at most 20000).")
-@click.option("--alpha", default=1e-3, show_default=True, type=click.FloatRange(1e-12, 0.5),
-              help="False-alarm probability for an honest mechanism.")
+@click.option(
+    "--samples",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(1000),
+    help="Outputs drawn per neighbouring input (selections use at most 20000).",
+)
+@click.option(
+    "--alpha",
+    default=1e-3,
+    show_default=True,
+    type=click.FloatRange(1e-12, 0.5),
+    help="False-alarm probability for an honest mechanism.",
+)
 def plugins_audit(name: str, samples: int, alpha: float) -> None:
     """Empirically test mechanism NAME on neighbouring inputs; exit 1 if its epsilon is
     provably larger than it declares. Needs the audit extra (scipy)."""
@@ -491,14 +564,20 @@ def plugins_audit(name: str, samples: int, alpha: float) -> None:
         known = ", ".join(m.name for m in registry.all())
         raise click.ClickException(f"no mechanism {name!r}; registered: {known}")
     started = time.monotonic()
-    findings = audit(mechanism, samples=samples, alpha=alpha,
-                     progress=lambda message: click.echo(message, err=True))
+    findings = audit(
+        mechanism,
+        samples=samples,
+        alpha=alpha,
+        progress=lambda message: click.echo(message, err=True),
+    )
     for finding in findings:
         verdict = "pass" if finding.passed else "FAIL"
-        click.echo(f"{verdict} {name} {finding.label}: epsilon >= "
-                   f"{finding.epsilon_lower_bound:.4f} with confidence {1 - alpha:g} "
-                   f"(declared {finding.declared_epsilon:g}, delta {finding.declared_delta:g}, "
-                   f"{finding.samples} samples per side, event {finding.event})")
+        click.echo(
+            f"{verdict} {name} {finding.label}: epsilon >= "
+            f"{finding.epsilon_lower_bound:.4f} with confidence {1 - alpha:g} "
+            f"(declared {finding.declared_epsilon:g}, delta {finding.declared_delta:g}, "
+            f"{finding.samples} samples per side, event {finding.event})"
+        )
     click.echo(f"audited in {time.monotonic() - started:.1f} s", err=True)
     if not all(finding.passed for finding in findings):
         sys.exit(1)

@@ -47,13 +47,25 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
-    "AccountantError", "BudgetExhausted", "Charge", "Client", "Denied", "Forbidden",
-    "InvalidRequest", "NotFound", "Plan", "Preview", "ReceiptInvalid", "Unauthorized",
-    "Unavailable", "WindowExhausted",
+    "AccountantError",
+    "BudgetExhausted",
+    "Charge",
+    "Client",
+    "Denied",
+    "Forbidden",
+    "InvalidRequest",
+    "NotFound",
+    "Plan",
+    "Preview",
+    "ReceiptInvalid",
+    "Unauthorized",
+    "Unavailable",
+    "WindowExhausted",
 ]
 
 
 # -- errors -----------------------------------------------------------------------------
+
 
 class AccountantError(Exception):
     """A problem+json answer (RFC 9457), or no answer at all (``Unavailable``)."""
@@ -137,11 +149,13 @@ class ReceiptInvalid(AccountantError):
 
 
 def _amount(value: Any) -> dict[str, Decimal]:
-    return {k: Decimal(str(v)) for k, v in (value or {}).items()
-            if isinstance(v, int | float | Decimal)}
+    return {
+        k: Decimal(str(v)) for k, v in (value or {}).items() if isinstance(v, int | float | Decimal)
+    }
 
 
 # -- results ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Charge:
@@ -184,17 +198,28 @@ class Plan:
 
 # -- the client -------------------------------------------------------------------------
 
+
 class Client:
     """The accountant's API with one key. ``deadline``: seconds a call keeps retrying;
     ``timeout``: seconds one attempt may take; ``verify_receipts``: check every receipt
     offline (default)."""
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 10.0,
-                 deadline: float = 30.0, verify_receipts: bool = True,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout,
-                                  headers={"Authorization": f"Bearer {api_key}"},
-                                  transport=transport)
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        deadline: float = 30.0,
+        verify_receipts: bool = True,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {api_key}"},
+            transport=transport,
+        )
         self.deadline = deadline
         self.verify_receipts = verify_receipts
         self._keys: dict[str, Ed25519PublicKey] = {}
@@ -210,46 +235,88 @@ class Client:
 
     # charges -----------------------------------------------------------------------------
 
-    def charge(self, *, dataset: str, partitions: Sequence[str] | str, mechanism: str,
-               params: Mapping[str, Any], input: Mapping[str, Any] | None = None,
-               release: str = "joint", idempotency_key: str | None = None) -> Charge:
+    def charge(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        input: Mapping[str, Any] | None = None,
+        release: str = "joint",
+        idempotency_key: str | None = None,
+    ) -> Charge:
         """Charge and release once. Retries reuse one idempotency key, so the answer is the
         first one however many attempts it takes."""
         key = idempotency_key or str(uuid.uuid4())
         body = _charge_body(dataset, partitions, mechanism, params, input, release)
-        answer = self._call("POST", "/v1/charges", json=body,
-                            headers={"Idempotency-Key": key})
-        claims = self.verify_receipt(answer["receipt"], output=answer["output"]) \
-            if self.verify_receipts else {}
+        answer = self._call("POST", "/v1/charges", json=body, headers={"Idempotency-Key": key})
+        claims = (
+            self.verify_receipt(answer["receipt"], output=answer["output"])
+            if self.verify_receipts
+            else {}
+        )
         return Charge(
-            charge_id=answer["charge_id"], dataset=answer["dataset"],
-            mechanism=answer["mechanism"], partitions=list(answer["partitions"]),
-            output=answer["output"], cost=_amount(answer["cost"]),
+            charge_id=answer["charge_id"],
+            dataset=answer["dataset"],
+            mechanism=answer["mechanism"],
+            partitions=list(answer["partitions"]),
+            output=answer["output"],
+            cost=_amount(answer["cost"]),
             charged=_amount(answer.get("charged")),
             multiplicity=int(answer.get("multiplicity", 1)),
-            remaining=_amount(answer.get("remaining")), receipt=answer["receipt"],
-            created_at=answer["created_at"], idempotency_key=key, claims=claims)
+            remaining=_amount(answer.get("remaining")),
+            receipt=answer["receipt"],
+            created_at=answer["created_at"],
+            idempotency_key=key,
+            claims=claims,
+        )
 
-    def preview(self, *, dataset: str, partitions: Sequence[str] | str, mechanism: str,
-                params: Mapping[str, Any], release: str = "joint") -> Preview:
+    def preview(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        release: str = "joint",
+    ) -> Preview:
         """What the charge would cost and whether it would be granted; nothing is charged."""
-        answer = self._call("POST", "/v1/charges/preview", json=_charge_body(
-            dataset, partitions, mechanism, params, None, release))
-        return Preview(bool(answer["granted"]), _amount(answer.get("cost")),
-                       _amount(answer.get("remaining_after")), answer.get("scope"),
-                       answer.get("reason"))
+        answer = self._call(
+            "POST",
+            "/v1/charges/preview",
+            json=_charge_body(dataset, partitions, mechanism, params, None, release),
+        )
+        return Preview(
+            bool(answer["granted"]),
+            _amount(answer.get("cost")),
+            _amount(answer.get("remaining_after")),
+            answer.get("scope"),
+            answer.get("reason"),
+        )
 
-    def plan(self, *, dataset: str, partitions: Sequence[str] | str, mechanism: str,
-             params: Mapping[str, Any], release: str = "joint",
-             count: int | None = None) -> Plan:
+    def plan(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        release: str = "joint",
+        count: int | None = None,
+    ) -> Plan:
         """How many more such charges fit; with ``count`` and the noise parameter left out
         of ``params``, the least-noise parameters for which ``count`` of them fit."""
         body = _charge_body(dataset, partitions, mechanism, params, None, release)
         if count is not None:
             body["count"] = count
         answer = self._call("POST", "/v1/charges/plan", json=body)
-        return Plan(answer.get("fits"), answer.get("limited_by"),
-                    _amount(answer["params"]) if "params" in answer else None, answer)
+        return Plan(
+            answer.get("fits"),
+            answer.get("limited_by"),
+            _amount(answer["params"]) if "params" in answer else None,
+            answer,
+        )
 
     def get_charge(self, charge_id: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/charges/{charge_id}"))
@@ -276,8 +343,9 @@ class Client:
         return dict(self._call("GET", f"/v1/datasets/{dataset}/budget"))
 
     def declare_partitions(self, dataset: str, keys: Sequence[str]) -> dict[str, Any]:
-        return dict(self._call("POST", f"/v1/datasets/{dataset}/partitions",
-                               json={"keys": list(keys)}))
+        return dict(
+            self._call("POST", f"/v1/datasets/{dataset}/partitions", json={"keys": list(keys)})
+        )
 
     def partitions(self, dataset: str) -> Iterator[dict[str, Any]]:
         """Every partition with its spend, page after page."""
@@ -292,8 +360,13 @@ class Client:
     def consumers(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/v1/consumers")["consumers"])
 
-    def create_consumer(self, name: str, role: str, datasets: Sequence[str] = (),
-                        quotas: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def create_consumer(
+        self,
+        name: str,
+        role: str,
+        datasets: Sequence[str] = (),
+        quotas: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Admin: a new consumer and its first key (``api_key``, shown once)."""
         body: dict[str, Any] = {"name": name, "role": role, "datasets": list(datasets)}
         if quotas:
@@ -316,8 +389,9 @@ class Client:
 
     def export(self, format: str = "jsonl", **filters: str) -> Iterator[str]:
         """The export's lines (JSON Lines or CSV), streamed."""
-        with self._http.stream("GET", "/v1/ledger/export",
-                               params={"format": format, **filters}) as response:
+        with self._http.stream(
+            "GET", "/v1/ledger/export", params={"format": format, **filters}
+        ) as response:
             if response.status_code != 200:
                 response.read()
                 raise _error(response)
@@ -339,8 +413,7 @@ class Client:
             claims = json.loads(_unb64(parts[1]))
             signature = _unb64(parts[2])
         except ValueError:
-            raise ReceiptInvalid({"detail": "the receipt's parts are not base64url JSON"}) \
-                from None
+            raise ReceiptInvalid({"detail": "the receipt's parts are not base64url JSON"}) from None
         if header.get("alg") != "EdDSA":
             raise ReceiptInvalid({"detail": "the receipt is not signed with EdDSA"})
         key = self._key(str(header.get("kid")))
@@ -349,8 +422,9 @@ class Client:
         except InvalidSignature:
             raise ReceiptInvalid({"detail": "the receipt's signature does not match"}) from None
         if output is not None:
-            digest = hashlib.sha256(json.dumps(output, sort_keys=True, separators=(",", ":"))
-                                    .encode()).hexdigest()
+            digest = hashlib.sha256(
+                json.dumps(output, sort_keys=True, separators=(",", ":")).encode()
+            ).hexdigest()
             if digest != claims.get("output_sha256"):
                 raise ReceiptInvalid({"detail": "the output is not the one the receipt names"})
         return dict(claims)
@@ -366,12 +440,12 @@ class Client:
 
     # transport -----------------------------------------------------------------------------
 
-    def _pages(self, path: str, items: str, params: Mapping[str, str]
-               ) -> Iterator[dict[str, Any]]:
+    def _pages(self, path: str, items: str, params: Mapping[str, str]) -> Iterator[dict[str, Any]]:
         cursor = None
         while True:
-            page = self._call("GET", path, params={**params, **({"cursor": cursor}
-                                                                  if cursor else {})})
+            page = self._call(
+                "GET", path, params={**params, **({"cursor": cursor} if cursor else {})}
+            )
             yield from page[items]
             cursor = page.get("next_cursor")
             if not cursor:
@@ -404,26 +478,42 @@ class Client:
             if time.monotonic() + delay > give_up:
                 detail = f"no answer after {attempt} attempts in {self.deadline:g} s: {last}"
                 raise Unavailable({"detail": detail, "status": 503}) from (
-                    last if isinstance(last, Exception) else None)
+                    last if isinstance(last, Exception) else None
+                )
             time.sleep(delay)
             pause = min(pause * 2, 5.0)
 
 
-def _charge_body(dataset: str, partitions: Sequence[str] | str, mechanism: str,
-                 params: Mapping[str, Any], input: Mapping[str, Any] | None,
-                 release: str) -> dict[str, Any]:
+def _charge_body(
+    dataset: str,
+    partitions: Sequence[str] | str,
+    mechanism: str,
+    params: Mapping[str, Any],
+    input: Mapping[str, Any] | None,
+    release: str,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "dataset": dataset, "mechanism": mechanism, "release": release,
+        "dataset": dataset,
+        "mechanism": mechanism,
+        "release": release,
         "partitions": partitions if isinstance(partitions, str) else list(partitions),
-        "params": dict(params)}
+        "params": dict(params),
+    }
     if input is not None:
         body["input"] = dict(input)
     return body
 
 
 _BY_STATUS: dict[int, type[AccountantError]] = {
-    400: InvalidRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
-    413: InvalidRequest, 422: InvalidRequest, 503: Unavailable}
+    400: InvalidRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: InvalidRequest,
+    422: InvalidRequest,
+    503: Unavailable,
+}
 
 
 def _error(response: httpx.Response) -> AccountantError:

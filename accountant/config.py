@@ -68,8 +68,15 @@ class Settings:
     cookie_secure: str = "auto"
 
 
-_INT_FIELDS = {"max_body_bytes", "max_vector_length", "max_partitions_per_charge",
-               "lock_timeout_ms", "database_timeout_ms", "pool_size", "alert_webhook_timeout_ms"}
+_INT_FIELDS = {
+    "max_body_bytes",
+    "max_vector_length",
+    "max_partitions_per_charge",
+    "lock_timeout_ms",
+    "database_timeout_ms",
+    "pool_size",
+    "alert_webhook_timeout_ms",
+}
 
 
 def default_database_url() -> str:
@@ -89,11 +96,11 @@ def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
     if not values.get("signing_key_file"):
         values["signing_key_file"] = str(Path.cwd() / "var" / "signing-key.pem")
     if not values.get("noise_secret_file"):
-        values["noise_secret_file"] = str(Path(values["signing_key_file"]).parent
-                                          / "noise-secret")
+        values["noise_secret_file"] = str(Path(values["signing_key_file"]).parent / "noise-secret")
     if not values.get("key_hash_secret_file"):
-        values["key_hash_secret_file"] = str(Path(values["signing_key_file"]).parent
-                                             / "key-hash-secret")
+        values["key_hash_secret_file"] = str(
+            Path(values["signing_key_file"]).parent / "key-hash-secret"
+        )
     settings = Settings(**values)
     _validate(settings)
     return settings
@@ -111,8 +118,9 @@ def _parse(name: str, raw: str) -> Any:
         try:
             return tuple(sorted(int(part) for part in raw.split(",") if part.strip()))
         except ValueError:
-            raise ConfigError(f"{PREFIX}ALERT_THRESHOLDS must be percents like 50,80,100, "
-                              f"got {raw!r}") from None
+            raise ConfigError(
+                f"{PREFIX}ALERT_THRESHOLDS must be percents like 50,80,100, got {raw!r}"
+            ) from None
     return raw
 
 

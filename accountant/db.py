@@ -59,8 +59,9 @@ def make_engine(settings: Settings, *, service: bool = True) -> Engine:
         engine = create_engine(url, connect_args={"timeout": settings.lock_timeout_ms / 1000})
         _configure_sqlite(engine, settings)
         database = url.database if url.database not in (None, "", ":memory:") else None
-        WRITE_GATES[engine] = WriteGate(settings.lock_timeout_ms / 1000,
-                                        None if database is None else database + "-writers")
+        WRITE_GATES[engine] = WriteGate(
+            settings.lock_timeout_ms / 1000, None if database is None else database + "-writers"
+        )
         _ENGINES.append(engine)
         return engine
     timeout_s = settings.database_timeout_ms / 1000
@@ -73,16 +74,25 @@ def make_engine(settings: Settings, *, service: bool = True) -> Engine:
         "options": options,
         "connect_timeout": max(2, math.ceil(timeout_s)),  # libpq's minimum
         # a server host that vanished is noticed on idle connections too
-        "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
-        "tcp_user_timeout": settings.database_timeout_ms}
+        "keepalives": 1,
+        "keepalives_idle": 5,
+        "keepalives_interval": 2,
+        "keepalives_count": 3,
+        "tcp_user_timeout": settings.database_timeout_ms,
+    }
     if settings.database_pooler == "pgbouncer":  # see deploy/README.md, "PgBouncer"
         del connect_args["options"]
         connect_args["prepare_threshold"] = None
     # The locking argument of the charge (services.charges) relies on READ COMMITTED: each
     # statement sent after the dataset's lock sees every charge committed before it.
-    engine = create_engine(url, pool_size=settings.pool_size, max_overflow=settings.pool_size,
-                           pool_timeout=deadline_s, connect_args=connect_args,
-                           isolation_level="READ COMMITTED")
+    engine = create_engine(
+        url,
+        pool_size=settings.pool_size,
+        max_overflow=settings.pool_size,
+        pool_timeout=deadline_s,
+        connect_args=connect_args,
+        isolation_level="READ COMMITTED",
+    )
     if service:
         _connect_with_deadline(engine, deadline_s)
     event.listen(engine, "checkout", _refuse_if_closed_by_server)

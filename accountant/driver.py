@@ -56,11 +56,9 @@ T = TypeVar("T")
 class Driver:
     """A cursor on one pooled DBAPI connection, for statements in the named style."""
 
-    __slots__ = ("_connection", "_cursor", "_dbapi", "_gate", "_in_gate", "_pipelined",
-                 "postgres")
+    __slots__ = ("_connection", "_cursor", "_dbapi", "_gate", "_in_gate", "_pipelined", "postgres")
 
-    def __init__(self, connection: Any, dialect: Dialect,
-                 gate: WriteGate | None = None) -> None:
+    def __init__(self, connection: Any, dialect: Dialect, gate: WriteGate | None = None) -> None:
         self._connection = connection
         self._pipelined = False
         self.postgres = dialect.name == "postgresql"
@@ -81,8 +79,8 @@ class Driver:
         gate = WRITE_GATES.get(engine)
         try:
             return cls(engine.raw_connection(), engine.dialect, gate)
-        except dbapi.Error as error:  # type: ignore[union-attr]
-            raise DBAPIError.instance(None, None, error, dbapi.Error) from error  # type: ignore[union-attr]
+        except dbapi.Error as error:  # type: ignore[union-attr]  # DB-API modules are untyped
+            raise DBAPIError.instance(None, None, error, dbapi.Error) from error  # type: ignore[union-attr]  # DB-API modules are untyped
 
     def begin_write(self) -> None:
         """Start a write transaction. SQLite takes the database's write lock now (``BEGIN
@@ -155,10 +153,9 @@ class Driver:
             with self._connection.driver_connection.pipeline():
                 self._pipelined = True
                 yield
-        except self._dbapi.Error as error:  # type: ignore[union-attr]
+        except self._dbapi.Error as error:  # type: ignore[union-attr]  # DB-API modules are untyped
             # Raised as the block ends, by a statement that no read waited for.
-            raise DBAPIError.instance(None, None, error,
-                                      self._dbapi.Error) from error  # type: ignore[union-attr]
+            raise DBAPIError.instance(None, None, error, self._dbapi.Error) from error  # type: ignore[union-attr]  # DB-API modules are untyped
         finally:
             self._pipelined = False
 
@@ -193,8 +190,9 @@ class Driver:
         return rows
 
     def _execute(self, sql: str, params: Params, cursor: Any = None) -> None:
-        lists = tuple((name, len(value)) for name, value in params.items()
-                      if isinstance(value, list | tuple))
+        lists = tuple(
+            (name, len(value)) for name, value in params.items() if isinstance(value, list | tuple)
+        )
         if lists:
             params = _expand(params)
         self._call((cursor or self._cursor).execute, _render(sql, self.postgres, lists), params)
@@ -202,10 +200,9 @@ class Driver:
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
             return method(*args)
-        except self._dbapi.Error as error:  # type: ignore[union-attr]
+        except self._dbapi.Error as error:  # type: ignore[union-attr]  # DB-API modules are untyped
             statement, params = (*args, None, None)[:2]
-            raise DBAPIError.instance(statement, params, error,
-                                      self._dbapi.Error) from error  # type: ignore[union-attr]
+            raise DBAPIError.instance(statement, params, error, self._dbapi.Error) from error  # type: ignore[union-attr]  # DB-API modules are untyped
 
 
 class WriteGate:
@@ -271,8 +268,11 @@ class WriteGate:
         return self._file[1]
 
     def _timed_out(self) -> OperationalError:
-        return OperationalError("BEGIN IMMEDIATE", None, TimeoutError(
-            f"database is locked: no write lock within {self._timeout_s:g} s"))
+        return OperationalError(
+            "BEGIN IMMEDIATE",
+            None,
+            TimeoutError(f"database is locked: no write lock within {self._timeout_s:g} s"),
+        )
 
 
 #: The write gate of each SQLite engine (``accountant.db.make_engine`` sets one up).

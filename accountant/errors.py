@@ -12,8 +12,14 @@ from typing import Any
 class AccountantError(Exception):
     """An error the caller can act on: ``detail`` says what to do next."""
 
-    def __init__(self, detail: str, *, errors: list[dict[str, str]] | None = None,
-                 extra: dict[str, Any] | None = None, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: list[dict[str, str]] | None = None,
+        extra: dict[str, Any] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.errors = errors  # field errors, for an invalid request

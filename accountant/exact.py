@@ -143,6 +143,4 @@ class Limit:
 
     def is_exceeded_by(self, loss: Amount, names: tuple[ComponentName, ...]) -> bool:
         """True when ``loss`` is above this limit in any of ``names``."""
-        return any(
-            (bound := self[name]) is not None and loss[name] > bound for name in names
-        )
+        return any((bound := self[name]) is not None and loss[name] > bound for name in names)

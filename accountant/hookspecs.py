@@ -20,7 +20,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def accountant_register_mechanisms() -> list[Mechanism]:  # type: ignore[empty-body]
+def accountant_register_mechanisms() -> list[Mechanism]:  # type: ignore[empty-body]  # a specification, no body
     """Return the mechanisms this plugin provides.
 
     Called once, when the plugin manager is built (at service start and by

@@ -51,8 +51,13 @@ def _refused_field(value: Any, bad: Any, path: str = "") -> str | None:
     """The dotted path of the first value in ``value`` for which ``bad`` is true, if any."""
     if bad(value):
         return path
-    items = value.items() if isinstance(value, dict) else \
-        enumerate(value) if isinstance(value, list) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for key, item in items:
         found = _refused_field(item, bad, f"{path}.{key}" if path else str(key))
         if found is not None:
@@ -96,9 +101,13 @@ def loads(text: str | bytes) -> Any:
         return int(text)
 
     try:
-        value = json.loads(text, parse_float=number, parse_int=integer,
-                           parse_constant=_refuse_constant,
-                           object_pairs_hook=_object_without_duplicates)
+        value = json.loads(
+            text,
+            parse_float=number,
+            parse_int=integer,
+            parse_constant=_refuse_constant,
+            object_pairs_hook=_object_without_duplicates,
+        )
     except RecursionError:
         raise JSONInputError("the JSON document is nested too deeply") from None
     except json.JSONDecodeError as error:
@@ -106,16 +115,21 @@ def loads(text: str | bytes) -> Any:
     except UnicodeDecodeError:
         raise JSONInputError("the body is not UTF-8") from None
     if refused:  # only then is the whole document walked, to name the field
-        raise RefusedValue(_refused_field(value, lambda v: isinstance(v, _Refused)) or "",
-                           f"too many digits or too large an exponent; send at most "
-                           f"{MAX_NUMBER_CHARACTERS} characters with a decimal exponent "
-                           f"within ±{MAX_EXPONENT}")
+        raise RefusedValue(
+            _refused_field(value, lambda v: isinstance(v, _Refused)) or "",
+            f"too many digits or too large an exponent; send at most "
+            f"{MAX_NUMBER_CHARACTERS} characters with a decimal exponent "
+            f"within ±{MAX_EXPONENT}",
+        )
     raw = text if isinstance(text, str) else text.decode("utf-8", "replace")
     if "\\ud" in raw.lower():  # an escaped surrogate: make sure each one is paired
         field = _refused_field(value, _lone_surrogate)
         if field is not None:
-            raise RefusedValue(field, "a string holds a lone UTF-16 surrogate (an unpaired "
-                                      "\\ud800-\\udfff escape); send valid Unicode text")
+            raise RefusedValue(
+                field,
+                "a string holds a lone UTF-16 surrogate (an unpaired "
+                "\\ud800-\\udfff escape); send valid Unicode text",
+            )
     return value
 
 
@@ -126,8 +140,9 @@ def _default(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, default=_default, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":"))
+    return json.dumps(
+        value, default=_default, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    )
 
 
 class DecimalJSONProvider(JSONProvider):

@@ -73,12 +73,21 @@ def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> No
     hashing); raise ``KeyHashSecretMismatch`` if the database has another."""
     known = connection.execute(select(KeyHashSecret.id)).scalar()
     if known is None:
-        connection.execute(insert(KeyHashSecret).values({
-            KeyHashSecret.slot: 1, KeyHashSecret.id: hasher.id,
-            KeyHashSecret.created_at: time.time_ns() // 1000}))
+        connection.execute(
+            insert(KeyHashSecret).values(
+                {
+                    KeyHashSecret.slot: 1,
+                    KeyHashSecret.id: hasher.id,
+                    KeyHashSecret.created_at: time.time_ns() // 1000,
+                }
+            )
+        )
         for key_id, stored in connection.execute(select(ApiKey.id, ApiKey.key_hash)).all():
-            connection.execute(update(ApiKey).where(ApiKey.id == key_id).values(
-                key_hash=hasher.of_digest(bytes.fromhex(stored))))
+            connection.execute(
+                update(ApiKey)
+                .where(ApiKey.id == key_id)
+                .values(key_hash=hasher.of_digest(bytes.fromhex(stored)))
+            )
         return
     _check(known, hasher)
 
@@ -88,4 +97,5 @@ def _check(known: str | None, hasher: KeyHasher) -> None:
         raise KeyHashSecretMismatch(
             f"this host's key-hash secret (id {hasher.id}) is not the one this database's API "
             f"keys are hashed under (id {known}); copy the key-hash secret file "
-            "(ACCOUNTANT_KEY_HASH_SECRET_FILE) from a host that serves this database")
+            "(ACCOUNTANT_KEY_HASH_SECRET_FILE) from a host that serves this database"
+        )

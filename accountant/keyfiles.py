@@ -30,8 +30,9 @@ def create_once(path: Path, content: bytes, what: str) -> None:
         os.fsync(descriptor)
         os.close(descriptor)
         os.link(temporary, path)
-        log.warning(f"created a new {what}; back it up and keep it secret",
-                    extra={"path": str(path)})
+        log.warning(
+            f"created a new {what}; back it up and keep it secret", extra={"path": str(path)}
+        )
     except FileExistsError:
         pass  # another process created it first; use theirs
     finally:
@@ -61,5 +62,8 @@ def warn_if_readable_by_others(path: Path, what: str) -> None:
     """Log a warning when the group or other users may read or write a secret file."""
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
-        log.warning(f"the {what} file is readable or writable by other users (mode "
-                    f"{mode:o}); run 'chmod 600 {path}'", extra={"path": str(path)})
+        log.warning(
+            f"the {what} file is readable or writable by other users (mode "
+            f"{mode:o}); run 'chmod 600 {path}'",
+            extra={"path": str(path)},
+        )

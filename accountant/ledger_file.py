@@ -22,17 +22,29 @@ GENESIS = "0" * 64
 
 def canonical(line: dict[str, Any]) -> bytes:
     """The bytes an exported entry's hash covers."""
-    content = {name: line[name] for name in (
-        "seq", "kind", "charge_id", "dataset", "consumer", "status", "mechanism", "release",
-        "partitions", "params", "multiplicity")}
+    content = {
+        name: line[name]
+        for name in (
+            "seq",
+            "kind",
+            "charge_id",
+            "dataset",
+            "consumer",
+            "status",
+            "mechanism",
+            "release",
+            "partitions",
+            "params",
+            "multiplicity",
+        )
+    }
     content["cost"] = line["cost_units"]
     content["detail"] = line["detail"] if line["detail"] is not None else {}
     content["created_at"] = line["created_at_us"]
     for name in ("noise_secret", "implementation"):
         if line.get(name) is not None:
             content[name] = line[name]
-    return json.dumps(content, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False).encode()
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @dataclass
@@ -55,15 +67,21 @@ def verify_lines(lines: Iterable[str]) -> FileVerification:
             name, seq = line["dataset"], line["seq"]
             digest = hashlib.sha256(line["prev_hash"].encode() + canonical(line)).hexdigest()
         except (ValueError, KeyError, TypeError) as error:
-            return _bad(result, f"line {number} is not a ledger entry of this version "
-                                f"({type(error).__name__}: {error})")
+            return _bad(
+                result,
+                f"line {number} is not a ledger entry of this version "
+                f"({type(error).__name__}: {error})",
+            )
         where = f"line {number} (dataset {name!r}, seq {seq})"
         previous = result.segments.get(name)
         if previous is None and seq == 1 and line["prev_hash"] != GENESIS:
             return _bad(result, f"{where}: the first entry must follow 64 zeros")
         if previous is not None and seq != previous[1] + 1:
-            return _bad(result, f"{where}: expected seq {previous[1] + 1} (a line deleted, "
-                                "inserted or moved, or the export filtered with gaps)")
+            return _bad(
+                result,
+                f"{where}: expected seq {previous[1] + 1} (a line deleted, "
+                "inserted or moved, or the export filtered with gaps)",
+            )
         if previous is not None and line["prev_hash"] != previous[2]:
             return _bad(result, f"{where}: prev_hash is not the previous entry's hash")
         if digest != line["hash"]:

@@ -15,10 +15,14 @@ import os
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
 CHARGE_SECONDS = Histogram(
-    "accountant_charge_duration_seconds", "Time to answer POST /v1/charges, by outcome.",
-    ["outcome"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-DATABASE_ERRORS = Counter("accountant_database_errors_total",
-                          "Requests answered 503 because the database failed.")
+    "accountant_charge_duration_seconds",
+    "Time to answer POST /v1/charges, by outcome.",
+    ["outcome"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+DATABASE_ERRORS = Counter(
+    "accountant_database_errors_total", "Requests answered 503 because the database failed."
+)
 
 
 def outcome_of(status: int) -> str:
@@ -33,6 +37,6 @@ def process_metrics() -> bytes:
     """The latency and error metrics of this process, or of all workers in multiprocess mode."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus_client's multiprocess module is untyped
         return generate_latest(registry)
     return generate_latest()

@@ -68,8 +68,9 @@ def register(connection: Connection, noise: NoiseSecret) -> None:
     has another. Commits its own work on ``connection``."""
     try:
         with connection.begin():
-            connection.execute(_TABLE.insert().values(
-                id=noise.id, current=True, created_at=time.time_ns() // 1000))
+            connection.execute(
+                _TABLE.insert().values(id=noise.id, current=True, created_at=time.time_ns() // 1000)
+            )
     except IntegrityError:
         pass  # a secret is registered already (this one, or another host's)
     with connection.begin():
@@ -79,7 +80,8 @@ def register(connection: Connection, noise: NoiseSecret) -> None:
             f"this host's noise secret (id {noise.id}) is not the one this database is served "
             f"with (id {known}); copy the noise secret file (ACCOUNTANT_NOISE_SECRET_FILE) from "
             "a host that serves this database. If that secret is lost for good, run "
-            "'accountant noise-secret adopt': replays of earlier charges are then refused")
+            "'accountant noise-secret adopt': replays of earlier charges are then refused"
+        )
 
 
 def adopt(connection: Connection, noise: NoiseSecret) -> str | None:
@@ -89,12 +91,14 @@ def adopt(connection: Connection, noise: NoiseSecret) -> str | None:
         old = connection.execute(select(_TABLE.c.id).where(_TABLE.c.current)).scalar()
         if old == noise.id:
             return None
-        connection.execute(update(_TABLE).where(_TABLE.c.current).values(
-            current=None, retired_at=now))
+        connection.execute(
+            update(_TABLE).where(_TABLE.c.current).values(current=None, retired_at=now)
+        )
         known = connection.execute(select(_TABLE.c.id).where(_TABLE.c.id == noise.id)).scalar()
         if known is None:
             connection.execute(_TABLE.insert().values(id=noise.id, current=True, created_at=now))
         else:
-            connection.execute(update(_TABLE).where(_TABLE.c.id == noise.id).values(
-                current=True, retired_at=None))
+            connection.execute(
+                update(_TABLE).where(_TABLE.c.id == noise.id).values(current=True, retired_at=None)
+            )
     return old

@@ -43,4 +43,5 @@ class DeadlineConnection(psycopg.Connection[Any]):
         except _WAIT_TIMEOUT:
             self.pgconn.finish()  # the protocol state is unknown: never reuse it
             raise psycopg.OperationalError(
-                f"the database did not answer within {self.deadline_s:g} s") from None
+                f"the database did not answer within {self.deadline_s:g} s"
+            ) from None

@@ -79,8 +79,9 @@ class MechanismRegistry:
 
     def _refuse(self, plugin: str, mechanism: str | None, reason: str) -> None:
         self.refusals.append(Refusal(plugin, mechanism, reason))
-        log.error("mechanism refused", extra={"plugin": plugin, "mechanism": mechanism,
-                                              "reason": reason})
+        log.error(
+            "mechanism refused", extra={"plugin": plugin, "mechanism": mechanism, "reason": reason}
+        )
 
     def _admit(self, plugin: str, mechanism: Any, plugin_object: object) -> None:
         if not isinstance(mechanism, Mechanism):
@@ -95,7 +96,8 @@ class MechanismRegistry:
             return
         version = mechanism.version or _distribution_version(plugin_object)
         self._mechanisms[mechanism.name] = dataclasses.replace(
-            mechanism, plugin=plugin, implementation=f"{plugin}/{mechanism.name}/{version}")
+            mechanism, plugin=plugin, implementation=f"{plugin}/{mechanism.name}/{version}"
+        )
 
     def get(self, name: str) -> Mechanism | None:
         return self._mechanisms.get(name)
@@ -105,7 +107,7 @@ class MechanismRegistry:
 
 
 def _distribution_version(plugin: object) -> str:
-    """"name==version" of the distribution that ships ``plugin``'s module, for mechanisms that
+    """ "name==version" of the distribution that ships ``plugin``'s module, for mechanisms that
     declare no version of their own: then any upgrade of that package counts as a new
     implementation (replays of older charges are refused, never answered with new noise)."""
     module = getattr(plugin, "__name__", None) or type(plugin).__module__
@@ -128,10 +130,13 @@ def _problem_with(mechanism: Mechanism) -> str | None:
         return "version must be a string of at most 100 characters"
     unknown = set(mechanism.accounting) - set(MODES)
     if not mechanism.accounting or unknown:
-        return (f"accounting must be a non-empty subset of {sorted(MODES)}, "
-                f"got {mechanism.accounting}")
-    for label, schema in (("params_schema", mechanism.params_schema),
-                          ("input_schema", mechanism.input_schema)):
+        return (
+            f"accounting must be a non-empty subset of {sorted(MODES)}, got {mechanism.accounting}"
+        )
+    for label, schema in (
+        ("params_schema", mechanism.params_schema),
+        ("input_schema", mechanism.input_schema),
+    ):
         try:
             Draft202012Validator.check_schema(dict(schema))
         except (SchemaError, TypeError) as error:

@@ -17,14 +17,22 @@ KINDS: dict[type[errors.AccountantError], tuple[int, str, str]] = {
     errors.NotFound: (404, "not-found", "Not found"),
     errors.Conflict: (409, "conflict", "Conflict"),
     errors.BudgetExhausted: (409, "budget-exhausted", "Privacy budget exhausted"),
-    errors.WindowExhausted: (429, "window-exhausted",
-                             "Window budget exhausted until the window resets"),
-    errors.IdempotencyKeyReused: (422, "idempotency-key-reused",
-                                  "Idempotency key reused with another body"),
-    errors.ReplayUnavailable: (409, "replay-unavailable",
-                               "The first response cannot be given again"),
-    errors.MechanismFailed: (500, "mechanism-failed",
-                             "The mechanism failed; nothing was charged"),
+    errors.WindowExhausted: (
+        429,
+        "window-exhausted",
+        "Window budget exhausted until the window resets",
+    ),
+    errors.IdempotencyKeyReused: (
+        422,
+        "idempotency-key-reused",
+        "Idempotency key reused with another body",
+    ),
+    errors.ReplayUnavailable: (
+        409,
+        "replay-unavailable",
+        "The first response cannot be given again",
+    ),
+    errors.MechanismFailed: (500, "mechanism-failed", "The mechanism failed; nothing was charged"),
     errors.Unavailable: (503, "unavailable", "Database unavailable"),
 }
 
@@ -38,11 +46,22 @@ class Problem:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def problem(status: int, slug: str, title: str, detail: str, *,
-            errors: list[dict[str, str]] | None = None, extra: dict[str, Any] | None = None,
-            headers: dict[str, str] | None = None) -> Problem:
-    body: dict[str, Any] = {"type": PROBLEM_BASE + slug, "title": title, "status": status,
-                            "detail": detail}
+def problem(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    errors: list[dict[str, str]] | None = None,
+    extra: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Problem:
+    body: dict[str, Any] = {
+        "type": PROBLEM_BASE + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
     if errors is not None:
         body["errors"] = errors
     body.update(extra or {})
@@ -55,5 +74,4 @@ def of(error: errors.AccountantError) -> Problem:
     headers = {} if error.retry_after is None else {"Retry-After": str(error.retry_after)}
     if isinstance(error, errors.Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
-    return problem(*kind, error.detail, errors=error.errors, extra=error.extra,
-                   headers=headers)
+    return problem(*kind, error.detail, errors=error.errors, extra=error.extra, headers=headers)

@@ -24,12 +24,18 @@ _WHAT_TO_DO = {
 def write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
     """gunicorn's ``util.write_error``, answering with problem+json instead of HTML."""
     detail = _WHAT_TO_DO.get(status_int, "the request is malformed; fix it and send it again")
-    body = json.dumps({
-        "type": PROBLEM_BASE + reason.lower().replace(" ", "-"), "title": reason,
-        "status": status_int, "detail": f"{detail} ({mesg[:200]})" if mesg else detail,
-    }).encode()
-    head = (f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
-            f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n")
+    body = json.dumps(
+        {
+            "type": PROBLEM_BASE + reason.lower().replace(" ", "-"),
+            "title": reason,
+            "status": status_int,
+            "detail": f"{detail} ({mesg[:200]})" if mesg else detail,
+        }
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
     util.write_nonblock(sock, head.encode("latin-1") + body)
 
 
@@ -43,9 +49,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"json": {"()": "accountant.logging.JSONFormatter"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json",
-                            "stream": "ext://sys.stderr"}},
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "stream": "ext://sys.stderr",
+        }
+    },
     "root": {"level": "INFO", "handlers": ["stderr"]},
-    "loggers": {"gunicorn.error": {"level": "WARNING", "handlers": ["stderr"],
-                                   "propagate": False}},
+    "loggers": {"gunicorn.error": {"level": "WARNING", "handlers": ["stderr"], "propagate": False}},
 }

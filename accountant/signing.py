@@ -38,14 +38,21 @@ def unb64url(text: str) -> bytes:
 
 
 def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str).encode()
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    ).encode()
 
 
 def load_or_create(path: Path) -> Ed25519PrivateKey:
-    create_once(path, Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()), "receipt-signing key")
+    create_once(
+        path,
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+        "receipt-signing key",
+    )
     warn_if_readable_by_others(path, "receipt-signing key")
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):
@@ -55,15 +62,22 @@ def load_or_create(path: Path) -> Ed25519PrivateKey:
 
 def derive_secret(private: Ed25519PrivateKey, purpose: bytes) -> bytes:
     """A secret for ``purpose`` derived from the signing key (HMAC-SHA256 as a PRF)."""
-    raw = private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                serialization.NoEncryption())
+    raw = private.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
     return hmac.new(raw, purpose, hashlib.sha256).digest()
 
 
 def public_jwk(public: Ed25519PublicKey) -> dict[str, str]:
     raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw), "alg": "EdDSA", "use": "sig",
-            "kid": b64url(hashlib.sha256(raw).digest()[:12])}
+    return {
+        "kty": "OKP",
+        "crv": "Ed25519",
+        "x": b64url(raw),
+        "alg": "EdDSA",
+        "use": "sig",
+        "kid": b64url(hashlib.sha256(raw).digest()[:12]),
+    }
 
 
 @lru_cache(maxsize=8)

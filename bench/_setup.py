@@ -19,20 +19,37 @@ def service(folder: Path, name: str = "bench", url: str | None = None) -> tuple[
 
     url = url or f"sqlite:///{folder / name}.db"
     upgrade(url)
-    app = create_app({"database_url": url, "admin_key": ADMIN_KEY, "log_level": "WARNING",
-                      "signing_key_file": str(folder / "key.pem")})
+    app = create_app(
+        {
+            "database_url": url,
+            "admin_key": ADMIN_KEY,
+            "log_level": "WARNING",
+            "signing_key_file": str(folder / "key.pem"),
+        }
+    )
     client = app.test_client()
-    client.post("/v1/datasets", headers=HEADERS, json={
-        "name": "bench", "privacy_unit": "record", "accounting": "pure",
-        "budget": {"epsilon": 1000000}})
+    client.post(
+        "/v1/datasets",
+        headers=HEADERS,
+        json={
+            "name": "bench",
+            "privacy_unit": "record",
+            "accounting": "pure",
+            "budget": {"epsilon": 1000000},
+        },
+    )
     return client, url
 
 
 def timed_charge(client: Any, index: int, partitions: int = 30) -> float:
     """Seconds one granted charge of epsilon 0.01 on partition index % partitions takes."""
-    body = {"dataset": "bench", "partitions": [f"p{index % partitions}"],
-            "mechanism": "laplace", "params": {"epsilon": 0.01, "sensitivity": 1},
-            "input": {"values": [42.0]}}
+    body = {
+        "dataset": "bench",
+        "partitions": [f"p{index % partitions}"],
+        "mechanism": "laplace",
+        "params": {"epsilon": 0.01, "sensitivity": 1},
+        "input": {"values": [42.0]},
+    }
     started = time.perf_counter()
     response = client.post("/v1/charges", headers=HEADERS, json=body)
     elapsed = time.perf_counter() - started

@@ -30,8 +30,9 @@ def _connection():  # type: ignore[no-untyped-def]
         if IS_SQLITE:
             import sqlite3
 
-            connection = sqlite3.connect(URL.removeprefix("sqlite:///"), isolation_level=None,
-                                         timeout=30)
+            connection = sqlite3.connect(
+                URL.removeprefix("sqlite:///"), isolation_level=None, timeout=30
+            )
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
         else:
@@ -61,30 +62,49 @@ def write_charge(connection, partition: int) -> str:  # type: ignore[no-untyped-
         cursor = connection.cursor()
         if IS_SQLITE:
             cursor.execute("BEGIN IMMEDIATE")  # psycopg begins one with the first statement
-        cursor.execute(_sql(
-            "SELECT ledger_seq, ledger_head FROM datasets WHERE id = ?" +
-            ("" if IS_SQLITE else " FOR UPDATE")), (1,))
+        cursor.execute(
+            _sql(
+                "SELECT ledger_seq, ledger_head FROM datasets WHERE id = ?"
+                + ("" if IS_SQLITE else " FOR UPDATE")
+            ),
+            (1,),
+        )
         seq, head = cursor.fetchone()
-        cursor.execute(_sql(
-            "INSERT INTO tally_spends (tally_id, partition_id, epsilon, delta, rho) "
-            "SELECT id, ?, 10000000, 0, 0 FROM tallies WHERE id IN (1, 2) "
-            "ON CONFLICT (tally_id, partition_id) DO UPDATE SET "
-            "epsilon = tally_spends.epsilon + excluded.epsilon"), (partition,))
-        cursor.executemany(_sql("UPDATE tallies SET total_epsilon = total_epsilon + 10000000 "
-                                "WHERE id = ?"), [(1,), (2,)])
-        cursor.execute(_sql(
-            "INSERT INTO charge_counts (dataset_id, mechanism, outcome, count) "
-            "VALUES (1, 'laplace', 'granted', 1) ON CONFLICT (dataset_id, mechanism, outcome) "
-            "DO UPDATE SET count = charge_counts.count + 1"))
+        cursor.execute(
+            _sql(
+                "INSERT INTO tally_spends (tally_id, partition_id, epsilon, delta, rho) "
+                "SELECT id, ?, 10000000, 0, 0 FROM tallies WHERE id IN (1, 2) "
+                "ON CONFLICT (tally_id, partition_id) DO UPDATE SET "
+                "epsilon = tally_spends.epsilon + excluded.epsilon"
+            ),
+            (partition,),
+        )
+        cursor.executemany(
+            _sql("UPDATE tallies SET total_epsilon = total_epsilon + 10000000 WHERE id = ?"),
+            [(1,), (2,)],
+        )
+        cursor.execute(
+            _sql(
+                "INSERT INTO charge_counts (dataset_id, mechanism, outcome, count) "
+                "VALUES (1, 'laplace', 'granted', 1) ON CONFLICT (dataset_id, mechanism, outcome) "
+                "DO UPDATE SET count = charge_counts.count + 1"
+            )
+        )
         content = json.dumps({"seq": seq + 1, "partition": partition, "cost": 10000000})
         digest = hashlib.sha256((head + content).encode()).hexdigest()
         now = time.time_ns() // 1000
-        cursor.execute(_sql(
-            "INSERT INTO ledger_entries (seq, kind, dataset_id, status, partitions, params, "
-            "cost_epsilon, cost_delta, cost_rho, multiplicity, detail, created_at, prev_hash, "
-            "hash) VALUES (?, 'charge', 1, 'granted', '[]', '{}', 10000000, 0, 0, 1, '{}', ?, "
-            "?, ?)"), (seq + 1, now, head, digest))
-        cursor.execute(_sql("UPDATE datasets SET ledger_seq = ?, ledger_head = ? WHERE id = 1"),
-                       (seq + 1, digest))
+        cursor.execute(
+            _sql(
+                "INSERT INTO ledger_entries (seq, kind, dataset_id, status, partitions, params, "
+                "cost_epsilon, cost_delta, cost_rho, multiplicity, detail, created_at, prev_hash, "
+                "hash) VALUES (?, 'charge', 1, 'granted', '[]', '{}', 10000000, 0, 0, 1, '{}', ?, "
+                "?, ?)"
+            ),
+            (seq + 1, now, head, digest),
+        )
+        cursor.execute(
+            _sql("UPDATE datasets SET ledger_seq = ?, ledger_head = ? WHERE id = 1"),
+            (seq + 1, digest),
+        )
         cursor.execute("COMMIT")  # on PostgreSQL, sent with the writes; the block's end waits
     return digest

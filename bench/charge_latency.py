@@ -61,13 +61,16 @@ def raw_latencies(folder: Path, charges: int) -> list[float]:
         connection.execute(
             "INSERT INTO spends SELECT id, ?, 10000000 FROM tallies WHERE id IN (1, 2) "
             "ON CONFLICT (tally_id, partition_id) DO UPDATE SET epsilon = epsilon + 10000000",
-            (index % 30,))
-        connection.executemany("UPDATE tallies SET total = total + 10000000 WHERE id = ?",
-                               [(1,), (2,)])
+            (index % 30,),
+        )
+        connection.executemany(
+            "UPDATE tallies SET total = total + 10000000 WHERE id = ?", [(1,), (2,)]
+        )
         body = json.dumps({"seq": index, "cost": 10000000})
         head = hashlib.sha256((head + body).encode()).hexdigest()
-        connection.execute("INSERT INTO ledger (seq, body, hash) VALUES (?, ?, ?)",
-                           (index, body, head))
+        connection.execute(
+            "INSERT INTO ledger (seq, body, hash) VALUES (?, ?, ?)", (index, body, head)
+        )
         connection.execute("UPDATE datasets SET seq = ?, head = ? WHERE id = 1", (index, head))
         connection.execute("COMMIT")
         samples.append(time.perf_counter() - started)
@@ -86,10 +89,14 @@ def main() -> None:
     print(f"{'':36} {'median ms':>10} {'p99 ms':>10} {'charges/s':>10}")
     for label, samples in rows:
         median = statistics.median(samples) * 1000
-        print(f"{label:36} {median:10.3f} {percentile(samples, 0.99) * 1000:10.3f} "
-              f"{len(samples) / sum(samples):10.0f}")
-    print(f"ratio service/raw: median {statistics.median(service) / statistics.median(raw):.2f}x,"
-          f" p99 {percentile(service, 0.99) / percentile(raw, 0.99):.2f}x")
+        print(
+            f"{label:36} {median:10.3f} {percentile(samples, 0.99) * 1000:10.3f} "
+            f"{len(samples) / sum(samples):10.0f}"
+        )
+    print(
+        f"ratio service/raw: median {statistics.median(service) / statistics.median(raw):.2f}x,"
+        f" p99 {percentile(service, 0.99) / percentile(raw, 0.99):.2f}x"
+    )
 
 
 if __name__ == "__main__":

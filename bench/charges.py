@@ -69,12 +69,21 @@ def wait_ready(port: int, path: str) -> None:
 #: The dataset and the charge the service is driven with, by accounting mode (--accounting):
 #: (the dataset's terms, the mechanism, its parameters).
 SETUPS: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
-    "pure": ({"accounting": "pure", "budget": {"epsilon": 1000000}},
-             "laplace", {"epsilon": 0.01, "sensitivity": 1}),
-    "rdp": ({"accounting": "rdp", "rdp_order": 10, "budget": {"epsilon": 1000000, "delta": 1e-6}},
-            "laplace", {"epsilon": 0.01, "sensitivity": 1}),
-    "gdp": ({"accounting": "gdp", "budget": {"epsilon": 1000, "delta": 1e-6}},
-            "gaussian", {"sigma": 100, "sensitivity": 1}),
+    "pure": (
+        {"accounting": "pure", "budget": {"epsilon": 1000000}},
+        "laplace",
+        {"epsilon": 0.01, "sensitivity": 1},
+    ),
+    "rdp": (
+        {"accounting": "rdp", "rdp_order": 10, "budget": {"epsilon": 1000000, "delta": 1e-6}},
+        "laplace",
+        {"epsilon": 0.01, "sensitivity": 1},
+    ),
+    "gdp": (
+        {"accounting": "gdp", "budget": {"epsilon": 1000, "delta": 1e-6}},
+        "gaussian",
+        {"sigma": 100, "sensitivity": 1},
+    ),
 }
 
 
@@ -86,17 +95,30 @@ def _body(kind: str, number: int, index: int) -> dict[str, Any]:
     partition = (number * 7919 + index) % 1000
     if kind == "service":
         _, mechanism, params = _setup()
-        return {"dataset": "bench", "partitions": [f"p{partition}"], "mechanism": mechanism,
-                "params": params, "input": {"values": [1.0]}}
+        return {
+            "dataset": "bench",
+            "partitions": [f"p{partition}"],
+            "mechanism": mechanism,
+            "params": params,
+            "input": {"values": [1.0]},
+        }
     return {"partition": partition + 1}
 
 
-def client(targets: dict[str, tuple[int, str]], start: float, slice_seconds: float,
-           slices: int, number: int, out: Any) -> None:
+def client(
+    targets: dict[str, tuple[int, str]],
+    start: float,
+    slice_seconds: float,
+    slices: int,
+    number: int,
+    out: Any,
+) -> None:
     """Charge from ``start`` on for ``slices`` slices of ``slice_seconds``, each slice to the
     server of kind KINDS[slice % 2]; put (slice, latencies, statuses) for every slice."""
-    connections = {kind: http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-                   for kind, (port, _) in targets.items()}
+    connections = {
+        kind: http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for kind, (port, _) in targets.items()
+    }
     results: list[tuple[list[float], dict[int, int]]] = [([], {}) for _ in range(slices)]
     index = 0
     while time.monotonic() < start:
@@ -106,8 +128,15 @@ def client(targets: dict[str, tuple[int, str]], start: float, slice_seconds: flo
         payload = json.dumps(_body(kind, number, index))
         started = time.perf_counter()
         try:
-            connections[kind].request("POST", targets[kind][1], body=payload, headers={
-                "Content-Type": "application/json", "Authorization": f"Bearer {ADMIN_KEY}"})
+            connections[kind].request(
+                "POST",
+                targets[kind][1],
+                body=payload,
+                headers={
+                    "Content-Type": "application/json",
+                    "Authorization": f"Bearer {ADMIN_KEY}",
+                },
+            )
             response = connections[kind].getresponse()
             response.read()
         except (http.client.HTTPException, ConnectionError):  # an idle keep-alive closed
@@ -120,8 +149,9 @@ def client(targets: dict[str, tuple[int, str]], start: float, slice_seconds: flo
     out.put((number, results))
 
 
-def drive(targets: dict[str, tuple[int, str]], args: argparse.Namespace
-          ) -> list[dict[str, dict[str, Any]]]:
+def drive(
+    targets: dict[str, tuple[int, str]], args: argparse.Namespace
+) -> list[dict[str, dict[str, Any]]]:
     """Every round's results by kind: both servers driven in alternating slices, so a spell
     of a slow machine falls on both alike."""
     per_kind = max(1, round(args.seconds / args.slice))
@@ -129,9 +159,10 @@ def drive(targets: dict[str, tuple[int, str]], args: argparse.Namespace
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     start = time.monotonic() + 3  # spawned clients need a moment to start
-    procs = [context.Process(target=client,
-                             args=(targets, start, args.slice, slices, n, out))
-             for n in range(args.clients)]
+    procs = [
+        context.Process(target=client, args=(targets, start, args.slice, slices, n, out))
+        for n in range(args.clients)
+    ]
     for proc in procs:
         proc.start()
     counted: list[list[tuple[list[float], dict[int, int]]]] = []
@@ -143,8 +174,12 @@ def drive(targets: dict[str, tuple[int, str]], args: argparse.Namespace
     rounds = []
     for number in range(args.rounds):
         chosen = range(number * 2 * per_kind, (number + 1) * 2 * per_kind)
-        rounds.append({kind: _rate([r[i] for r in counted for i in chosen if i % 2 == k],
-                                   args.clients) for k, kind in enumerate(KINDS)})
+        rounds.append(
+            {
+                kind: _rate([r[i] for r in counted for i in chosen if i % 2 == k], args.clients)
+                for k, kind in enumerate(KINDS)
+            }
+        )
     return rounds
 
 
@@ -160,15 +195,23 @@ def _rate(parts: list[tuple[list[float], dict[int, int]]], clients: int) -> dict
 
 def prepare(url: str, folder: str) -> None:
     """Migrate, and create the admin, the dataset, 1000 partitions and both scope rows."""
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": url, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-           "ACCOUNTANT_LOG_LEVEL": "WARNING",
-           "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(folder) / "key.pem")}
-    subprocess.run([BIN / "accountant", "db", "upgrade"], env=env, check=True,
-                   capture_output=True)
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": url,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_LOG_LEVEL": "WARNING",
+        "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(folder) / "key.pem"),
+    }
+    subprocess.run([BIN / "accountant", "db", "upgrade"], env=env, check=True, capture_output=True)
     terms, mechanism, params = _setup()
     dataset = {"name": "bench", "privacy_unit": "record", **terms}
-    charge = {"dataset": "bench", "partitions": ["p0"], "mechanism": mechanism,
-              "params": params, "input": {"values": [1.0]}}
+    charge = {
+        "dataset": "bench",
+        "partitions": ["p0"],
+        "mechanism": mechanism,
+        "params": params,
+        "input": {"values": [1.0]},
+    }
     code = (
         "from accountant.app import create_app\n"
         "app = create_app()\n"
@@ -179,33 +222,64 @@ def prepare(url: str, folder: str) -> None:
         "c.post('/v1/datasets/bench/partitions', headers=h,"
         " json={'keys': [f'p{i}' for i in range(1000)]})\n"
         f"r = c.post('/v1/charges', headers=h, json={charge!r})\n"
-        "assert r.status_code == 201, r.get_data()\n")
+        "assert r.status_code == 201, r.get_data()\n"
+    )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
 
 
 def serve(command: list[str], env: dict[str, str], port: int, path: str) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     wait_ready(port, path)
     return proc
 
 
-def start(kind: str, url: str, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes],
-                                                                  int, str]:
+def start(
+    kind: str, url: str, args: argparse.Namespace
+) -> tuple[subprocess.Popen[bytes], int, str]:
     """A running server of ``kind`` on a prepared database: (process, port, charge path)."""
     prepare(url, args.folder)
     port = free_port()
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": url, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-           "ACCOUNTANT_LOG_LEVEL": "WARNING", "CEILING_DATABASE_URL": url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(args.folder) / "key.pem")}
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": url,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_LOG_LEVEL": "WARNING",
+        "CEILING_DATABASE_URL": url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(args.folder) / "key.pem"),
+    }
     if kind == "service":
-        command = [str(BIN / "accountant"), "serve", "--port", str(port),
-                   "--workers", str(args.workers), "--threads", str(args.threads)]
+        command = [
+            str(BIN / "accountant"),
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(args.workers),
+            "--threads",
+            str(args.threads),
+        ]
         ready, path = "/healthz", "/v1/charges"
     else:
-        command = [str(BIN / "gunicorn"), "--chdir", str(BENCH), "-b", f"127.0.0.1:{port}",
-                   "-w", str(args.workers), "--threads", str(args.threads),
-                   "-k", "gthread", "ceiling_app:app"]
+        command = [
+            str(BIN / "gunicorn"),
+            "--chdir",
+            str(BENCH),
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(args.workers),
+            "--threads",
+            str(args.threads),
+            "-k",
+            "gthread",
+            "ceiling_app:app",
+        ]
         ready, path = "/charge", "/charge"
     return serve(command, env, port, ready), port, path
 
@@ -215,13 +289,19 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
     try:
         for kind in KINDS:
             servers[kind] = start(kind, make_url(kind), args)
-        print(f"  {label}: {args.clients} clients, {args.rounds} rounds of {args.seconds} s per "
-              f"server in alternating {args.slice} s slices ...", file=sys.stderr)
+        print(
+            f"  {label}: {args.clients} clients, {args.rounds} rounds of {args.seconds} s per "
+            f"server in alternating {args.slice} s slices ...",
+            file=sys.stderr,
+        )
         rounds = drive({kind: (port, path) for kind, (_, port, path) in servers.items()}, args)
         for number, got in enumerate(rounds, 1):
-            print(f"  {label} round {number}: ceiling {got['ceiling']['rate']:.0f}/s, "
-                  f"service {got['service']['rate']:.0f}/s, "
-                  f"ratio {got['service']['rate'] / got['ceiling']['rate']:.2f}", file=sys.stderr)
+            print(
+                f"  {label} round {number}: ceiling {got['ceiling']['rate']:.0f}/s, "
+                f"service {got['service']['rate']:.0f}/s, "
+                f"ratio {got['service']['rate'] / got['ceiling']['rate']:.2f}",
+                file=sys.stderr,
+            )
     finally:
         for proc, _, _ in servers.values():
             os.killpg(proc.pid, signal.SIGTERM)
@@ -236,18 +316,21 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """The median round's rates and ratio; latency percentiles over all rounds."""
     ordered = sorted(rounds, key=lambda r: r["service"]["rate"] / r["ceiling"]["rate"])
     middle = ordered[len(ordered) // 2]
-    result: dict[str, Any] = {"ratios": [r["service"]["rate"] / r["ceiling"]["rate"]
-                                         for r in rounds]}
+    result: dict[str, Any] = {
+        "ratios": [r["service"]["rate"] / r["ceiling"]["rate"] for r in rounds]
+    }
     for kind in KINDS:
         latencies = sorted(x for r in rounds for x in r[kind]["latencies"])
         statuses: dict[int, int] = {}
         for r in rounds:
             for status, count in r[kind]["statuses"].items():
                 statuses[status] = statuses.get(status, 0) + count
-        result[kind] = {"rate": middle[kind]["rate"],
-                        "p50": statistics.median(latencies) * 1000,
-                        "p99": latencies[int(0.99 * len(latencies))] * 1000,
-                        "statuses": statuses}
+        result[kind] = {
+            "rate": middle[kind]["rate"],
+            "p50": statistics.median(latencies) * 1000,
+            "p99": latencies[int(0.99 * len(latencies))] * 1000,
+            "statuses": statuses,
+        }
     result["ratio"] = middle["service"]["rate"] / middle["ceiling"]["rate"]
     return result
 
@@ -269,8 +352,14 @@ def raw_rate(url: str, seconds: float, folder: str) -> float:
     """Charges/s of the ceiling's transaction in a loop, in process, on one connection."""
     prepare(url, folder)
     env = {**os.environ, "CEILING_DATABASE_URL": url}
-    done = subprocess.run([sys.executable, "-c", RAW_LOOP, str(seconds)], env=env, cwd=BENCH,
-                          check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", RAW_LOOP, str(seconds)],
+        env=env,
+        cwd=BENCH,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -278,15 +367,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10, help="per round and server")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--slice", type=float, default=1,
-                        help="seconds each server is driven before the clients switch")
+    parser.add_argument(
+        "--slice",
+        type=float,
+        default=1,
+        help="seconds each server is driven before the clients switch",
+    )
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--postgres-url", default=os.environ.get("ACCOUNTANT_BENCH_POSTGRES_URL"))
-    parser.add_argument("--accounting", choices=sorted(SETUPS), default="pure",
-                        help="the dataset's mode: pure (laplace), rdp (laplace at order 10) "
-                             "or gdp (gaussian)")
+    parser.add_argument(
+        "--accounting",
+        choices=sorted(SETUPS),
+        default="pure",
+        help="the dataset's mode: pure (laplace), rdp (laplace at order 10) or gdp (gaussian)",
+    )
     args = parser.parse_args()
     os.environ["BENCH_ACCOUNTING"] = args.accounting  # read by the clients and the set-up
     with tempfile.TemporaryDirectory() as folder, dropped_afterwards(args.postgres_url):
@@ -299,13 +395,19 @@ def main() -> None:
             results = run_backend(label, make_url, args)
             for kind in KINDS:
                 r = results[kind]
-                print(f"{label:11} {kind:8} {r['rate']:10.0f} {r['p50']:8.2f} {r['p99']:8.2f}"
-                      f"  {r['statuses']}")
+                print(
+                    f"{label:11} {kind:8} {r['rate']:10.0f} {r['p50']:8.2f} {r['p99']:8.2f}"
+                    f"  {r['statuses']}"
+                )
             rounds = ", ".join(f"{ratio:.2f}" for ratio in results["ratios"])
-            print(f"{label:11} ratio service/ceiling: {results['ratio']:.2f} "
-                  f"(median of rounds: {rounds})")
-            print(f"{label:11} raw driver, in process, 1 connection: "
-                  f"{raw_rate(make_url('raw'), min(args.seconds, 5), args.folder):.0f} charges/s")
+            print(
+                f"{label:11} ratio service/ceiling: {results['ratio']:.2f} "
+                f"(median of rounds: {rounds})"
+            )
+            print(
+                f"{label:11} raw driver, in process, 1 connection: "
+                f"{raw_rate(make_url('raw'), min(args.seconds, 5), args.folder):.0f} charges/s"
+            )
 
 
 _CREATED: list[str] = []

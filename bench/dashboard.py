@@ -1,6 +1,6 @@
 """Dashboard render times with 10^5 charges and 10^4 partitions, and the export's memory.
 
-    python bench/dashboard.py [--entries 100000] [--partitions 10000]
+python bench/dashboard.py [--entries 100000] [--partitions 10000]
 """
 
 from __future__ import annotations
@@ -35,35 +35,71 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{Path(folder) / 'bench.db'}"
         upgrade(url)
-        app = create_app({"database_url": url, "admin_key": ADMIN_KEY, "log_level": "WARNING",
-                          "signing_key_file": str(Path(folder) / "key.pem")})
+        app = create_app(
+            {
+                "database_url": url,
+                "admin_key": ADMIN_KEY,
+                "log_level": "WARNING",
+                "signing_key_file": str(Path(folder) / "key.pem"),
+            }
+        )
         client = app.test_client()
         headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        client.post("/v1/datasets", headers=headers, json={
-            "name": "big", "privacy_unit": "record", "budget": {"epsilon": 1000000}})
-        print(f"  writing {args.entries} ledger entries, {args.partitions} partitions ...",
-              file=sys.stderr)
+        client.post(
+            "/v1/datasets",
+            headers=headers,
+            json={"name": "big", "privacy_unit": "record", "budget": {"epsilon": 1000000}},
+        )
+        print(
+            f"  writing {args.entries} ledger entries, {args.partitions} partitions ...",
+            file=sys.stderr,
+        )
         with app.extensions["accountant"].sessions() as session:
             begin_write(session)
             dataset = datasets.find(session, "big", lock=True)
-            session.execute(insert(Partition), [
-                {"dataset_id": dataset.id, "key": f"p{i}", "created_at": 0}
-                for i in range(args.partitions)])
-            lifetime = session.execute(select(Tally.id).where(
-                Tally.dataset_id == dataset.id)).scalar_one()
-            ids = session.execute(select(Partition.id).where(
-                Partition.dataset_id == dataset.id)).scalars().all()
-            session.execute(insert(TallySpend), [
-                {"tally_id": lifetime, "partition_id": pid, "epsilon": (i % 997) * 10**6,
-                 "delta": 0, "rho": 0} for i, pid in enumerate(ids)])
+            session.execute(
+                insert(Partition),
+                [
+                    {"dataset_id": dataset.id, "key": f"p{i}", "created_at": 0}
+                    for i in range(args.partitions)
+                ],
+            )
+            lifetime = session.execute(
+                select(Tally.id).where(Tally.dataset_id == dataset.id)
+            ).scalar_one()
+            ids = (
+                session.execute(select(Partition.id).where(Partition.dataset_id == dataset.id))
+                .scalars()
+                .all()
+            )
+            session.execute(
+                insert(TallySpend),
+                [
+                    {
+                        "tally_id": lifetime,
+                        "partition_id": pid,
+                        "epsilon": (i % 997) * 10**6,
+                        "delta": 0,
+                        "rho": 0,
+                    }
+                    for i, pid in enumerate(ids)
+                ],
+            )
             start = time.time_ns() // 1000 - 29 * 86_400 * 10**6
             for index in range(args.entries):
-                ledger.append(Driver.of(session), dataset, None, kind="charge",
-                              status="denied" if index % 10 == 0 else "granted",
-                              created_at=start + index * (29 * 86_400 * 10**6 // args.entries),
-                              charge_id=f"c{index}", mechanism="laplace", release="joint",
-                              partitions=[f"p{index % args.partitions}"],
-                              cost=Amount(epsilon=10**6))
+                ledger.append(
+                    Driver.of(session),
+                    dataset,
+                    None,
+                    kind="charge",
+                    status="denied" if index % 10 == 0 else "granted",
+                    created_at=start + index * (29 * 86_400 * 10**6 // args.entries),
+                    charge_id=f"c{index}",
+                    mechanism="laplace",
+                    release="joint",
+                    partitions=[f"p{index % args.partitions}"],
+                    cost=Amount(epsilon=10**6),
+                )
                 if index % 20_000 == 0:
                     session.flush()
                     print(f"    {index} ...", file=sys.stderr)
@@ -72,8 +108,13 @@ def main() -> None:
         token = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
         client.post("/dashboard/sign-in", data={"api_key": ADMIN_KEY, "csrf": token})
         print(f"{'page':28} {'median ms':>10} {'bytes':>9}")
-        for path in ("/dashboard", "/dashboard/datasets/big", "/dashboard/ledger",
-                     "/dashboard/ledger?dataset=big&status=denied", "/dashboard/mechanisms"):
+        for path in (
+            "/dashboard",
+            "/dashboard/datasets/big",
+            "/dashboard/ledger",
+            "/dashboard/ledger?dataset=big&status=denied",
+            "/dashboard/mechanisms",
+        ):
             times, size = [], 0
             for _ in range(5):
                 started = time.perf_counter()
@@ -85,14 +126,17 @@ def main() -> None:
         for kind in ("jsonl", "csv"):
             tracemalloc.start()
             started = time.perf_counter()
-            response = client.get(f"/v1/ledger/export?format={kind}", headers=headers,
-                                  buffered=False)
+            response = client.get(
+                f"/v1/ledger/export?format={kind}", headers=headers, buffered=False
+            )
             total = sum(len(chunk) for chunk in response.response)  # type: ignore[union-attr]
             elapsed = time.perf_counter() - started
             _, peak = tracemalloc.get_traced_memory()
             tracemalloc.stop()
-            print(f"export {kind}: {args.entries} entries, {total / 1e6:.1f} MB streamed in "
-                  f"{elapsed:.1f} s, peak Python memory {peak / 1e6:.1f} MB")
+            print(
+                f"export {kind}: {args.entries} entries, {total / 1e6:.1f} MB streamed in "
+                f"{elapsed:.1f} s, peak Python memory {peak / 1e6:.1f} MB"
+            )
 
 
 if __name__ == "__main__":

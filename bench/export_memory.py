@@ -29,10 +29,19 @@ def fill(client: object, entries: int) -> None:
         begin_write(session)
         dataset = datasets.find(session, "bench", lock=True)
         for index in range(entries):
-            ledger.append(Driver.of(session), dataset, None, kind="charge", status="granted",
-                          created_at=1_795_000_000_000_000 + index, charge_id=f"c-{index:07d}",
-                          mechanism="laplace", release="joint", partitions=[f"p{index % 97}"],
-                          cost=Amount(epsilon=1_000_000))
+            ledger.append(
+                Driver.of(session),
+                dataset,
+                None,
+                kind="charge",
+                status="granted",
+                created_at=1_795_000_000_000_000 + index,
+                charge_id=f"c-{index:07d}",
+                mechanism="laplace",
+                release="joint",
+                partitions=[f"p{index % 97}"],
+                cost=Amount(epsilon=1_000_000),
+            )
             if index % 20_000 == 19_999:
                 print(f"  wrote {index + 1} entries", file=sys.stderr, flush=True)
         session.commit()
@@ -44,8 +53,7 @@ def measure(folder: Path, entries: int) -> tuple[int, float, int]:
     fill(client, entries)
     tracemalloc.start()
     started = time.perf_counter()
-    response = client.get("/v1/ledger/export?format=jsonl", headers=_setup.HEADERS,
-                          buffered=False)
+    response = client.get("/v1/ledger/export?format=jsonl", headers=_setup.HEADERS, buffered=False)
     lines = sum(chunk.count(b"\n") for chunk in response.response)
     response.close()
     elapsed = time.perf_counter() - started
@@ -55,10 +63,14 @@ def measure(folder: Path, entries: int) -> tuple[int, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="10000,100000",
-                        help="comma-separated ledger sizes to export (default 10000,100000)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sizes",
+        default="10000,100000",
+        help="comma-separated ledger sizes to export (default 10000,100000)",
+    )
     sizes = [int(size) for size in parser.parse_args().sizes.split(",")]
     with tempfile.TemporaryDirectory() as folder:
         results = []
@@ -68,8 +80,7 @@ def main() -> None:
     base = results[0][1]
     print("entries    lines   peak MiB  vs first   seconds")
     for entries, peak, elapsed, lines in results:
-        print(f"{entries:>7} {lines:>8} {peak / 2**20:>10.2f} {peak / base:>9.2f} "
-              f"{elapsed:>9.1f}")
+        print(f"{entries:>7} {lines:>8} {peak / 2**20:>10.2f} {peak / base:>9.2f} {elapsed:>9.1f}")
 
 
 if __name__ == "__main__":

@@ -28,15 +28,22 @@ sys.path.insert(0, str(Path(__file__).parent))
 from charges import ADMIN_KEY, BIN, _postgres_database, dropped_afterwards, free_port, wait_ready
 
 UNITS = [("record", None), ("user", 3), ("partition", None)]
-MODES = [("pure", {"epsilon": 3}), ("approx", {"epsilon": 3, "delta": 1e-5}),
-         ("zcdp", {"epsilon": 3, "delta": 1e-6}), ("approx", {"epsilon": 2, "delta": 1e-6})]
+MODES = [
+    ("pure", {"epsilon": 3}),
+    ("approx", {"epsilon": 3, "delta": 1e-5}),
+    ("zcdp", {"epsilon": 3, "delta": 1e-6}),
+    ("approx", {"epsilon": 2, "delta": 1e-6}),
+]
 
 
 def call(port: int, method: str, path: str, body: Any, key: str) -> tuple[int, Any]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    connection.request(method, path, body=None if body is None else json.dumps(body),
-                       headers={"Content-Type": "application/json",
-                                "Authorization": f"Bearer {key}"})
+    connection.request(
+        method,
+        path,
+        body=None if body is None else json.dumps(body),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )
     response = connection.getresponse()
     data = response.read()
     return response.status, json.loads(data) if data else None
@@ -48,10 +55,14 @@ def setup(port: int) -> list[tuple[str, str, str]]:
     for index in range(12):
         unit, k = UNITS[index % 3]
         mode, budget = MODES[index % 4]
-        body: dict[str, Any] = {"name": f"ds{index}", "privacy_unit": unit, "accounting": mode,
-                                "budget": budget,
-                                "partition_budget": {"epsilon": 1.2},
-                                "windows": [{"period": "1h", "epsilon": 2.5}]}
+        body: dict[str, Any] = {
+            "name": f"ds{index}",
+            "privacy_unit": unit,
+            "accounting": mode,
+            "budget": budget,
+            "partition_budget": {"epsilon": 1.2},
+            "windows": [{"period": "1h", "epsilon": 2.5}],
+        }
         if k:
             body["max_partitions_per_user"] = k
         status, reply = call(port, "POST", "/v1/datasets", body, ADMIN_KEY)
@@ -59,24 +70,37 @@ def setup(port: int) -> list[tuple[str, str, str]]:
         names.append((body["name"], mode))
     pairs = []
     for index in range(8):
-        granted = [name for name, _ in names[index % 3::3]]
-        status, reply = call(port, "POST", "/v1/consumers", {
-            "name": f"team{index}", "role": "service", "datasets": granted,
-            "quotas": {granted[0]: {"epsilon": 1.5}}}, ADMIN_KEY)
+        granted = [name for name, _ in names[index % 3 :: 3]]
+        status, reply = call(
+            port,
+            "POST",
+            "/v1/consumers",
+            {
+                "name": f"team{index}",
+                "role": "service",
+                "datasets": granted,
+                "quotas": {granted[0]: {"epsilon": 1.5}},
+            },
+            ADMIN_KEY,
+        )
         assert status == 201, reply
         pairs += [(reply["api_key"], name, mode) for name, mode in names if name in granted]
     return pairs
 
 
-def client(port: int, pairs: list[tuple[str, str, str]], deadline: float, seed: int,
-           out: Any) -> None:
+def client(
+    port: int, pairs: list[tuple[str, str, str]], deadline: float, seed: int, out: Any
+) -> None:
     rng = random.Random(seed)
     statuses: dict[int, int] = {}
     while time.monotonic() < deadline:
         key, dataset, mode = rng.choice(pairs)
         hot = rng.random() < 0.7
-        keys = [f"h{rng.randrange(3)}"] if hot else rng.sample(
-            [f"d{i}" for i in range(200)], rng.randint(1, 4))
+        keys = (
+            [f"h{rng.randrange(3)}"]
+            if hot
+            else rng.sample([f"d{i}" for i in range(200)], rng.randint(1, 4))
+        )
         release = rng.choice(["joint", "parallel"])
         if mode == "zcdp":
             mechanism, params = "gaussian", {"sigma": 20, "sensitivity": 1}
@@ -84,9 +108,14 @@ def client(port: int, pairs: list[tuple[str, str, str]], deadline: float, seed: 
             mechanism, params = "gaussian", {"epsilon": 0.05, "delta": 1e-7, "sensitivity": 1}
         else:
             mechanism, params = "laplace", {"epsilon": 0.05, "sensitivity": 1}
-        body = {"dataset": dataset, "partitions": keys, "release": release,
-                "mechanism": mechanism, "params": params,
-                "input": {"values": [1.0] * (len(keys) if release == "parallel" else 1)}}
+        body = {
+            "dataset": dataset,
+            "partitions": keys,
+            "release": release,
+            "mechanism": mechanism,
+            "params": params,
+            "input": {"values": [1.0] * (len(keys) if release == "parallel" else 1)},
+        }
         status, _ = call(port, "POST", "/v1/charges", body, key)
         statuses[status] = statuses.get(status, 0) + 1
     out.put(statuses)
@@ -99,27 +128,43 @@ def main() -> None:
     parser.add_argument("--postgres-url", default=os.environ.get("ACCOUNTANT_BENCH_POSTGRES_URL"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder, dropped_afterwards(args.postgres_url):
-        url = _postgres_database(args.postgres_url, "load") if args.postgres_url else \
-            f"sqlite:///{folder}/load.db"
-        env = {**os.environ, "ACCOUNTANT_DATABASE_URL": url, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-               "ACCOUNTANT_LOG_LEVEL": "ERROR",
-               "ACCOUNTANT_SIGNING_KEY_FILE": f"{folder}/key.pem"}
-        subprocess.run([BIN / "accountant", "db", "upgrade"], env=env, check=True,
-                       capture_output=True)
+        url = (
+            _postgres_database(args.postgres_url, "load")
+            if args.postgres_url
+            else f"sqlite:///{folder}/load.db"
+        )
+        env = {
+            **os.environ,
+            "ACCOUNTANT_DATABASE_URL": url,
+            "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+            "ACCOUNTANT_LOG_LEVEL": "ERROR",
+            "ACCOUNTANT_SIGNING_KEY_FILE": f"{folder}/key.pem",
+        }
+        subprocess.run(
+            [BIN / "accountant", "db", "upgrade"], env=env, check=True, capture_output=True
+        )
         port = free_port()
-        server = subprocess.Popen([str(BIN / "accountant"), "serve", "--port", str(port)],
-                                  env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        server = subprocess.Popen(
+            [str(BIN / "accountant"), "serve", "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             wait_ready(port, "/readyz")
             pairs = setup(port)
-            print(f"  {args.clients} clients for {args.seconds} s on "
-                  f"{url.split(':')[0]} ...", file=sys.stderr)
+            print(
+                f"  {args.clients} clients for {args.seconds} s on {url.split(':')[0]} ...",
+                file=sys.stderr,
+            )
             context = multiprocessing.get_context("spawn")
             out = context.Queue()
             deadline = time.monotonic() + args.seconds
-            procs = [context.Process(target=client, args=(port, pairs, deadline, n, out))
-                     for n in range(args.clients)]
+            procs = [
+                context.Process(target=client, args=(port, pairs, deadline, n, out))
+                for n in range(args.clients)
+            ]
             for proc in procs:
                 proc.start()
             statuses: dict[int, int] = {}
@@ -132,13 +177,19 @@ def main() -> None:
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
-        rebuilt = subprocess.run([BIN / "accountant", "ledger", "rebuild-totals", "--check"],
-                                 env=env, capture_output=True, text=True)
+        rebuilt = subprocess.run(
+            [BIN / "accountant", "ledger", "rebuild-totals", "--check"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     total = sum(statuses.values())
     errors = sum(count for status, count in statuses.items() if status >= 500)
     print(f"requests {total} ({total / args.seconds:.0f}/s): {dict(sorted(statuses.items()))}")
-    print(f"5xx: {errors}; scopes above their limit: {overspent}; "
-          f"totals equal the ledger: {rebuilt.returncode == 0}")
+    print(
+        f"5xx: {errors}; scopes above their limit: {overspent}; "
+        f"totals equal the ledger: {rebuilt.returncode == 0}"
+    )
     if errors or overspent or rebuilt.returncode:
         sys.exit(1)
 
@@ -151,7 +202,8 @@ def check(port: int) -> int:
         _, report = call(port, "GET", f"/v1/datasets/{dataset['name']}/budget", None, ADMIN_KEY)
         measure = "rho" if dataset["accounting"] == "zcdp" else "epsilon"
         scopes = [(report["loss"], report["limit"])] + [
-            (w["loss"], w["limit"]) for w in report["windows"]]
+            (w["loss"], w["limit"]) for w in report["windows"]
+        ]
         if "partition_limit" in report:
             scopes.append((report["partitions"]["max_spent"], report["partition_limit"]))
         for loss, limit in scopes:

@@ -44,11 +44,17 @@ def main() -> None:
     one = Decimal(1)
     cases = {
         "laplace": ({"epsilon": Decimal("0.5"), "sensitivity": one}, {"size": n}, "numpy laplace"),
-        "discrete_laplace": ({"epsilon": Decimal("0.5"), "sensitivity": one}, {"size": n},
-                             "numpy laplace"),
+        "discrete_laplace": (
+            {"epsilon": Decimal("0.5"), "sensitivity": one},
+            {"size": n},
+            "numpy laplace",
+        ),
         "gaussian": ({"sigma": Decimal(4), "sensitivity": one}, {"size": n}, "numpy normal"),
-        "discrete_gaussian": ({"sigma": Decimal(4), "sensitivity": one}, {"size": n},
-                              "numpy normal"),
+        "discrete_gaussian": (
+            {"sigma": Decimal(4), "sensitivity": one},
+            {"size": n},
+            "numpy normal",
+        ),
         "randomized_response": ({"epsilon": one}, {"values": [True] * n}, "numpy laplace"),
     }
     print(f"{'sampler':22} {'samples/s':>12} {'ceiling':>14} {'ratio':>7}")
@@ -64,12 +70,20 @@ def main() -> None:
     utilities = {"utilities": list(range(10))}
     params = {"epsilon": one, "sensitivity": one}
     calls = 2000
-    rate = best_rate(lambda: [exponential.run(params, utilities, source)
-                              for _ in range(calls)], calls, repeat)
-    gumbel = best_rate(lambda: [int(np.argmax(np.arange(10) / 2 + generator.gumbel(size=10)))
-                                for _ in range(calls)], calls, repeat)
-    print(f"{'exponential (10)':22} {rate:12,.0f} {'numpy gumbel':>14} {rate / gumbel:7.3f}"
-          "   (selections/s against numpy Gumbel-max)")
+    rate = best_rate(
+        lambda: [exponential.run(params, utilities, source) for _ in range(calls)], calls, repeat
+    )
+    gumbel = best_rate(
+        lambda: [
+            int(np.argmax(np.arange(10) / 2 + generator.gumbel(size=10))) for _ in range(calls)
+        ],
+        calls,
+        repeat,
+    )
+    print(
+        f"{'exponential (10)':22} {rate:12,.0f} {'numpy gumbel':>14} {rate / gumbel:7.3f}"
+        "   (selections/s against numpy Gumbel-max)"
+    )
 
 
 if __name__ == "__main__":

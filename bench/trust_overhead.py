@@ -43,8 +43,10 @@ def main() -> None:
         print(f"{label:28} median {statistics.median(samples) * 1000:.3f} ms")
     with_trust = statistics.median(results["with hashing and signing"] + results["with (again)"])
     without = statistics.median(results["without (constants)"])
-    print(f"overhead: {(with_trust - without) * 1000:.3f} ms per charge "
-          f"({(with_trust / without - 1) * 100:.1f} %)")
+    print(
+        f"overhead: {(with_trust - without) * 1000:.3f} ms per charge "
+        f"({(with_trust / without - 1) * 100:.1f} %)"
+    )
 
 
 if __name__ == "__main__":

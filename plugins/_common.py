@@ -34,6 +34,7 @@ def coordinates(data: Mapping[str, Any] | None) -> int:
         return int(data["size"])
     return len(data["values"])
 
+
 #: Inputs are bounded so that every value is a finite double.
 FINITE_NUMBER: dict[str, Any] = {"type": "number", "minimum": -1e300, "maximum": 1e300}
 #: Integer inputs stay far from int64 overflow once noise is added.
@@ -41,7 +42,9 @@ BOUNDED_INTEGER: dict[str, Any] = {"type": "integer", "minimum": -(2**52), "maxi
 POSITIVE_EPSILON: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": 1000000}
 DELTA: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}
 SENSITIVITY: dict[str, Any] = {
-    "type": "number", "exclusiveMinimum": 0, "maximum": 1e15,
+    "type": "number",
+    "exclusiveMinimum": 0,
+    "maximum": 1e15,
     "description": "add/remove sensitivity at the dataset's privacy unit",
 }
 
@@ -65,5 +68,9 @@ INTEGER_INPUT = additive_input(BOUNDED_INTEGER)
 
 def epsilon_params(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     properties = {"epsilon": POSITIVE_EPSILON, "sensitivity": SENSITIVITY, **(extra or {})}
-    return {"type": "object", "properties": properties, "required": ["epsilon", "sensitivity"],
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": ["epsilon", "sensitivity"],
+        "additionalProperties": False,
+    }

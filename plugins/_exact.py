@@ -133,8 +133,9 @@ class Words:
 
     def bernoulli(self, numerator: int, denominator: int) -> bool:
         """Bernoulli(n/d) for any integers 0 <= n <= d, d >= 1."""
-        return numerator >= denominator or (numerator > 0
-                                            and self.big_below(denominator) < numerator)
+        return numerator >= denominator or (
+            numerator > 0 and self.big_below(denominator) < numerator
+        )
 
     def bernoulli_exp(self, numerator: int, denominator: int) -> bool:
         """Bernoulli(exp(-n/d)) for any integers n >= 0, d >= 1, in Python integers (CKS20,
@@ -219,8 +220,9 @@ def discrete_laplace(source: RandomSource, s: int, t: int, n: int) -> Ints:
             pending = pending[success]
         if v.size and int(v.max()) > (_INT64_SAFE - t) // t:
             # u + t v would leave int64 (probability below e^-128 per draw): Python integers.
-            y = np.array([(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)],
-                         dtype=object)
+            y = np.array(
+                [(int(a) + t * int(b)) // s for a, b in zip(u, v, strict=True)], dtype=object
+            )
             out = out.astype(object)
         else:
             y = (u + t * v) // s
@@ -256,8 +258,9 @@ def discrete_gaussian(source: RandomSource, sigma2_num: int, sigma2_den: int, n:
         y = discrete_laplace(source, 1, t, want)
         safe = np.abs(y) < (2**31 + p) // (q * t) if y.dtype != object else np.zeros(want, bool)
         distance = np.where(safe, np.abs(np.where(safe, y, 0)) * (q * t) - p, 0).astype(np.int64)
-        accept = safe & bernoulli_exp(source, distance**2,
-                                      np.full(want, denominator, dtype=np.int64))
+        accept = safe & bernoulli_exp(
+            source, distance**2, np.full(want, denominator, dtype=np.int64)
+        )
         for i in np.flatnonzero(~safe):
             accept[i] = words.bernoulli_exp((abs(int(y[i])) * q * t - p) ** 2, denominator)
         values = y[accept][: n - filled]
@@ -323,8 +326,9 @@ def accept_large(source: RandomSource, words: Words, y: Ints, p: int) -> Bools:
     fast = small & (whole == np.floor(high))
     accept = np.zeros(y.size, dtype=bool)
     index = np.flatnonzero(fast)
-    alive = bernoulli_exp(source, whole[index].astype(np.int64),
-                          np.ones(index.size, dtype=np.int64))
+    alive = bernoulli_exp(
+        source, whole[index].astype(np.int64), np.ones(index.size, dtype=np.int64)
+    )
     index = index[alive]
     fraction_low = np.floor((low[index] - whole[index]) * 2.0**63).astype(np.int64)
     fraction_high = np.ceil((high[index] - whole[index]) * 2.0**63).astype(np.int64)
@@ -339,8 +343,7 @@ def accept_large(source: RandomSource, words: Words, y: Ints, p: int) -> Bools:
     return accept
 
 
-def enclosure(a: Ints, p: int, t: int) -> tuple[npt.NDArray[np.float64],
-                                                   npt.NDArray[np.float64]]:
+def enclosure(a: Ints, p: int, t: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Binary64 bounds low <= gamma <= high of gamma = (a - p/t)^2 / (2p), for 0 <= a < 2^52.
 
     Each IEEE operation is correctly rounded, with relative error at most
@@ -361,8 +364,9 @@ def enclosure(a: Ints, p: int, t: int) -> tuple[npt.NDArray[np.float64],
     return np.maximum(gamma - error, 0.0), gamma + error
 
 
-def fraction_rounds(source: RandomSource, low: Ints, high: Ints,
-                     exactly: Callable[[int, int, int], bool]) -> Bools:
+def fraction_rounds(
+    source: RandomSource, low: Ints, high: Ints, exactly: Callable[[int, int, int], bool]
+) -> Bools:
     """Bernoulli(exp(-f)) for f known to lie in [low, high] / 2^63 (Algorithm 1, first case):
     round k compares U_k, whose first 63 bits are a fresh word w, with f / k. It succeeds
     surely when (w + 1) k <= low, fails surely when w k >= high, and otherwise is finished

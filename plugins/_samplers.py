@@ -55,13 +55,15 @@ def grid_sensitivity(sensitivity: float | Fraction, grid: float, coordinates: in
     return math.ceil(Fraction(sensitivity) / Fraction(grid)) + coordinates
 
 
-def grid_l2_sensitivity(sensitivity: float | Fraction, grid: float,
-                        coordinates: int = 1) -> Fraction:
+def grid_l2_sensitivity(
+    sensitivity: float | Fraction, grid: float, coordinates: int = 1
+) -> Fraction:
     """L2 sensitivity in grid units after rounding ``coordinates`` values to the grid: a
     rational at least Δ/g + sqrt(d)."""
     root = math.isqrt(coordinates)
-    sqrt_d = root if root * root == coordinates else Fraction(math.isqrt(coordinates * 4**20)
-                                                               + 1, 2**20)
+    sqrt_d = (
+        root if root * root == coordinates else Fraction(math.isqrt(coordinates * 4**20) + 1, 2**20)
+    )
     return Fraction(sensitivity) / Fraction(grid) + sqrt_d
 
 

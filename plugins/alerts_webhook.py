@@ -31,8 +31,9 @@ _lock = threading.Lock()
 def _deliver(url: str, timeout: float, body: dict[str, Any]) -> bool:
     data = json.dumps(body).encode()
     for attempt in range(ATTEMPTS):
-        request = urllib.request.Request(url, data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            url, data=data, method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 if 200 <= response.status < 300:
@@ -68,8 +69,9 @@ def accountant_budget_alert(alert: BudgetAlert, alerting: AlertSettings) -> None
         return
     _ensure_worker()
     try:
-        _queue.put_nowait((alerting.webhook_url, alerting.webhook_timeout_ms / 1000,
-                           alert.as_json()))
+        _queue.put_nowait(
+            (alerting.webhook_url, alerting.webhook_timeout_ms / 1000, alert.as_json())
+        )
     except queue.Full:
         log.error("alert queue full; alert dropped", extra={"alert": alert.as_json()})
 

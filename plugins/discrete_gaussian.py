@@ -47,8 +47,9 @@ def sigma_squared(params: Mapping[str, Any]) -> Fraction:
     else:
         units = rho_by_bun_steinke(Decimal(params["epsilon"]), Decimal(params["delta"]))
         if units == 0:
-            raise UnusableParameters("params.epsilon", "epsilon and delta leave no room for "
-                                     "noise; raise epsilon")
+            raise UnusableParameters(
+                "params.epsilon", "epsilon and delta leave no room for noise; raise epsilon"
+            )
         rho = Fraction(units, RHO.scale)
     return sensitivity**2 / (2 * rho)
 
@@ -60,8 +61,11 @@ MAX_SIGMA = 2**50
 def calibrate(params: Mapping[str, Any]) -> Fraction:
     sigma2 = sigma_squared(params)
     if sigma2 >= MAX_SIGMA**2:
-        raise UnusableParameters("params", f"the noise's sigma squared is {approx(sigma2)}"
-                                 "; sigma at most 2^50 (about 1.1e15) is supported")
+        raise UnusableParameters(
+            "params",
+            f"the noise's sigma squared is {approx(sigma2)}"
+            "; sigma at most 2^50 (about 1.1e15) is supported",
+        )
     return sigma2
 
 

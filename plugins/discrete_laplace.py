@@ -28,8 +28,10 @@ def calibrate(params: Mapping[str, Any]) -> tuple[int, int]:
     """(s, t): the noise's scale t/s >= Δ/epsilon, or ``UnusableParameters``."""
     scale = Fraction(params["sensitivity"]) / Fraction(params["epsilon"])
     if scale >= 2**50:
-        raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {approx(scale)}; "
-                                 "at most 2^50 (about 1.1e15) is supported")
+        raise UnusableParameters(
+            "params.epsilon",
+            f"sensitivity/epsilon is {approx(scale)}; at most 2^50 (about 1.1e15) is supported",
+        )
     return _samplers.laplace_ratio(scale)
 
 

@@ -52,12 +52,16 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
         return Cost(epsilon=epsilon, rho=rho)
     # rdp: the smaller of alpha rho (rho-zCDP) and the bound of every epsilon-DP mechanism
     order = Fraction(context.order)
-    return Cost(epsilon=epsilon, rho=rho,
-                rdp=min(order * rho, Fraction(renyi_of_pure(epsilon, context.order))))
+    return Cost(
+        epsilon=epsilon,
+        rho=rho,
+        rdp=min(order * rho, Fraction(renyi_of_pure(epsilon, context.order))),
+    )
 
 
-def exponents(epsilon: Fraction, sensitivity: Fraction,
-              utilities: list[Fraction]) -> tuple[list[int], int]:
+def exponents(
+    epsilon: Fraction, sensitivity: Fraction, utilities: list[Fraction]
+) -> tuple[list[int], int]:
     """Numerators over a common power-of-two denominator 2^k of each gamma_i (rounded up),
     with 2^-k <= epsilon' 2^-22 at every epsilon (exact integers, any size)."""
     effective = epsilon * (1 - Fraction(1, 2**20))
@@ -66,9 +70,10 @@ def exponents(epsilon: Fraction, sensitivity: Fraction,
         k += 1
     denominator = 2**k
     best = max(utilities)
-    numerators = [min(_CAP * denominator,
-                      math.ceil(effective * (best - u) / (2 * sensitivity) * denominator))
-                  for u in utilities]
+    numerators = [
+        min(_CAP * denominator, math.ceil(effective * (best - u) / (2 * sensitivity) * denominator))
+        for u in utilities
+    ]
     return numerators, denominator
 
 
@@ -79,16 +84,18 @@ def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     utilities = [Fraction(u) for u in data["utilities"]]
-    numerators, denominator = exponents(Fraction(params["epsilon"]),
-                                        Fraction(params["sensitivity"]), utilities)
+    numerators, denominator = exponents(
+        Fraction(params["epsilon"]), Fraction(params["sensitivity"]), utilities
+    )
     n = len(utilities)
     if max(numerators) < 2**62 // 2 and denominator < 2**40:
         exact = np.array(numerators, dtype=np.int64)
         batch = max(256, n)
         while True:
             proposals = _exact.uniform_below(source, np.full(batch, n, dtype=np.int64))
-            accepted = _exact.bernoulli_exp(source, exact[proposals],
-                                            np.full(batch, denominator, dtype=np.int64))
+            accepted = _exact.bernoulli_exp(
+                source, exact[proposals], np.full(batch, denominator, dtype=np.int64)
+            )
             if accepted.any():
                 return {"index": int(proposals[np.argmax(accepted)])}
     # Exponents beyond int64 (epsilon below about 10^-6): the same rejection loop, one

@@ -57,12 +57,26 @@ PARAMS_SCHEMA: dict[str, Any] = {
         "sensitivity": SENSITIVITY,
     },
     "oneOf": [
-        {"required": ["epsilon", "delta", "sensitivity"], "not": {"anyOf": [
-            {"required": ["sigma"]}, {"required": ["rho"]}]}},
-        {"required": ["sigma", "sensitivity"], "not": {"anyOf": [
-            {"required": ["epsilon"]}, {"required": ["delta"]}, {"required": ["rho"]}]}},
-        {"required": ["rho", "sensitivity"], "not": {"anyOf": [
-            {"required": ["epsilon"]}, {"required": ["delta"]}, {"required": ["sigma"]}]}},
+        {
+            "required": ["epsilon", "delta", "sensitivity"],
+            "not": {"anyOf": [{"required": ["sigma"]}, {"required": ["rho"]}]},
+        },
+        {
+            "required": ["sigma", "sensitivity"],
+            "not": {
+                "anyOf": [{"required": ["epsilon"]}, {"required": ["delta"]}, {"required": ["rho"]}]
+            },
+        },
+        {
+            "required": ["rho", "sensitivity"],
+            "not": {
+                "anyOf": [
+                    {"required": ["epsilon"]},
+                    {"required": ["delta"]},
+                    {"required": ["sigma"]},
+                ]
+            },
+        },
     ],
     "additionalProperties": False,
 }
@@ -89,8 +103,10 @@ def noise_ratio(epsilon: Fraction, delta: Fraction) -> Fraction:
     two terms of δ(ε) cancel for small ε, and σ came out below the optimum), ending at a
     point whose δ(ε) is at most delta (1 - 10^-30), as an exact rational."""
     with mpmath.workdps(_DIGITS):
-        eps, target = mpmath.mpf(epsilon.numerator) / epsilon.denominator, \
-            mpmath.mpf(delta.numerator) / delta.denominator
+        eps, target = (
+            mpmath.mpf(epsilon.numerator) / epsilon.denominator,
+            mpmath.mpf(delta.numerator) / delta.denominator,
+        )
         target *= 1 - mpmath.mpf(10) ** -30
         low, high = mpmath.mpf(1), mpmath.mpf(1)
         while gaussian_delta(high, eps) > target:
@@ -126,8 +142,9 @@ GDP_MARGIN = 1 + Fraction(1, 2**20)
 def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
     if context.accounting in ("zcdp", "rdp", "gdp"):
         if not _uses_zcdp_form(params):
-            raise ValueError(f"on a {context.accounting} dataset, state the gaussian noise as "
-                             "sigma or rho")
+            raise ValueError(
+                f"on a {context.accounting} dataset, state the gaussian noise as sigma or rho"
+            )
         if "rho" in params:
             rho = Fraction(params["rho"])
         else:
@@ -137,8 +154,9 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
             return Cost(epsilon=0, mu=sqrt_up(2 * rho) * GDP_MARGIN)
         return Cost(epsilon=0, rho=rho)  # rdp: alpha rho at the dataset's order
     if _uses_zcdp_form(params):
-        raise ValueError("on a pure or approx dataset, state the gaussian cost as "
-                         "epsilon and delta")
+        raise ValueError(
+            "on a pure or approx dataset, state the gaussian cost as epsilon and delta"
+        )
     return Cost(epsilon=params["epsilon"], delta=params["delta"])
 
 
@@ -159,16 +177,22 @@ def calibrate(params: Mapping[str, Any], d: int) -> tuple[float, Fraction]:
     ratio2 = noise_to_sensitivity(params)
     sigma2 = ratio2 * Fraction(params["sensitivity"]) ** 2
     if not MIN_SIGMA**2 <= sigma2 <= MAX_SIGMA**2:
-        raise UnusableParameters(_noise_field(params), f"the noise's sigma squared is "
-                                 f"{approx(sigma2)}; sigma must lie between 2^-980 and 2^960 "
-                                 "(about 1e-295 to 1e289)")
+        raise UnusableParameters(
+            _noise_field(params),
+            f"the noise's sigma squared is "
+            f"{approx(sigma2)}; sigma must lie between 2^-980 and 2^960 "
+            "(about 1e-295 to 1e289)",
+        )
     grid = _samplers.grid_for(math.sqrt(float(sigma2)))
-    grid_sigma2 = ratio2 * _samplers.grid_l2_sensitivity(Fraction(params["sensitivity"]),
-                                                         grid, d) ** 2
+    grid_sigma2 = (
+        ratio2 * _samplers.grid_l2_sensitivity(Fraction(params["sensitivity"]), grid, d) ** 2
+    )
     if grid_sigma2 >= MAX_GRID_SIGMA**2:
         raise UnusableParameters(
-            _noise_field(params), f"(sigma/sensitivity)^2 {approx(ratio2)} is too large for {d} "
-            f"values: keep sigma/sensitivity below {2.0**53 / math.sqrt(d):.3g}")
+            _noise_field(params),
+            f"(sigma/sensitivity)^2 {approx(ratio2)} is too large for {d} "
+            f"values: keep sigma/sensitivity below {2.0**53 / math.sqrt(d):.3g}",
+        )
     return grid, grid_sigma2
 
 

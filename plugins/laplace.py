@@ -50,8 +50,11 @@ def _calibrate(epsilon_value: Any, sensitivity_value: Any, d: int) -> tuple[floa
     epsilon, sensitivity = Fraction(epsilon_value), Fraction(sensitivity_value)
     scale = sensitivity / epsilon
     if not MIN_SCALE <= scale <= MAX_SCALE:
-        raise UnusableParameters("params.epsilon", f"sensitivity/epsilon is {approx(scale)}; "
-                                 "it must lie between 2^-980 and 2^960 (about 1e-295 to 1e289)")
+        raise UnusableParameters(
+            "params.epsilon",
+            f"sensitivity/epsilon is {approx(scale)}; "
+            "it must lie between 2^-980 and 2^960 (about 1e-295 to 1e289)",
+        )
     coarsest = _samplers.grid_for(float(scale))
     finer = sensitivity * 2**20 / d
     grid = coarsest if finer < MIN_SCALE else min(coarsest, _samplers.grid_for(float(finer)))
@@ -61,9 +64,11 @@ def _calibrate(epsilon_value: Any, sensitivity_value: Any, d: int) -> tuple[floa
             return grid, t
         if grid >= coarsest:
             raise UnusableParameters(
-                "params.epsilon", f"epsilon {approx(epsilon)} is too small for {d} values: "
+                "params.epsilon",
+                f"epsilon {approx(epsilon)} is too small for {d} values: "
                 f"the noise would exceed the exact sampler's range; use epsilon >= "
-                f"{d * 2.0**-53:.3g} or fewer values")
+                f"{d * 2.0**-53:.3g} or fewer values",
+            )
         grid *= 2
 
 

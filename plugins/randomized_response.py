@@ -46,7 +46,9 @@ from accountant_plugins import _exact
 from accountant_plugins._common import POSITIVE_EPSILON, version
 
 PARAMS_SCHEMA: dict[str, Any] = {
-    "type": "object", "properties": {"epsilon": POSITIVE_EPSILON}, "required": ["epsilon"],
+    "type": "object",
+    "properties": {"epsilon": POSITIVE_EPSILON},
+    "required": ["epsilon"],
     "additionalProperties": False,
 }
 _LABEL: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 256}
@@ -54,12 +56,20 @@ _ABSENT: dict[str, Any] = {"type": "null"}
 INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "values": {"type": "array", "minItems": 1,
-                   "description": "one entry per member of a public roster, null for a member "
-                                  "without a record",
-                   "items": {"anyOf": [{"type": "boolean"}, _LABEL, _ABSENT]}},
-        "categories": {"type": "array", "items": _LABEL, "minItems": 2, "maxItems": 10_000,
-                       "uniqueItems": True},
+        "values": {
+            "type": "array",
+            "minItems": 1,
+            "description": "one entry per member of a public roster, null for a member "
+            "without a record",
+            "items": {"anyOf": [{"type": "boolean"}, _LABEL, _ABSENT]},
+        },
+        "categories": {
+            "type": "array",
+            "items": _LABEL,
+            "minItems": 2,
+            "maxItems": 10_000,
+            "uniqueItems": True,
+        },
     },
     "required": ["values"],
     "additionalProperties": False,
@@ -87,8 +97,11 @@ def respond(source: RandomSource, truth: np.ndarray, k: int, epsilon: Fraction) 
     pending = np.arange(truth.size)
     while pending.size:
         proposal = _exact.uniform_below(source, np.full(pending.size, k, dtype=np.int64))
-        other = _exact.bernoulli_exp(source, np.full(pending.size, numerator, dtype=np.int64),
-                                     np.full(pending.size, denominator, dtype=np.int64))
+        other = _exact.bernoulli_exp(
+            source,
+            np.full(pending.size, numerator, dtype=np.int64),
+            np.full(pending.size, denominator, dtype=np.int64),
+        )
         accepted = (proposal == truth[pending]) | other | (truth[pending] < 0)
         out[pending[accepted]] = proposal[accepted]
         pending = pending[~accepted]
@@ -102,8 +115,7 @@ def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
         return {"values": (respond(source, truth, 2, epsilon) == 1).tolist()}
     categories = list(data["categories"])
     position = {c: i for i, c in enumerate(categories)}
-    truth = np.array([-1 if v is None else position[v] for v in data["values"]],
-                     dtype=np.int64)
+    truth = np.array([-1 if v is None else position[v] for v in data["values"]], dtype=np.int64)
     return {"values": [categories[i] for i in respond(source, truth, len(categories), epsilon)]}
 
 
@@ -117,8 +129,8 @@ def check(data: Mapping[str, Any]) -> None:
 RANDOMIZED_RESPONSE = Mechanism(
     name="randomized_response",
     description="Over a public roster (null for a member without a record): keep each value "
-                "with probability e^ε/(e^ε + k - 1), else report another category; absent "
-                "members are answered uniformly (binary when no categories are given).",
+    "with probability e^ε/(e^ε + k - 1), else report another category; absent "
+    "members are answered uniformly (binary when no categories are given).",
     params_schema=PARAMS_SCHEMA,
     input_schema=INPUT_SCHEMA,
     accounting=("pure", "approx", "zcdp", "rdp"),

@@ -17,5 +17,14 @@ from accountant_plugins._samplers import (
     snap,
 )
 
-__all__ = ["as_floats", "bernoulli_exp", "discrete_gaussian", "discrete_laplace", "grid_for",
-           "grid_sensitivity", "laplace_ratio", "snap", "uniform_below"]
+__all__ = [
+    "as_floats",
+    "bernoulli_exp",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "grid_for",
+    "grid_sensitivity",
+    "laplace_ratio",
+    "snap",
+    "uniform_below",
+]

@@ -71,9 +71,12 @@ POOLED_BACKENDS = BACKENDS + (["pgbouncer"] if POSTGRES_URL and PGBOUNCER else [
 
 
 @pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path,
-                 postgres_template: str | None, monkeypatch: pytest.MonkeyPatch
-                 ) -> Iterator[str]:
+def database_url(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    postgres_template: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[str]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'accountant.db'}"
         upgrade(url)
@@ -106,8 +109,11 @@ def dump(database_url: str) -> str:
     """Every row of every table, as text."""
     from accountant.models import Base
 
-    return "\n".join(repr(row) for table in Base.metadata.sorted_tables
-                     for row in run_sql(database_url, f"SELECT * FROM {table.name}"))
+    return "\n".join(
+        repr(row)
+        for table in Base.metadata.sorted_tables
+        for row in run_sql(database_url, f"SELECT * FROM {table.name}")
+    )
 
 
 @pytest.fixture
@@ -117,8 +123,9 @@ def signing_key_file(tmp_path: Path) -> str:
 
 @pytest.fixture
 def app(database_url: str, signing_key_file: str) -> Flask:
-    return create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                       "signing_key_file": signing_key_file})
+    return create_app(
+        {"database_url": database_url, "admin_key": ADMIN_KEY, "signing_key_file": signing_key_file}
+    )
 
 
 @pytest.fixture
@@ -150,12 +157,22 @@ class Api:
     def as_key(self, key: str) -> Api:
         return Api(self.client, key)
 
-    def call(self, method: str, path: str, body: Any = None, *, raw: str | None = None,
-             headers: dict[str, str] | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         sent = {"Authorization": f"Bearer {self.key}", **(headers or {})}
         data = raw if raw is not None else (None if body is None else json.dumps(body))
-        return Reply(self.client.open(path, method=method, data=data, headers=sent,
-                                      content_type="application/json"))
+        return Reply(
+            self.client.open(
+                path, method=method, data=data, headers=sent, content_type="application/json"
+            )
+        )
 
     def post(self, path: str, body: Any = None, **kw: Any) -> Any:
         return self.call("POST", path, body, **kw)
@@ -167,8 +184,13 @@ class Api:
         return self.call("PATCH", path, body, **kw)
 
     def make_dataset(self, name: str = "clicks", **fields: Any) -> dict[str, Any]:
-        body = {"name": name, "privacy_unit": "record", "accounting": "pure",
-                "budget": {"epsilon": 1.0}, **fields}
+        body = {
+            "name": name,
+            "privacy_unit": "record",
+            "accounting": "pure",
+            "budget": {"epsilon": 1.0},
+            **fields,
+        }
         response = self.post("/v1/datasets", body)
         assert response.status_code == 201, response.get_json()
         return dict(response.get_json())
@@ -178,14 +200,26 @@ class Api:
         assert response.status_code == 201, response.get_json()
         return str(response.get_json()["api_key"])
 
-    def charge(self, dataset: str = "clicks", partitions: Any = ("p1",), epsilon: Any = 0.1,
-               release: str = "joint", mechanism: str = "laplace", **extra: Any) -> Any:
+    def charge(
+        self,
+        dataset: str = "clicks",
+        partitions: Any = ("p1",),
+        epsilon: Any = 0.1,
+        release: str = "joint",
+        mechanism: str = "laplace",
+        **extra: Any,
+    ) -> Any:
         headers = extra.pop("headers", None)
         params = extra.pop("params", {"epsilon": epsilon, "sensitivity": 1})
-        body = {"dataset": dataset,
-                "partitions": partitions if isinstance(partitions, str) else list(partitions),
-                "release": release, "mechanism": mechanism, "params": params,
-                "input": extra.pop("input", {"values": [10.0]}), **extra}
+        body = {
+            "dataset": dataset,
+            "partitions": partitions if isinstance(partitions, str) else list(partitions),
+            "release": release,
+            "mechanism": mechanism,
+            "params": params,
+            "input": extra.pop("input", {"values": [10.0]}),
+            **extra,
+        }
         return self.post("/v1/charges", body, headers=headers)
 
     def budget(self, dataset: str = "clicks") -> dict[str, Any]:

@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-UNAVAILABLE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
-               b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 83\r\n\r\n"
-               b'{"type":"https://accountant.invalid/problems/unavailable","status":503,'
-               b'"title":"x"}')
+UNAVAILABLE = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: 83\r\n\r\n"
+    b'{"type":"https://accountant.invalid/problems/unavailable","status":503,'
+    b'"title":"x"}'
+)
 
 
 @dataclass
@@ -43,8 +45,7 @@ def _read_request(client: socket.socket) -> bytes:
             length = int(value.strip())
     while len(body) < length:
         body += client.recv(65536)
-    lines = [line for line in head.split(b"\r\n")
-             if not line.lower().startswith(b"connection:")]
+    lines = [line for line in head.split(b"\r\n") if not line.lower().startswith(b"connection:")]
     return b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n" + body
 
 
@@ -86,8 +87,9 @@ def dropping_proxy(upstream_base: str) -> Iterator[Proxy]:
                 client, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=_serve, args=(proxy, client, (host, int(port))),
-                             daemon=True).start()
+            threading.Thread(
+                target=_serve, args=(proxy, client, (host, int(port))), daemon=True
+            ).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()

@@ -22,8 +22,10 @@ from tests.server import children, free_port
 
 def postgres_bin() -> Path | None:
     """The newest installed PostgreSQL's bin folder, if any (and a user to run it as)."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
-                   key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0)
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0,
+    )
     if not found:
         return None
     if os.geteuid() == 0:
@@ -54,8 +56,17 @@ class Cluster:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
     def start(self) -> None:
-        _run(self.bin / "pg_ctl", "-D", self.data, "-w", "-l", self.data / "server.log",
-             "start", "-o", f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1")
+        _run(
+            self.bin / "pg_ctl",
+            "-D",
+            self.data,
+            "-w",
+            "-l",
+            self.data / "server.log",
+            "start",
+            "-o",
+            f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1",
+        )
 
     def postmaster(self) -> int:
         return int((self.data / "postmaster.pid").read_text().split()[0])
@@ -80,9 +91,11 @@ class Cluster:
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self.signal_all(signal.SIGCONT)  # a frozen server cannot stop
-            subprocess.run(["runuser", "-u", "postgres", "--"] * (os.geteuid() == 0)
-                           + [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m",
-                              "immediate", "stop"], capture_output=True)
+            subprocess.run(
+                ["runuser", "-u", "postgres", "--"] * (os.geteuid() == 0)
+                + [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+                capture_output=True,
+            )
 
 
 @contextmanager
@@ -98,21 +111,37 @@ def clusters(standby: bool = False) -> Iterator[list[Cluster]]:
         primary = Cluster(binary, root / "primary", free_port())
         _run(binary / "initdb", "-D", primary.data, "-A", "trust", "-U", "postgres")
         with (primary.data / "postgresql.conf").open("a") as conf:
-            conf.write("max_connections = 100\nwal_level = replica\nmax_wal_senders = 4\n"
-                       "synchronous_commit = on\nfsync = on\n")
+            conf.write(
+                "max_connections = 100\nwal_level = replica\nmax_wal_senders = 4\n"
+                "synchronous_commit = on\nfsync = on\n"
+            )
             if standby:
                 conf.write("synchronous_standby_names = 'standby'\n")
         primary.start()
         started.append(primary)
         if standby:
             replica = Cluster(binary, root / "standby", free_port())
-            _run(binary / "pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port),
-                 "-U", "postgres", "-D", replica.data, "-R", "-X", "stream")
+            _run(
+                binary / "pg_basebackup",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(primary.port),
+                "-U",
+                "postgres",
+                "-D",
+                replica.data,
+                "-R",
+                "-X",
+                "stream",
+            )
             with (replica.data / "postgresql.auto.conf").open("a") as conf:
-                conf.write(f"primary_conninfo = 'host=127.0.0.1 port={primary.port} "
-                           f"user=postgres application_name=standby'\n"
-                           # promoted, it has no standby of its own to wait for
-                           "synchronous_standby_names = ''\n")
+                conf.write(
+                    f"primary_conninfo = 'host=127.0.0.1 port={primary.port} "
+                    f"user=postgres application_name=standby'\n"
+                    # promoted, it has no standby of its own to wait for
+                    "synchronous_standby_names = ''\n"
+                )
             replica.start()
             started.append(replica)
         yield started

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from tests.server import free_port
 
-BINARY = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer"
-                                       if Path("/usr/sbin/pgbouncer").exists() else None)
+BINARY = shutil.which("pgbouncer") or (
+    "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
+)
 
 
 @contextmanager
@@ -34,13 +35,13 @@ listen_addr = 127.0.0.1
 listen_port = {listen}
 unix_socket_dir =
 auth_type = trust
-auth_file = {folder / 'users.txt'}
+auth_file = {folder / "users.txt"}
 pool_mode = transaction
 max_client_conn = 500
 default_pool_size = 40
 server_reset_query =
-logfile = {folder / 'pgbouncer.log'}
-pidfile = {folder / 'pgbouncer.pid'}
+logfile = {folder / "pgbouncer.log"}
+pidfile = {folder / "pgbouncer.pid"}
 """)
     command = [BINARY, "-d", str(folder / "pgbouncer.ini")]
     if os.geteuid() == 0:

@@ -61,13 +61,19 @@ class Server:
 
 
 @contextmanager
-def running_service(env: dict[str, str], log: Path, *options: str,
-                    ready: str = "/readyz") -> Iterator[Server]:
+def running_service(
+    env: dict[str, str], log: Path, *options: str, ready: str = "/readyz"
+) -> Iterator[Server]:
     """`accountant serve` on a free port with ``options``, ready when the block starts."""
     port = free_port()
     with log.open("w") as output:
-        process = subprocess.Popen([BIN, "serve", "--port", str(port), *options], env=env,
-                                   stdout=output, stderr=output, start_new_session=True)
+        process = subprocess.Popen(
+            [BIN, "serve", "--port", str(port), *options],
+            env=env,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
+        )
         server = Server(f"http://127.0.0.1:{port}", process)
         try:
             wait_ready(server.base, ready)

@@ -14,8 +14,12 @@ ROLES = ["anonymous", "admin", "auditor", "service", "outsider"]  # outsider: se
 
 Setup = Callable[[Api], tuple[str, str, Any]]  # -> method, path, body
 
-CHARGE = {"partitions": ["p"], "mechanism": "laplace",
-          "params": {"epsilon": 0.1, "sensitivity": 1}, "input": {"values": [1.0]}}
+CHARGE = {
+    "partitions": ["p"],
+    "mechanism": "laplace",
+    "params": {"epsilon": 0.1, "sensitivity": 1},
+    "input": {"values": [1.0]},
+}
 
 
 def _route(method: str, path: str, body: Any = None) -> Setup:
@@ -27,67 +31,132 @@ def _charge_id(api: Api) -> str:
 
 
 ROUTES: dict[str, tuple[Setup, dict[str, int]]] = {
-    "mechanisms": (_route("GET", "/v1/mechanisms"),
-                   {"admin": 200, "auditor": 200, "service": 200, "outsider": 200}),
-    "create dataset": (_route("POST", "/v1/datasets", {
-        "name": "new", "privacy_unit": "record", "budget": {"epsilon": 1}}),
-        {"admin": 201, "auditor": 403, "service": 403, "outsider": 403}),
-    "list datasets": (_route("GET", "/v1/datasets"),
-                      {"admin": 200, "auditor": 200, "service": 200, "outsider": 200}),
-    "show dataset": (_route("GET", "/v1/datasets/clicks"),
-                     {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
-    "patch dataset": (_route("PATCH", "/v1/datasets/clicks", {"budget": {"epsilon": 2}}),
-                      {"admin": 200, "auditor": 403, "service": 403, "outsider": 403}),
-    "declare partitions": (_route("POST", "/v1/datasets/clicks/partitions", {"keys": ["x"]}),
-                           {"admin": 201, "auditor": 403, "service": 201, "outsider": 403}),
-    "budget": (_route("GET", "/v1/datasets/clicks/budget"),
-               {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
-    "partitions": (_route("GET", "/v1/datasets/clicks/partitions"),
-                   {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
-    "create consumer": (_route("POST", "/v1/consumers", {"name": "third", "role": "auditor"}),
-                        {"admin": 201, "auditor": 403, "service": 403, "outsider": 403}),
-    "list consumers": (_route("GET", "/v1/consumers"),
-                       {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
-    "issue key": (_route("POST", "/v1/consumers/svc/keys"),
-                  {"admin": 201, "auditor": 403, "service": 403, "outsider": 403}),
-    "revoke key": (lambda api: ("DELETE", "/v1/keys/" + api.post(
-        "/v1/consumers/aud/keys").get_json()["id"], None),
-        {"admin": 204, "auditor": 403, "service": 403, "outsider": 403}),
-    "charge": (_route("POST", "/v1/charges", {"dataset": "clicks", **CHARGE}),
-               {"admin": 201, "auditor": 403, "service": 201, "outsider": 403}),
-    "preview": (_route("POST", "/v1/charges/preview", {"dataset": "clicks", **CHARGE}),
-                {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
-    "plan": (_route("POST", "/v1/charges/plan", {"dataset": "clicks", **CHARGE}),
-             {"admin": 200, "auditor": 200, "service": 200, "outsider": 403}),
-    "patch consumer": (_route("PATCH", "/v1/consumers/svc", {"datasets": ["clicks", "other"]}),
-                       {"admin": 200, "auditor": 403, "service": 403, "outsider": 403}),
-    "me": (_route("GET", "/v1/consumers/me"),
-           {"anonymous": 401, "admin": 200, "auditor": 200, "service": 200, "outsider": 200}),
-    "show charge": (lambda api: ("GET", f"/v1/charges/{_charge_id(api)}", None),
-                    {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
-    "ledger": (_route("GET", "/v1/ledger"),
-               {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
-    "export": (_route("GET", "/v1/ledger/export?format=csv"),
-               {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
-    "verify ledger": (_route("GET", "/v1/ledger/verify"),
-                      {"admin": 200, "auditor": 200, "service": 403, "outsider": 403}),
-    "verify receipt": (_route("POST", "/v1/receipts/verify", {"receipt": "x.y.z"}),
-                       {"admin": 200, "auditor": 200, "service": 200, "outsider": 200}),
-    "public key": (_route("GET", "/v1/receipts/public-key"),
-                   {"anonymous": 200, "admin": 200, "auditor": 200, "service": 200,
-                    "outsider": 200}),
+    "mechanisms": (
+        _route("GET", "/v1/mechanisms"),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 200},
+    ),
+    "create dataset": (
+        _route(
+            "POST",
+            "/v1/datasets",
+            {"name": "new", "privacy_unit": "record", "budget": {"epsilon": 1}},
+        ),
+        {"admin": 201, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "list datasets": (
+        _route("GET", "/v1/datasets"),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 200},
+    ),
+    "show dataset": (
+        _route("GET", "/v1/datasets/clicks"),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 403},
+    ),
+    "patch dataset": (
+        _route("PATCH", "/v1/datasets/clicks", {"budget": {"epsilon": 2}}),
+        {"admin": 200, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "declare partitions": (
+        _route("POST", "/v1/datasets/clicks/partitions", {"keys": ["x"]}),
+        {"admin": 201, "auditor": 403, "service": 201, "outsider": 403},
+    ),
+    "budget": (
+        _route("GET", "/v1/datasets/clicks/budget"),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 403},
+    ),
+    "partitions": (
+        _route("GET", "/v1/datasets/clicks/partitions"),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 403},
+    ),
+    "create consumer": (
+        _route("POST", "/v1/consumers", {"name": "third", "role": "auditor"}),
+        {"admin": 201, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "list consumers": (
+        _route("GET", "/v1/consumers"),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
+    "issue key": (
+        _route("POST", "/v1/consumers/svc/keys"),
+        {"admin": 201, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "revoke key": (
+        lambda api: (
+            "DELETE",
+            "/v1/keys/" + api.post("/v1/consumers/aud/keys").get_json()["id"],
+            None,
+        ),
+        {"admin": 204, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "charge": (
+        _route("POST", "/v1/charges", {"dataset": "clicks", **CHARGE}),
+        {"admin": 201, "auditor": 403, "service": 201, "outsider": 403},
+    ),
+    "preview": (
+        _route("POST", "/v1/charges/preview", {"dataset": "clicks", **CHARGE}),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 403},
+    ),
+    "plan": (
+        _route("POST", "/v1/charges/plan", {"dataset": "clicks", **CHARGE}),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 403},
+    ),
+    "patch consumer": (
+        _route("PATCH", "/v1/consumers/svc", {"datasets": ["clicks", "other"]}),
+        {"admin": 200, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "me": (
+        _route("GET", "/v1/consumers/me"),
+        {"anonymous": 401, "admin": 200, "auditor": 200, "service": 200, "outsider": 200},
+    ),
+    "show charge": (
+        lambda api: ("GET", f"/v1/charges/{_charge_id(api)}", None),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
+    "ledger": (
+        _route("GET", "/v1/ledger"),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
+    "export": (
+        _route("GET", "/v1/ledger/export?format=csv"),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
+    "verify ledger": (
+        _route("GET", "/v1/ledger/verify"),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
+    "verify receipt": (
+        _route("POST", "/v1/receipts/verify", {"receipt": "x.y.z"}),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 200},
+    ),
+    "public key": (
+        _route("GET", "/v1/receipts/public-key"),
+        {"anonymous": 200, "admin": 200, "auditor": 200, "service": 200, "outsider": 200},
+    ),
 }
 
 
 def test_the_matrix_covers_every_v1_route() -> None:
     documented = {path for _, path in OPERATIONS if path.startswith("/v1/")}
-    exercised = {"/v1/mechanisms", "/v1/datasets", "/v1/datasets/{name}",
-                 "/v1/datasets/{name}/partitions", "/v1/datasets/{name}/budget",
-                 "/v1/consumers", "/v1/consumers/{name}/keys", "/v1/keys/{key_id}",
-                 "/v1/consumers/{name}", "/v1/consumers/me", "/v1/charges/plan",
-                 "/v1/charges", "/v1/charges/preview", "/v1/charges/{charge_id}", "/v1/ledger",
-                 "/v1/ledger/export", "/v1/ledger/verify", "/v1/receipts/verify",
-                 "/v1/receipts/public-key"}
+    exercised = {
+        "/v1/mechanisms",
+        "/v1/datasets",
+        "/v1/datasets/{name}",
+        "/v1/datasets/{name}/partitions",
+        "/v1/datasets/{name}/budget",
+        "/v1/consumers",
+        "/v1/consumers/{name}/keys",
+        "/v1/keys/{key_id}",
+        "/v1/consumers/{name}",
+        "/v1/consumers/me",
+        "/v1/charges/plan",
+        "/v1/charges",
+        "/v1/charges/preview",
+        "/v1/charges/{charge_id}",
+        "/v1/ledger",
+        "/v1/ledger/export",
+        "/v1/ledger/verify",
+        "/v1/receipts/verify",
+        "/v1/receipts/public-key",
+    }
     assert documented == exercised
     assert len(ROUTES) == sum(1 for _, path in OPERATIONS if path.startswith("/v1/"))
 

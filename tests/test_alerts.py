@@ -56,13 +56,20 @@ def receiver() -> Iterator[_Receiver]:
 
 
 def _app(database_url: str, signing_key_file: str, url: str, **extra: Any) -> Flask:
-    return create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                       "signing_key_file": signing_key_file, "alert_webhook_url": url, **extra})
+    return create_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+            "alert_webhook_url": url,
+            **extra,
+        }
+    )
 
 
 def test_each_crossing_alerts_once_with_retries(
-        database_url: str, signing_key_file: str, receiver: _Receiver,
-        caplog: pytest.LogCaptureFixture) -> None:
+    database_url: str, signing_key_file: str, receiver: _Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
     api = Api(_app(database_url, signing_key_file, receiver.url).test_client())
     api.make_dataset(budget={"epsilon": 1}, windows=[{"period": "1d", "epsilon": 2}])
     for _ in range(5):
@@ -72,7 +79,8 @@ def test_each_crossing_alerts_once_with_retries(
     dataset_alerts = [b for b in receiver.bodies if b["scope"] == "dataset"]
     assert [a["threshold"] for a in dataset_alerts] == [50, 80, 100]
     assert dataset_alerts[0]["loss"] == {"epsilon": 0.6} and dataset_alerts[0]["limit"] == {
-        "epsilon": 1.0}
+        "epsilon": 1.0
+    }
     window_alerts = [b for b in receiver.bodies if b["scope"] == "window"]
     assert [a["threshold"] for a in window_alerts] == [50]  # 1.0 of 2.0
     assert window_alerts[0]["window"]["period"] == "1d"
@@ -84,7 +92,8 @@ def test_each_crossing_alerts_once_with_retries(
 
 
 def test_a_hanging_webhook_never_holds_or_fails_a_charge(
-        database_url: str, signing_key_file: str) -> None:
+    database_url: str, signing_key_file: str
+) -> None:
     """The webhook answers nothing until released; the charge is answered meanwhile."""
     release, arrived = threading.Event(), threading.Event()
 
@@ -115,19 +124,21 @@ def test_a_hanging_webhook_never_holds_or_fails_a_charge(
         server.server_close()
 
 
-def test_partition_and_quota_scopes_alert(database_url: str, signing_key_file: str,
-                                          receiver: _Receiver) -> None:
+def test_partition_and_quota_scopes_alert(
+    database_url: str, signing_key_file: str, receiver: _Receiver
+) -> None:
     receiver.failures = 0
-    api = Api(_app(database_url, signing_key_file, receiver.url,
-                   alert_thresholds=(90,)).test_client())
+    api = Api(
+        _app(database_url, signing_key_file, receiver.url, alert_thresholds=(90,)).test_client()
+    )
     api.make_dataset(budget={"epsilon": 10}, partition_budget={"epsilon": 1})
-    service = api.as_key(api.make_consumer("svc", datasets=["clicks"],
-                                           quotas={"clicks": {"epsilon": 1}}))
+    service = api.as_key(
+        api.make_consumer("svc", datasets=["clicks"], quotas={"clicks": {"epsilon": 1}})
+    )
     # 95% of partition a and of the quota; then partition b. The consumer's loss composes in
     # parallel too (record unit: the largest s(p)), so the second charge leaves it at 95%.
     assert service.charge(partitions=["a"], epsilon=0.95).status_code == 201
     assert service.charge(partitions=["b"], epsilon=0.95).status_code == 201
     alerts_webhook.drain()
     scopes = sorted((b["scope"], b.get("partition"), b.get("consumer")) for b in receiver.bodies)
-    assert scopes == [("consumer", None, "svc"), ("partition", "a", None),
-                      ("partition", "b", None)]
+    assert scopes == [("consumer", None, "svc"), ("partition", "a", None), ("partition", "b", None)]

@@ -10,8 +10,13 @@ from flask.testing import FlaskClient
 
 from tests.conftest import ADMIN_KEY, Api
 
-VALID = {"dataset": "clicks", "partitions": ["p1"], "mechanism": "laplace",
-         "params": {"epsilon": 0.1, "sensitivity": 1}, "input": {"values": [1.0]}}
+VALID = {
+    "dataset": "clicks",
+    "partitions": ["p1"],
+    "mechanism": "laplace",
+    "params": {"epsilon": 0.1, "sensitivity": 1},
+    "input": {"values": [1.0]},
+}
 
 
 def _with(path: str, value: Any) -> str:
@@ -62,8 +67,13 @@ BAD_CHARGES = {
     "duplicate json key": '{"dataset": "clicks", "dataset": "other"}',
     "sensitivity unit on a record dataset": _with("params.sensitivity_unit", "record"),
     "bad sensitivity unit": _with("params.sensitivity_unit", "person"),
-    "gaussian on a pure dataset": json.dumps({**VALID, "mechanism": "gaussian", "params": {
-        "epsilon": 0.1, "delta": 1e-6, "sensitivity": 1}}),
+    "gaussian on a pure dataset": json.dumps(
+        {
+            **VALID,
+            "mechanism": "gaussian",
+            "params": {"epsilon": 0.1, "delta": 1e-6, "sensitivity": 1},
+        }
+    ),
 }
 
 
@@ -99,14 +109,17 @@ def test_unknown_dataset_is_404(ready: Api) -> None:
     assert response.content_type == "application/problem+json"
 
 
-@pytest.mark.parametrize("request_of", [
-    lambda api: api.charge(dataset="clicks\u0000"),
-    lambda api: api.charge(partitions=["p\u0000"]),
-    lambda api: api.get("/v1/ledger?dataset=clicks%00"),
-    lambda api: api.get("/v1/datasets/clicks%00/budget"),
-], ids=["charge dataset", "charge partition", "ledger filter", "dataset path"])
-def test_a_nul_character_is_a_client_error_and_changes_nothing(ready: Api,
-                                                               request_of: Any) -> None:
+@pytest.mark.parametrize(
+    "request_of",
+    [
+        lambda api: api.charge(dataset="clicks\u0000"),
+        lambda api: api.charge(partitions=["p\u0000"]),
+        lambda api: api.get("/v1/ledger?dataset=clicks%00"),
+        lambda api: api.get("/v1/datasets/clicks%00/budget"),
+    ],
+    ids=["charge dataset", "charge partition", "ledger filter", "dataset path"],
+)
+def test_a_nul_character_is_a_client_error_and_changes_nothing(ready: Api, request_of: Any) -> None:
     """PostgreSQL cannot store or compare NUL in text; SQLite can. Either way it is the
     request's fault: a 4xx problem, never a 500, and nothing written."""
     before = (ready.budget(), ready.ledger())
@@ -129,21 +142,48 @@ BAD_DATASETS = {
     "unknown unit": {"name": "d", "privacy_unit": "row", "budget": {"epsilon": 1}},
     "no budget": {"name": "d", "privacy_unit": "record"},
     "zero budget": {"name": "d", "privacy_unit": "record", "budget": {"epsilon": 0}},
-    "delta one": {"name": "d", "privacy_unit": "record", "accounting": "approx",
-                  "budget": {"epsilon": 1, "delta": 1}},
-    "pure with delta": {"name": "d", "privacy_unit": "record", "accounting": "pure",
-                        "budget": {"epsilon": 1, "delta": 1e-6}},
-    "zcdp without delta": {"name": "d", "privacy_unit": "record", "accounting": "zcdp",
-                           "budget": {"epsilon": 1}},
-    "bounds on record": {"name": "d", "privacy_unit": "record", "max_partitions_per_user": 3,
-                         "budget": {"epsilon": 1}},
-    "bad window": {"name": "d", "privacy_unit": "record", "budget": {"epsilon": 1},
-                   "windows": [{"period": "2d", "epsilon": 1}]},
-    "repeated window": {"name": "d", "privacy_unit": "record", "budget": {"epsilon": 1},
-                        "windows": [{"period": "1d", "epsilon": 1},
-                                    {"period": "1d", "epsilon": 2}]},
-    "k zero": {"name": "d", "privacy_unit": "user", "max_partitions_per_user": 0,
-               "budget": {"epsilon": 1}},
+    "delta one": {
+        "name": "d",
+        "privacy_unit": "record",
+        "accounting": "approx",
+        "budget": {"epsilon": 1, "delta": 1},
+    },
+    "pure with delta": {
+        "name": "d",
+        "privacy_unit": "record",
+        "accounting": "pure",
+        "budget": {"epsilon": 1, "delta": 1e-6},
+    },
+    "zcdp without delta": {
+        "name": "d",
+        "privacy_unit": "record",
+        "accounting": "zcdp",
+        "budget": {"epsilon": 1},
+    },
+    "bounds on record": {
+        "name": "d",
+        "privacy_unit": "record",
+        "max_partitions_per_user": 3,
+        "budget": {"epsilon": 1},
+    },
+    "bad window": {
+        "name": "d",
+        "privacy_unit": "record",
+        "budget": {"epsilon": 1},
+        "windows": [{"period": "2d", "epsilon": 1}],
+    },
+    "repeated window": {
+        "name": "d",
+        "privacy_unit": "record",
+        "budget": {"epsilon": 1},
+        "windows": [{"period": "1d", "epsilon": 1}, {"period": "1d", "epsilon": 2}],
+    },
+    "k zero": {
+        "name": "d",
+        "privacy_unit": "user",
+        "max_partitions_per_user": 0,
+        "budget": {"epsilon": 1},
+    },
 }
 
 
@@ -167,8 +207,12 @@ def test_authentication_and_roles(api: Api, client: FlaskClient) -> None:
     assert service.charge(dataset="other").status_code == 403
     assert service.charge().status_code == 201
     assert service.get("/v1/ledger").status_code == 403
-    assert service.post("/v1/datasets", {"name": "x", "privacy_unit": "record",
-                                         "budget": {"epsilon": 1}}).status_code == 403
+    assert (
+        service.post(
+            "/v1/datasets", {"name": "x", "privacy_unit": "record", "budget": {"epsilon": 1}}
+        ).status_code
+        == 403
+    )
     assert auditor.charge().status_code == 403
     assert auditor.get("/v1/ledger").status_code == 200
     assert auditor.get("/v1/consumers").status_code == 200
@@ -187,9 +231,15 @@ def test_revoked_key_is_refused_at_once(api: Api) -> None:
 
 
 def test_a_zcdp_delta_below_the_resolution_is_refused(api: Api) -> None:
-    response = api.post("/v1/datasets", {"name": "z", "privacy_unit": "record",
-                                         "accounting": "zcdp",
-                                         "budget": {"epsilon": 1, "delta": 1e-300}})
+    response = api.post(
+        "/v1/datasets",
+        {
+            "name": "z",
+            "privacy_unit": "record",
+            "accounting": "zcdp",
+            "budget": {"epsilon": 1, "delta": 1e-300},
+        },
+    )
     assert response.status_code == 400
     assert response.get_json()["errors"][0]["field"] == "budget.delta"
 

@@ -21,65 +21,160 @@ from tests.server import running_service
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(__file__).parent.parent / "test-artifacts" / "screenshots"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium package "
-                                 "(apt-get install chromium; .ci/run installs it)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="needs Debian's chromium package (apt-get install chromium; .ci/run installs it)",
+    ),
+]
 
 
 @pytest.fixture
 def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-           "ACCOUNTANT_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_LOG_LEVEL": "WARNING",
+    }
     with running_service(env, tmp_path / "serve.log") as running:
         yield running.base
 
 
 def _api(base: str, method: str, path: str, body: Any = None, key: str = ADMIN_KEY) -> Any:
-    response = requests.request(method, base + path, json=body, timeout=10,
-                                headers={"Authorization": f"Bearer {key}"})
+    response = requests.request(
+        method, base + path, json=body, timeout=10, headers={"Authorization": f"Bearer {key}"}
+    )
     return response
 
 
 def test_the_dashboard_in_a_browser(server: str) -> None:
     from playwright.sync_api import sync_playwright
 
-    _api(server, "POST", "/v1/datasets", {"name": "clicks", "privacy_unit": "record",
-                                          "budget": {"epsilon": 2},
-                                          "windows": [{"period": "1d", "epsilon": 1}]})
-    _api(server, "POST", "/v1/datasets", {"name": "used-up", "privacy_unit": "user",
-                                          "max_partitions_per_user": 2,
-                                          "budget": {"epsilon": 0.5}})
-    _api(server, "POST", "/v1/datasets", {"name": "by-day", "privacy_unit": "record",
-                                          "budget": {"epsilon": 5},
-                                          "partition_budget": {"epsilon": 0.3}})
+    _api(
+        server,
+        "POST",
+        "/v1/datasets",
+        {
+            "name": "clicks",
+            "privacy_unit": "record",
+            "budget": {"epsilon": 2},
+            "windows": [{"period": "1d", "epsilon": 1}],
+        },
+    )
+    _api(
+        server,
+        "POST",
+        "/v1/datasets",
+        {
+            "name": "used-up",
+            "privacy_unit": "user",
+            "max_partitions_per_user": 2,
+            "budget": {"epsilon": 0.5},
+        },
+    )
+    _api(
+        server,
+        "POST",
+        "/v1/datasets",
+        {
+            "name": "by-day",
+            "privacy_unit": "record",
+            "budget": {"epsilon": 5},
+            "partition_budget": {"epsilon": 0.3},
+        },
+    )
     for _ in range(3):  # the third is denied by the partition limit
-        _api(server, "POST", "/v1/charges", {
-            "dataset": "by-day", "partitions": ["monday"], "mechanism": "laplace",
-            "params": {"epsilon": 0.15, "sensitivity": 1}, "input": {"values": [3.0]}})
+        _api(
+            server,
+            "POST",
+            "/v1/charges",
+            {
+                "dataset": "by-day",
+                "partitions": ["monday"],
+                "mechanism": "laplace",
+                "params": {"epsilon": 0.15, "sensitivity": 1},
+                "input": {"values": [3.0]},
+            },
+        )
     for index in range(6):
-        _api(server, "POST", "/v1/charges", {
-            "dataset": "clicks", "partitions": [f"day-{index % 3}"], "mechanism": "laplace",
-            "params": {"epsilon": 0.15, "sensitivity": 1}, "input": {"values": [10.0]}})
-    _api(server, "POST", "/v1/charges", {
-        "dataset": "used-up", "partitions": ["a"], "mechanism": "laplace",
-        "params": {"epsilon": 0.5, "sensitivity": 1}, "input": {"values": [1.0]}})
-    denied = _api(server, "POST", "/v1/charges", {
-        "dataset": "used-up", "partitions": ["b"], "mechanism": "laplace",
-        "params": {"epsilon": 0.1, "sensitivity": 1}, "input": {"values": [1.0]}})
+        _api(
+            server,
+            "POST",
+            "/v1/charges",
+            {
+                "dataset": "clicks",
+                "partitions": [f"day-{index % 3}"],
+                "mechanism": "laplace",
+                "params": {"epsilon": 0.15, "sensitivity": 1},
+                "input": {"values": [10.0]},
+            },
+        )
+    _api(
+        server,
+        "POST",
+        "/v1/charges",
+        {
+            "dataset": "used-up",
+            "partitions": ["a"],
+            "mechanism": "laplace",
+            "params": {"epsilon": 0.5, "sensitivity": 1},
+            "input": {"values": [1.0]},
+        },
+    )
+    denied = _api(
+        server,
+        "POST",
+        "/v1/charges",
+        {
+            "dataset": "used-up",
+            "partitions": ["b"],
+            "mechanism": "laplace",
+            "params": {"epsilon": 0.1, "sensitivity": 1},
+            "input": {"values": [1.0]},
+        },
+    )
     assert denied.status_code == 409
-    assert _api(server, "PATCH", "/v1/datasets/clicks", {
-        "budget": {"epsilon": 3}, "reason": "new quarter"}).status_code == 200
-    _api(server, "POST", "/v1/charges", {
-        "dataset": "clicks", "partitions": ["day-9"], "mechanism": "laplace",
-        "params": {"epsilon": 0.2, "sensitivity": 1}, "input": {"values": [10.0]}})
-    service_key = _api(server, "POST", "/v1/consumers", {
-        "name": "svc", "role": "service", "datasets": ["clicks"]}).json()["api_key"]
-    budgets = {name: _api(server, "GET", f"/v1/datasets/{name}/budget").json()
-               for name in ("clicks", "used-up", "by-day")}
+    assert (
+        _api(
+            server,
+            "PATCH",
+            "/v1/datasets/clicks",
+            {"budget": {"epsilon": 3}, "reason": "new quarter"},
+        ).status_code
+        == 200
+    )
+    _api(
+        server,
+        "POST",
+        "/v1/charges",
+        {
+            "dataset": "clicks",
+            "partitions": ["day-9"],
+            "mechanism": "laplace",
+            "params": {"epsilon": 0.2, "sensitivity": 1},
+            "input": {"values": [10.0]},
+        },
+    )
+    service_key = _api(
+        server, "POST", "/v1/consumers", {"name": "svc", "role": "service", "datasets": ["clicks"]}
+    ).json()["api_key"]
+    budgets = {
+        name: _api(server, "GET", f"/v1/datasets/{name}/budget").json()
+        for name in ("clicks", "used-up", "by-day")
+    }
     SHOTS.mkdir(parents=True, exist_ok=True)
     requests_seen: list[str] = []
     console: list[str] = []  # a Content-Security-Policy violation is reported here
@@ -122,11 +217,17 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         page.goto(server + "/dashboard/datasets/clicks")
         page.click("header >> text=Ledger")
         assert page.locator("#entries tbody tr.denied").count() == 2
-        ids = [int(i) for i in page.locator("#entries tbody tr").evaluate_all(
-            "rows => rows.map(r => r.dataset.id)")]
+        ids = [
+            int(i)
+            for i in page.locator("#entries tbody tr").evaluate_all(
+                "rows => rows.map(r => r.dataset.id)"
+            )
+        ]
         assert ids == sorted(ids, reverse=True) and int(page.inner_text("#count")) == len(ids)
         assert sorted(page.locator("#entries tr.denied .denied-by").all_inner_texts()) == [
-            "dataset", "partition monday"]
+            "dataset",
+            "partition monday",
+        ]
         page.select_option("select[name=status]", "denied")
         page.select_option("select[name=dataset]", "by-day")
         page.click("form >> text=Filter")
@@ -136,8 +237,11 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         page.screenshot(path=str(SHOTS / "ledger.png"), full_page=True)
         narrow = browser.new_page(viewport={"width": 390, "height": 844})
         narrow.context.add_cookies(cast(Any, page.context.cookies()))
-        for name, path in (("overview", "/dashboard"), ("dataset", "/dashboard/datasets/clicks"),
-                           ("ledger", "/dashboard/ledger")):
+        for name, path in (
+            ("overview", "/dashboard"),
+            ("dataset", "/dashboard/datasets/clicks"),
+            ("ledger", "/dashboard/ledger"),
+        ):
             narrow.goto(server + path)
             assert narrow.evaluate("document.documentElement.scrollWidth") <= 390, name
             narrow.screenshot(path=str(SHOTS / f"{name}-390px.png"), full_page=True)
@@ -149,8 +253,9 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         page.goto(server + "/dashboard")
         assert "/dashboard/sign-in" in page.url
         browser.close()
-    assert all(url.startswith(server) for url in requests_seen), \
-        [u for u in requests_seen if not u.startswith(server)]
+    assert all(url.startswith(server) for url in requests_seen), [
+        u for u in requests_seen if not u.startswith(server)
+    ]
     assert not [text for text in console if "Content Security Policy" in text], console
     assert len(list(SHOTS.glob("*.png"))) >= 10
 
@@ -170,6 +275,8 @@ def _check_loss_chart(page: Any, api_loss: float, limits: list[float]) -> None:
     last_y = float(chart.locator(".series").get_attribute("points").split()[-1].split(",")[1])
     assert abs(value_at(last_y) - api_loss) <= top / (plot_bottom - plot_top)
     assert chart.locator(".final-loss").text_content() == f"loss {api_loss:g}"
-    steps = {round(value_at(float(point.split(",")[1])), 6) for point in
-             chart.locator(".limit").get_attribute("points").split()}
+    steps = {
+        round(value_at(float(point.split(",")[1])), 6)
+        for point in chart.locator(".limit").get_attribute("points").split()
+    }
     assert all(any(abs(s - limit) <= top / 200 for s in steps) for limit in limits), steps

@@ -25,8 +25,18 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_every_command_has_help() -> None:
     runner = CliRunner()
-    for args in ([], ["db"], ["db", "upgrade"], ["db", "downgrade"], ["init"], ["serve"],
-                 ["keys"], ["keys", "create"], ["plugins"], ["plugins", "list"]):
+    for args in (
+        [],
+        ["db"],
+        ["db", "upgrade"],
+        ["db", "downgrade"],
+        ["init"],
+        ["serve"],
+        ["keys"],
+        ["keys", "create"],
+        ["plugins"],
+        ["plugins", "list"],
+    ):
         result = runner.invoke(main, [*args, "--help"])
         assert result.exit_code == 0, result.output
         assert "Usage:" in result.output
@@ -39,18 +49,35 @@ def test_init_prints_one_admin_key_and_keys_create_works(tmp_path: Path) -> None
     assert key.startswith("pba_") and len(key) > 40
     again = subprocess.run([BIN, "init"], env=env, capture_output=True, text=True, check=True)
     assert again.stdout == "" and "already exists" in again.stderr
-    made = subprocess.run([BIN, "keys", "create", "--name", "aud", "--role", "auditor"],
-                          env=env, capture_output=True, text=True, check=True)
+    made = subprocess.run(
+        [BIN, "keys", "create", "--name", "aud", "--role", "auditor"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert made.stdout.strip().startswith("pba_")
-    bad = subprocess.run([BIN, "keys", "create", "--name", "svc", "--role", "service",
-                          "--dataset", "missing"], env=env, capture_output=True, text=True)
+    bad = subprocess.run(
+        [BIN, "keys", "create", "--name", "svc", "--role", "service", "--dataset", "missing"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "unknown dataset" in bad.stderr
-    existing = subprocess.run([BIN, "keys", "create", "--name", "aud", "--role", "auditor",
-                               "--dataset", "clicks"], env=env, capture_output=True, text=True)
+    existing = subprocess.run(
+        [BIN, "keys", "create", "--name", "aud", "--role", "auditor", "--dataset", "clicks"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert existing.returncode == 1 and "PATCH /v1/consumers/aud" in existing.stderr
     for name in ("", "=cmd|' /C calc'!A0", "x" * 64, "Upper", "-lead"):  # as over HTTP
-        refused = subprocess.run([BIN, "keys", "create", "--name", name, "--role", "auditor"],
-                                 env=env, capture_output=True, text=True)
+        refused = subprocess.run(
+            [BIN, "keys", "create", "--name", name, "--role", "auditor"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert refused.returncode == 2 and "not a valid name" in refused.stderr, name
 
 
@@ -58,19 +85,18 @@ def test_the_command_works_from_any_directory(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
-    subprocess.run([BIN, "db", "upgrade"], env=env, cwd=elsewhere, check=True,
-                   capture_output=True)
+    subprocess.run([BIN, "db", "upgrade"], env=env, cwd=elsewhere, check=True, capture_output=True)
     assert (elsewhere / "var" / "accountant.db").exists()
-    subprocess.run([BIN, "db", "downgrade", "base"], env=env, cwd=elsewhere, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [BIN, "db", "downgrade", "base"], env=env, cwd=elsewhere, check=True, capture_output=True
+    )
 
 
 @pytest.mark.slow
 def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> None:
     env = _env(tmp_path, ACCOUNTANT_ADMIN_KEY=ADMIN_KEY)
     subprocess.run([BIN, "db", "upgrade"], env=env, check=True, capture_output=True)
-    with running_service(env, tmp_path / "serve.log", "--workers", "2",
-                         ready="/healthz") as server:
+    with running_service(env, tmp_path / "serve.log", "--workers", "2", ready="/healthz") as server:
         base = server.base
         deadline = time.monotonic() + 20
         while len(workers := children(server.process.pid)) < 2:
@@ -79,12 +105,25 @@ def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> Non
         assert len(workers) == 2
         headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
         assert requests.get(f"{base}/readyz", timeout=5).status_code == 200
-        created = requests.post(f"{base}/v1/datasets", headers=headers, timeout=5, json={
-            "name": "web", "privacy_unit": "record", "budget": {"epsilon": 1}})
+        created = requests.post(
+            f"{base}/v1/datasets",
+            headers=headers,
+            timeout=5,
+            json={"name": "web", "privacy_unit": "record", "budget": {"epsilon": 1}},
+        )
         assert created.status_code == 201
-        charged = requests.post(f"{base}/v1/charges", headers=headers, timeout=5, json={
-            "dataset": "web", "partitions": ["p"], "mechanism": "laplace",
-            "params": {"epsilon": 0.5, "sensitivity": 1}, "input": {"size": 3}})
+        charged = requests.post(
+            f"{base}/v1/charges",
+            headers=headers,
+            timeout=5,
+            json={
+                "dataset": "web",
+                "partitions": ["p"],
+                "mechanism": "laplace",
+                "params": {"epsilon": 0.5, "sensitivity": 1},
+                "input": {"size": 3},
+            },
+        )
         assert charged.status_code == 201
         output = charged.json()["output"]
         assert len(output["noise"]) == 3 and output["grid"] > 0
@@ -99,14 +138,20 @@ def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> Non
         assert not Path(f"/proc/{pid}").exists()
 
 
-@pytest.mark.parametrize("command", [
-    ["keys", "create", "--name", "aud", "--role", "auditor"], ["ledger", "verify"],
-    ["ledger", "rebuild-totals", "--check"], ["noise-secret", "show"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["keys", "create", "--name", "aud", "--role", "auditor"],
+        ["ledger", "verify"],
+        ["ledger", "rebuild-totals", "--check"],
+        ["noise-secret", "show"],
+    ],
+)
 def test_a_folder_without_a_database_gets_one_line_and_nothing_created(
-        tmp_path: Path, command: list[str]) -> None:
+    tmp_path: Path, command: list[str]
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
-    done = subprocess.run([BIN, *command], env=env, cwd=tmp_path, capture_output=True,
-                          text=True)
+    done = subprocess.run([BIN, *command], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()

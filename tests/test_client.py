@@ -30,15 +30,22 @@ from tests.server import running_service
 
 pytestmark = pytest.mark.slow
 
-LAPLACE: dict[str, Any] = {"mechanism": "laplace", "params": {"epsilon": 0.25, "sensitivity": 1},
-           "input": {"values": [10.0, 20.0]}}
+LAPLACE: dict[str, Any] = {
+    "mechanism": "laplace",
+    "params": {"epsilon": 0.25, "sensitivity": 1},
+    "input": {"values": [10.0, 20.0]},
+}
 
 
 @pytest.fixture
 def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-           "ACCOUNTANT_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_LOG_LEVEL": "WARNING",
+    }
     with running_service(env, tmp_path / "serve.log") as running:
         yield running.base
 
@@ -46,9 +53,13 @@ def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator
 @pytest.fixture
 def admin(server: str) -> Iterator[Client]:
     with Client(server, ADMIN_KEY, deadline=20) as client:
-        client.create_dataset(name="clicks", privacy_unit="record", accounting="pure",
-                              budget={"epsilon": 1}, windows=[{"period": "1d",
-                                                               "epsilon": 0.75}])
+        client.create_dataset(
+            name="clicks",
+            privacy_unit="record",
+            accounting="pure",
+            budget={"epsilon": 1},
+            windows=[{"period": "1d", "epsilon": 0.75}],
+        )
         yield client
 
 
@@ -68,27 +79,46 @@ def test_a_charge_and_its_denials_are_typed(admin: Client) -> None:
     assert window.value.requested["epsilon"] == Decimal("0.25")
     admin.update_dataset("clicks", windows=[], reason="no more windows")
     with pytest.raises(BudgetExhausted) as lifetime:
-        admin.charge(dataset="clicks", partitions=["a"], mechanism="laplace",
-                     params={"epsilon": 0.5, "sensitivity": 1}, input={"values": [1.0]})
+        admin.charge(
+            dataset="clicks",
+            partitions=["a"],
+            mechanism="laplace",
+            params={"epsilon": 0.5, "sensitivity": 1},
+            input={"values": [1.0]},
+        )
     assert lifetime.value.status == 409 and lifetime.value.scope == "dataset"
     assert lifetime.value.limit["epsilon"] == Decimal(1)
     assert lifetime.value.spent["epsilon"] == Decimal("0.75")
     assert lifetime.value.requested["epsilon"] == Decimal("0.5")
     with pytest.raises(InvalidRequest) as bad:
-        admin.charge(dataset="clicks", partitions=["a"], mechanism="laplace",
-                     params={"epsilon": -1, "sensitivity": 1}, input={"values": [1.0]})
+        admin.charge(
+            dataset="clicks",
+            partitions=["a"],
+            mechanism="laplace",
+            params={"epsilon": -1, "sensitivity": 1},
+            input={"values": [1.0]},
+        )
     assert [e["field"] for e in bad.value.errors] == ["params.epsilon"]
 
 
 def test_reads_preview_plan_and_consumers(admin: Client) -> None:
     admin.charge(dataset="clicks", partitions=["a"], **LAPLACE)
-    key = admin.create_consumer("svc", "service", datasets=["clicks"],
-                                quotas={"clicks": {"epsilon": 0.5}})["api_key"]
-    preview = admin.preview(dataset="clicks", partitions=["a"], mechanism="laplace",
-                            params={"epsilon": 0.5, "sensitivity": 1})
+    key = admin.create_consumer(
+        "svc", "service", datasets=["clicks"], quotas={"clicks": {"epsilon": 0.5}}
+    )["api_key"]
+    preview = admin.preview(
+        dataset="clicks",
+        partitions=["a"],
+        mechanism="laplace",
+        params={"epsilon": 0.5, "sensitivity": 1},
+    )
     assert preview.granted and preview.remaining_after["epsilon"] == Decimal("0.25")
-    plan = admin.plan(dataset="clicks", partitions=["a"], mechanism="laplace",
-                      params={"epsilon": 0.25, "sensitivity": 1})
+    plan = admin.plan(
+        dataset="clicks",
+        partitions=["a"],
+        mechanism="laplace",
+        params={"epsilon": 0.25, "sensitivity": 1},
+    )
     assert plan.fits == 2 and plan.limited_by is not None  # the window: 0.75 - 0.25
     assert admin.budget("clicks")["loss"]["epsilon"] == 0.25
     assert [p["key"] for p in admin.partitions("clicks")] == ["a"]
@@ -112,8 +142,9 @@ def test_a_lost_answer_is_retried_and_charged_once(server: str) -> None:
     """The proxy lets the service commit each charge's first attempt, then resets the
     connection; the client retries with the same key and gets the first answer."""
     with Client(server, ADMIN_KEY) as admin:
-        admin.create_dataset(name="clicks", privacy_unit="record", accounting="pure",
-                             budget={"epsilon": 10})
+        admin.create_dataset(
+            name="clicks", privacy_unit="record", accounting="pure", budget={"epsilon": 10}
+        )
     with dropping_proxy(server) as proxy:
         charges_seen: list[bytes] = []
 
@@ -125,10 +156,15 @@ def test_a_lost_answer_is_retried_and_charged_once(server: str) -> None:
 
         proxy.decide = decide
         with Client(proxy.base, ADMIN_KEY, deadline=20) as client:
-            results = [client.charge(dataset="clicks", partitions=["a"], **LAPLACE)
-                       for _ in range(5)]
-            again = client.charge(dataset="clicks", partitions=["a"], **LAPLACE,
-                                  idempotency_key=results[0].idempotency_key)
+            results = [
+                client.charge(dataset="clicks", partitions=["a"], **LAPLACE) for _ in range(5)
+            ]
+            again = client.charge(
+                dataset="clicks",
+                partitions=["a"],
+                **LAPLACE,
+                idempotency_key=results[0].idempotency_key,
+            )
     assert [action for _, action in proxy.seen if action == "drop"] == ["drop"] * 6
     assert len({r.charge_id for r in results}) == 5
     assert (again.charge_id, again.output) == (results[0].charge_id, results[0].output)
@@ -140,19 +176,25 @@ def test_a_lost_answer_is_retried_and_charged_once(server: str) -> None:
 
 def test_unavailable_is_retried_after_retry_after_then_given_up(server: str) -> None:
     with Client(server, ADMIN_KEY) as admin:
-        admin.create_dataset(name="clicks", privacy_unit="record", accounting="pure",
-                             budget={"epsilon": 10})
+        admin.create_dataset(
+            name="clicks", privacy_unit="record", accounting="pure", budget={"epsilon": 10}
+        )
     with dropping_proxy(server) as proxy:
-        proxy.decide = lambda line: "503" if line.startswith(b"POST") and len(
-            [s for s in proxy.seen if s[1] == "503"]) < 1 else None
+        proxy.decide = lambda line: (
+            "503"
+            if line.startswith(b"POST") and len([s for s in proxy.seen if s[1] == "503"]) < 1
+            else None
+        )
         with Client(proxy.base, ADMIN_KEY, deadline=20) as client:
             started = time.monotonic()
             granted = client.charge(dataset="clicks", partitions=["a"], **LAPLACE)
             assert time.monotonic() - started >= 1.0  # Retry-After: 1 was honoured
         assert granted.cost["epsilon"] == Decimal("0.25")
         proxy.decide = lambda line: "503"
-        with Client(proxy.base, ADMIN_KEY, deadline=2) as client, \
-                pytest.raises(Unavailable, match="no answer after"):
+        with (
+            Client(proxy.base, ADMIN_KEY, deadline=2) as client,
+            pytest.raises(Unavailable, match="no answer after"),
+        ):
             client.charge(dataset="clicks", partitions=["a"], **LAPLACE)
 
 
@@ -168,9 +210,11 @@ def test_a_receipt_that_does_not_check_out_is_refused(admin: Client) -> None:
 
 def test_the_client_imports_without_flask_or_database_drivers() -> None:
     blocked = ("flask", "sqlalchemy", "psycopg", "werkzeug", "alembic", "numpy")
-    code = ("import sys\n"
-            f"for name in {blocked!r}: sys.modules[name] = None\n"
-            "import accountant.client\n"
-            f"assert not [m for m in sys.modules if m.split('.')[0] in {blocked!r} "
-            "and sys.modules[m] is not None]\n")
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "import accountant.client\n"
+        f"assert not [m for m in sys.modules if m.split('.')[0] in {blocked!r} "
+        "and sys.modules[m] is not None]\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -36,8 +36,14 @@ def clock() -> ScriptedClock:
 
 @pytest.fixture
 def api(database_url: str, signing_key_file: str, clock: ScriptedClock) -> Iterator[Api]:
-    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                      "signing_key_file": signing_key_file}, clock=clock)
+    app = create_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+        },
+        clock=clock,
+    )
     with app.test_client() as client:
         yield Api(client)
 
@@ -46,8 +52,7 @@ def _window(api: Api, period: str) -> dict[str, Any]:
     return next(w for w in api.budget()["windows"] if w["period"] == period)
 
 
-def test_a_window_resets_when_the_clock_reaches_its_end(api: Api,
-                                                         clock: ScriptedClock) -> None:
+def test_a_window_resets_when_the_clock_reaches_its_end(api: Api, clock: ScriptedClock) -> None:
     api.make_dataset(budget={"epsilon": 10}, windows=[{"period": "1h", "epsilon": 0.5}])
     assert api.charge(epsilon=0.4).status_code == 201
     denied = api.charge(epsilon=0.2)
@@ -63,10 +68,11 @@ def test_a_window_resets_when_the_clock_reaches_its_end(api: Api,
     assert api.budget()["loss"]["epsilon"] == pytest.approx(0.6)  # the lifetime keeps it all
 
 
-def test_several_windows_roll_over_each_on_its_own_period(api: Api,
-                                                          clock: ScriptedClock) -> None:
-    api.make_dataset(budget={"epsilon": 100}, windows=[
-        {"period": "1h", "epsilon": 1}, {"period": "1d", "epsilon": 2.5}])
+def test_several_windows_roll_over_each_on_its_own_period(api: Api, clock: ScriptedClock) -> None:
+    api.make_dataset(
+        budget={"epsilon": 100},
+        windows=[{"period": "1h", "epsilon": 1}, {"period": "1d", "epsilon": 2.5}],
+    )
     for _ in range(3):  # 10:30, 11:30, 12:30: one hour window each, one day window
         assert api.charge(epsilon=0.8).status_code == 201
         clock.advance(HOUR)
@@ -80,7 +86,8 @@ def test_several_windows_roll_over_each_on_its_own_period(api: Api,
 
 
 def test_a_lock_wait_longer_than_a_window_reads_the_window_it_ends_in(
-        api: Api, clock: ScriptedClock) -> None:
+    api: Api, clock: ScriptedClock
+) -> None:
     """The scope rows are sent before the lock is granted, for the windows around the
     clock's reading then. A charge whose lock came two windows later must read the window
     it is charged in: here another charge spent 0.4 of its 0.5 meanwhile."""
@@ -97,12 +104,17 @@ def test_a_lock_wait_longer_than_a_window_reads_the_window_it_ends_in(
 
 
 def test_window_tallies_older_than_the_longest_window_are_pruned(
-        api: Api, clock: ScriptedClock, database_url: str) -> None:
+    api: Api, clock: ScriptedClock, database_url: str
+) -> None:
     api.make_dataset(budget={"epsilon": 100}, windows=[{"period": "1h", "epsilon": 1}])
 
     def windows() -> list[int]:
-        return sorted(row[0] for row in run_sql(
-            database_url, "SELECT window_start FROM tallies WHERE kind = 'window'"))
+        return sorted(
+            row[0]
+            for row in run_sql(
+                database_url, "SELECT window_start FROM tallies WHERE kind = 'window'"
+            )
+        )
 
     for _ in range(3):
         assert api.charge(epsilon=0.1).status_code == 201

@@ -14,8 +14,14 @@ WORKERS = 4
 ATTEMPTS = 40  # per worker: 160 attempts against room for exactly 50
 
 
-def _charge_many(database_url: str, signing_key_file: str, dataset: str,
-                 partitions: list[list[str]], start: Any, results: Any) -> None:
+def _charge_many(
+    database_url: str,
+    signing_key_file: str,
+    dataset: str,
+    partitions: list[list[str]],
+    start: Any,
+    results: Any,
+) -> None:
     from accountant.app import create_app
 
     # the same key folder as the test's app, so the same noise secret (one per database)
@@ -25,16 +31,23 @@ def _charge_many(database_url: str, signing_key_file: str, dataset: str,
     codes = []
     for attempt in range(ATTEMPTS):
         keys = partitions[attempt % len(partitions)]
-        codes.append(client.charge(dataset=dataset, partitions=keys, epsilon=0.1,
-                                   release="parallel",
-                                   input={"values": [1.0] * len(keys)}).status_code)
+        codes.append(
+            client.charge(
+                dataset=dataset,
+                partitions=keys,
+                epsilon=0.1,
+                release="parallel",
+                input={"values": [1.0] * len(keys)},
+            ).status_code
+        )
     results.put(codes)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("database_url", POOLED_BACKENDS, indirect=True)
-def test_processes_grant_exactly_what_the_budget_allows(api: Api, database_url: str,
-                                                        signing_key_file: str) -> None:
+def test_processes_grant_exactly_what_the_budget_allows(
+    api: Api, database_url: str, signing_key_file: str
+) -> None:
     # record unit, lifetime 5.0, window 1d 5.0: each partition fits 50 charges of 0.1.
     # Every attempt touches partition "hot", so exactly 50 may be granted in all.
     api.make_dataset("shared", budget={"epsilon": 5}, windows=[{"period": "1d", "epsilon": 5}])
@@ -42,10 +55,13 @@ def test_processes_grant_exactly_what_the_budget_allows(api: Api, database_url: 
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     start = context.Barrier(WORKERS)
-    workers = [context.Process(target=_charge_many,
-                               args=(database_url, signing_key_file, "shared", partition_sets,
-                                     start, results))
-               for _ in range(WORKERS)]
+    workers = [
+        context.Process(
+            target=_charge_many,
+            args=(database_url, signing_key_file, "shared", partition_sets, start, results),
+        )
+        for _ in range(WORKERS)
+    ]
     for worker in workers:
         worker.start()
     codes = [code for _ in workers for code in results.get(timeout=300)]
@@ -64,8 +80,10 @@ def test_processes_grant_exactly_what_the_budget_allows(api: Api, database_url: 
     assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))
     assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(entries))
     # The running totals equal the granted ledger entries, partition by partition.
-    hot = run_sql(database_url,
-                  "SELECT s.epsilon FROM tally_spends s JOIN tallies t ON t.id = s.tally_id "
-                  "JOIN partitions p ON p.id = s.partition_id "
-                  "WHERE t.kind = 'lifetime' AND p.key = 'hot'")[0][0]
+    hot = run_sql(
+        database_url,
+        "SELECT s.epsilon FROM tally_spends s JOIN tallies t ON t.id = s.tally_id "
+        "JOIN partitions p ON p.id = s.partition_id "
+        "WHERE t.kind = 'lifetime' AND p.key = 'hot'",
+    )[0][0]
     assert hot == 50 * 100_000_000

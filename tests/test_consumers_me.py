@@ -12,8 +12,7 @@ from tests.conftest import Api
 def test_a_service_reads_its_quota_and_what_is_left(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 10})
     api.make_dataset("other", budget={"epsilon": 10})
-    key = api.make_consumer("svc", datasets=["clicks", "other"],
-                            quotas={"clicks": {"epsilon": 1}})
+    key = api.make_consumer("svc", datasets=["clicks", "other"], quotas={"clicks": {"epsilon": 1}})
     service = api.as_key(key)
     assert service.charge(epsilon=0.3).status_code == 201
     assert service.charge(partitions=["p2"], epsilon=0.2).status_code == 201
@@ -43,9 +42,15 @@ def test_an_admin_changes_grants_and_quotas_and_each_change_is_ledgered(api: Api
     api.make_dataset("other", budget={"epsilon": 10})
     service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
     assert service.charge(dataset="other").status_code == 403
-    changed = api.call("PATCH", "/v1/consumers/svc", {
-        "datasets": ["clicks", "other"], "quotas": {"clicks": {"epsilon": 0.5}},
-        "reason": "ticket 42"})
+    changed = api.call(
+        "PATCH",
+        "/v1/consumers/svc",
+        {
+            "datasets": ["clicks", "other"],
+            "quotas": {"clicks": {"epsilon": 0.5}},
+            "reason": "ticket 42",
+        },
+    )
     assert changed.status_code == 200, changed.get_json()
     assert changed.get_json()["datasets"] == ["clicks", "other"]
     assert service.charge(dataset="other").status_code == 201
@@ -54,13 +59,14 @@ def test_an_admin_changes_grants_and_quotas_and_each_change_is_ledgered(api: Api
     assert denied.status_code == 409 and denied.get_json()["scope"] == "consumer"
     entries = [e for e in api.ledger() if e["kind"] == "limit_change"]
     assert [(e["dataset"], e["consumer"], e["detail"]["scope"]) for e in entries] == [
-        ("clicks", "admin", "consumer"), ("other", "admin", "consumer")]
+        ("clicks", "admin", "consumer"),
+        ("other", "admin", "consumer"),
+    ]
     assert entries[0]["detail"]["old"] == {"granted": True, "quota": None}
     assert entries[0]["detail"]["new"]["quota"]["epsilon"] == "0.5"
     assert entries[0]["detail"]["reason"] == "ticket 42"
     # removing the quota, then the grant
-    assert api.call("PATCH", "/v1/consumers/svc",
-                    {"quotas": {"clicks": None}}).status_code == 200
+    assert api.call("PATCH", "/v1/consumers/svc", {"quotas": {"clicks": None}}).status_code == 200
     assert service.charge(epsilon=0.2).status_code == 201
     assert api.call("PATCH", "/v1/consumers/svc", {"datasets": ["clicks"]}).status_code == 200
     assert service.charge(dataset="other").status_code == 403
@@ -77,15 +83,13 @@ def test_patching_consumers_is_for_admins_and_checks_its_input(api: Api) -> None
     assert service.call("PATCH", "/v1/consumers/svc", {"datasets": []}).status_code == 403
     assert api.call("PATCH", "/v1/consumers/nobody", {"datasets": []}).status_code == 404
     assert api.call("PATCH", "/v1/consumers/svc", {"datasets": ["nope"]}).status_code == 404
-    quota_elsewhere = api.call("PATCH", "/v1/consumers/svc",
-                               {"quotas": {"other": {"epsilon": 1}}})
+    quota_elsewhere = api.call("PATCH", "/v1/consumers/svc", {"quotas": {"other": {"epsilon": 1}}})
     assert quota_elsewhere.status_code == 400
     assert api.call("PATCH", "/v1/consumers/svc", {}).status_code == 400
     assert len([e for e in api.ledger() if e["kind"] == "limit_change"]) == 0
 
 
-def test_a_grant_removed_after_the_key_was_read_stops_the_charge(
-        app: Any, api: Api) -> None:
+def test_a_grant_removed_after_the_key_was_read_stops_the_charge(app: Any, api: Api) -> None:
     """The charge checks the grant as it stands under the dataset's lock, not as it was
     when the caller's key was read at the start of the request."""
     from dataclasses import replace
@@ -106,9 +110,17 @@ def test_a_grant_removed_after_the_key_was_read_stops_the_charge(
         connection.rollback()
         assert caller is not None and caller.granted
         assert api.call("PATCH", "/v1/consumers/svc", {"datasets": []}).status_code == 200
-        request = ChargeRequest("clicks", ["p1"], "joint", runtime.registry.get("laplace"),
-                                {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)}, None,
-                                caller, {"values": [1.0]}, runtime.charging.noise.id)
+        request = ChargeRequest(
+            "clicks",
+            ["p1"],
+            "joint",
+            runtime.registry.get("laplace"),
+            {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
+            None,
+            caller,
+            {"values": [1.0]},
+            runtime.charging.noise.id,
+        )
         with pytest.raises(Forbidden):
             charges.submit(connection, replace(request, fingerprint="x"), runtime.charging)
     finally:
@@ -118,8 +130,9 @@ def test_a_grant_removed_after_the_key_was_read_stops_the_charge(
 
 def test_the_budget_report_shows_a_service_its_own_share(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 10})
-    service = api.as_key(api.make_consumer("svc", datasets=["clicks"],
-                                           quotas={"clicks": {"epsilon": 2}}))
+    service = api.as_key(
+        api.make_consumer("svc", datasets=["clicks"], quotas={"clicks": {"epsilon": 2}})
+    )
     assert service.charge(epsilon=0.5).status_code == 201
     mine = service.budget()["consumer"]
     assert mine["name"] == "svc" and mine["loss"]["epsilon"] == 0.5
@@ -129,6 +142,7 @@ def test_the_budget_report_shows_a_service_its_own_share(api: Api) -> None:
 
 def test_me_is_not_a_consumer_name(api: Api) -> None:
     assert api.post("/v1/consumers", {"name": "me", "role": "auditor"}).status_code == 400
-    allowed = api.client.options("/v1/consumers/me", headers={
-        "Authorization": f"Bearer {api.key}"}).headers["Allow"]
+    allowed = api.client.options(
+        "/v1/consumers/me", headers={"Authorization": f"Bearer {api.key}"}
+    ).headers["Allow"]
     assert "PATCH" not in allowed and "GET" in allowed

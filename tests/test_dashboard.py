@@ -23,6 +23,12 @@ def _sign_in(client: FlaskClient, key: str) -> tuple[int, str]:
     return response.status_code, response.headers.get("Location", "")
 
 
+def _dataset_row(html: str, name: str) -> str:
+    found = re.search(rf'data-dataset="{name}".*?</tr>', html, re.S)
+    assert found, html
+    return found.group(0)
+
+
 def test_without_a_session_the_dashboard_redirects_to_sign_in(client: FlaskClient) -> None:
     for path in ("/dashboard", "/dashboard/ledger", "/dashboard/mechanisms"):
         response = client.get(path)
@@ -74,11 +80,11 @@ def test_pages_show_the_api_numbers(api: Api, client: FlaskClient) -> None:
     _sign_in(client, ADMIN_KEY)
     overview = client.get("/dashboard").get_data(as_text=True)
     budget = api.budget()
-    clicks = re.search(r'data-dataset="clicks".*?</tr>', overview, re.S).group(0)  # type: ignore[union-attr]
+    clicks = _dataset_row(overview, "clicks")
     assert f'<span class="loss">{budget["loss"]["epsilon"]:g}</span>' in clicks
     assert f'<span class="limit">{budget["limit"]["epsilon"]:g}</span>' in clicks
     assert "above 80%" in clicks  # 0.75 of the window's 0.9 is 83%
-    spent = re.search(r'data-dataset="spent".*?</tr>', overview, re.S).group(0)  # type: ignore[union-attr]
+    spent = _dataset_row(overview, "spent")
     assert "exhausted" in spent and "not a person" in spent
     page = client.get("/dashboard/datasets/clicks").get_data(as_text=True)
     assert page.count("<svg") == 2 and "limit 1" in page
@@ -105,21 +111,32 @@ def test_sign_out(client: FlaskClient) -> None:
 def test_sign_in_redirects_only_to_a_plain_dashboard_path(client: FlaskClient) -> None:
     """A ``next`` with a line break, a backslash or another site leads to the overview: never
     a header injection (or a 500) and never another site."""
-    hostile = ["/dashboard\r\nSet-Cookie: forged=1", "/dashboard\\@evil.example",
-               "/dashboard/../../evil", "//evil.example/dashboard", "https://evil.example",
-               "/dashboard\u2028x", "/dashboard%0d%0aX: 1"]
+    hostile = [
+        "/dashboard\r\nSet-Cookie: forged=1",
+        "/dashboard\\@evil.example",
+        "/dashboard/../../evil",
+        "//evil.example/dashboard",
+        "https://evil.example",
+        "/dashboard\u2028x",
+        "/dashboard%0d%0aX: 1",
+    ]
     for target in hostile:
         page = client.get("/dashboard/sign-in").get_data(as_text=True)
-        response = client.post("/dashboard/sign-in", data={
-            "api_key": ADMIN_KEY, "csrf": _csrf(page), "next": target})
+        response = client.post(
+            "/dashboard/sign-in", data={"api_key": ADMIN_KEY, "csrf": _csrf(page), "next": target}
+        )
         assert response.status_code == 303, target
         assert response.headers["Location"].rstrip("/").endswith("/dashboard"), target
         assert "forged" not in str(response.headers), target
-        client.post("/dashboard/sign-out", data={"csrf": _csrf(
-            client.get("/dashboard").get_data(as_text=True))})
+        client.post(
+            "/dashboard/sign-out",
+            data={"csrf": _csrf(client.get("/dashboard").get_data(as_text=True))},
+        )
     page = client.get("/dashboard/sign-in").get_data(as_text=True)
-    kept = client.post("/dashboard/sign-in", data={
-        "api_key": ADMIN_KEY, "csrf": _csrf(page), "next": "/dashboard/ledger?dataset=a-b"})
+    kept = client.post(
+        "/dashboard/sign-in",
+        data={"api_key": ADMIN_KEY, "csrf": _csrf(page), "next": "/dashboard/ledger?dataset=a-b"},
+    )
     assert kept.headers["Location"].endswith("/dashboard/ledger?dataset=a-b")
 
 
@@ -128,8 +145,12 @@ def test_limit_changes_read_as_changes_not_as_grants(api: Api, client: FlaskClie
     cost of 0; charges keep their cost and outcome (in the dataset's measure: rdp here)."""
     api.make_dataset(accounting="rdp", budget={"epsilon": 1, "delta": 1e-6})
     api.charge(mechanism="gaussian", params={"sigma": 100, "sensitivity": 1})
-    assert api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2},
-                                             "reason": "new quarter"}).status_code == 200
+    assert (
+        api.patch(
+            "/v1/datasets/clicks", {"budget": {"epsilon": 2}, "reason": "new quarter"}
+        ).status_code
+        == 200
+    )
     _sign_in(client, ADMIN_KEY)
     for path in ("/dashboard/ledger?dataset=clicks", "/dashboard/datasets/clicks"):
         html = client.get(path).get_data(as_text=True)
@@ -149,9 +170,14 @@ def test_every_page_carries_the_security_headers(api: Api, client: FlaskClient) 
     api.make_dataset()
     pages = ["/dashboard/sign-in"]
     _sign_in(client, ADMIN_KEY)
-    pages += ["/dashboard", "/dashboard/datasets/clicks", "/dashboard/ledger",
-              "/dashboard/mechanisms", "/dashboard/datasets/nothing-here",
-              "/dashboard/static/style.css"]
+    pages += [
+        "/dashboard",
+        "/dashboard/datasets/clicks",
+        "/dashboard/ledger",
+        "/dashboard/mechanisms",
+        "/dashboard/datasets/nothing-here",
+        "/dashboard/static/style.css",
+    ]
     for path in pages:
         response = client.get(path)
         assert response.status_code in (200, 404), path
@@ -175,13 +201,19 @@ def test_an_unknown_dataset_page_says_so(api: Api, client: FlaskClient) -> None:
     assert "no dataset named “missing”" in html and "No datasets yet" not in html
 
 
-def test_the_session_cookie_is_secure_behind_tls(database_url: str, signing_key_file: str,
-                                                 ) -> None:
+def test_the_session_cookie_is_secure_behind_tls(
+    database_url: str,
+    signing_key_file: str,
+) -> None:
     """auto (the default): Secure over HTTPS, or through a proxy that says so; true and
     false force it."""
+
     def cookie(setting: str | None, **request: Any) -> str:
-        config = {"database_url": database_url, "admin_key": ADMIN_KEY,
-                  "signing_key_file": signing_key_file}
+        config = {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+        }
         if setting is not None:
             config["cookie_secure"] = setting
         with create_app(config).test_client() as client:

@@ -8,9 +8,10 @@ from typing import Any
 from tests.conftest import Api
 
 
-def _problem(response: object) -> dict:  # type: ignore[type-arg]
-    assert response.content_type == "application/problem+json"  # type: ignore[attr-defined]
-    return response.get_json()  # type: ignore[attr-defined, no-any-return]
+def _problem(response: Any) -> dict[str, Any]:
+    assert response.content_type == "application/problem+json"
+    problem: dict[str, Any] = response.get_json()
+    return problem
 
 
 def test_dataset_scope_is_409_and_changes_nothing(api: Api) -> None:
@@ -100,15 +101,21 @@ def test_lowered_limit_blocks_without_refund(api: Api) -> None:
     assert raised.status_code == 200
     history = api.budget()["limit_history"]
     assert [(h["old"]["epsilon"], h["new"]["epsilon"]) for h in history] == [
-        ("2", "0.5"), ("0.5", "3")]
+        ("2", "0.5"),
+        ("0.5", "3"),
+    ]
     changes = [e for e in api.ledger() if e["kind"] == "limit_change"]
     assert len(changes) == 2 and changes[0]["consumer"] == "admin"
 
 
 def test_preview_prices_without_charging(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1})
-    body: dict[str, Any] = {"dataset": "clicks", "partitions": ["a"], "mechanism": "laplace",
-                            "params": {"epsilon": 0.4, "sensitivity": 1}}
+    body: dict[str, Any] = {
+        "dataset": "clicks",
+        "partitions": ["a"],
+        "mechanism": "laplace",
+        "params": {"epsilon": 0.4, "sensitivity": 1},
+    }
     ok = api.post("/v1/charges/preview", body).get_json()
     assert ok["granted"] is True and ok["remaining_after"]["epsilon"] == 0.6
     body["params"]["epsilon"] = 1.5
@@ -132,7 +139,9 @@ def test_a_window_budget_added_mid_window_counts_earlier_charges(api: Api) -> No
 
 def test_patching_windows_may_repeat_an_existing_period(api: Api) -> None:
     api.make_dataset(windows=[{"period": "1d", "epsilon": 0.5}])
-    response = api.patch("/v1/datasets/clicks", {"windows": [{"period": "1d", "epsilon": 0.7},
-                                                             {"period": "1h", "epsilon": 0.2}]})
+    response = api.patch(
+        "/v1/datasets/clicks",
+        {"windows": [{"period": "1d", "epsilon": 0.7}, {"period": "1h", "epsilon": 0.2}]},
+    )
     assert response.status_code == 200, response.get_json()
     assert [w["period"] for w in api.budget()["windows"]] == ["1h", "1d"]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -19,14 +20,19 @@ DEPLOY = Path(__file__).parent.parent / "deploy"
 SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
 
 
-def _load_all(path: Path) -> list[dict]:  # type: ignore[type-arg]
+def _load_all(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
 def test_every_manifest_parses_and_uses_known_settings() -> None:
     documents = {p.name: _load_all(p) for p in sorted((DEPLOY / "k8s").glob("*.yaml"))}
-    assert set(documents) == {"configmap.yaml", "secret.yaml", "migrate-job.yaml",
-                              "deployment.yaml", "service.yaml"}
+    assert set(documents) == {
+        "configmap.yaml",
+        "secret.yaml",
+        "migrate-job.yaml",
+        "deployment.yaml",
+        "service.yaml",
+    }
     text = "\n".join(p.read_text() for p in DEPLOY.rglob("*.y*ml"))
     used = set(re.findall(r"\bACCOUNTANT_[A-Z_]+\b", text))
     assert used and used <= SETTINGS, used - SETTINGS
@@ -50,15 +56,20 @@ def test_the_deployment_probes_and_secrets_fit_together() -> None:
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     job = _load_all(DEPLOY / "k8s" / "migrate-job.yaml")[0]
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == [
-        "accountant", "db", "upgrade"]
+        "accountant",
+        "db",
+        "upgrade",
+    ]
 
 
 def test_compose_runs_migrations_once_before_the_service() -> None:
     compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
     services = compose["services"]
     assert services["migrate"]["command"] == ["accountant", "db", "upgrade"]
-    assert services["accountant"]["depends_on"]["migrate"]["condition"] == \
-        "service_completed_successfully"
+    assert (
+        services["accountant"]["depends_on"]["migrate"]["condition"]
+        == "service_completed_successfully"
+    )
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     for name, service in services.items():
         for dependency in service.get("depends_on", {}):
@@ -84,23 +95,47 @@ def test_the_package_installs_and_runs_as_the_dockerfile_installs_it(tmp_path: P
     """pip install of the source tree (not editable), then the commands the images run."""
     target = tmp_path / "site"
     root = DEPLOY.parent
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--target", str(target), str(root)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+    )
     installed = {p.relative_to(target).as_posix() for p in target.rglob("*")}
-    for needed in ("accountant_migrations/env.py", "accountant_migrations/script.py.mako",
-                   "accountant_migrations/versions/0001_initial_schema.py",
-                   "accountant_plugins/laplace.py",
-                   "accountant/dashboard/templates/overview.html",
-                   "accountant/dashboard/static/style.css"):
+    for needed in (
+        "accountant_migrations/env.py",
+        "accountant_migrations/script.py.mako",
+        "accountant_migrations/versions/0001_initial_schema.py",
+        "accountant_plugins/laplace.py",
+        "accountant/dashboard/templates/overview.html",
+        "accountant/dashboard/static/style.css",
+    ):
         assert needed in installed, needed
     work = tmp_path / "work"
     work.mkdir()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")},
-           "PYTHONPATH": str(target)}
-    run = [sys.executable, "-c", "import sys; from accountant.cli import main; "
-           "import accountant; assert accountant.__file__.startswith(sys.argv[1]); "
-           "sys.argv = ['accountant'] + sys.argv[2:]; main()", str(target)]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")},
+        "PYTHONPATH": str(target),
+    }
+    run = [
+        sys.executable,
+        "-c",
+        "import sys; from accountant.cli import main; "
+        "import accountant; assert accountant.__file__.startswith(sys.argv[1]); "
+        "sys.argv = ['accountant'] + sys.argv[2:]; main()",
+        str(target),
+    ]
     subprocess.run([*run, "db", "upgrade"], env=env, cwd=work, check=True, capture_output=True)
-    listed = subprocess.run([*run, "plugins", "list"], env=env, cwd=work, capture_output=True,
-                            text=True)
+    listed = subprocess.run(
+        [*run, "plugins", "list"], env=env, cwd=work, capture_output=True, text=True
+    )
     assert "laplace" in listed.stdout and "discrete_gaussian" in listed.stdout

@@ -13,12 +13,22 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_the_api_document_lists_every_operation() -> None:
-    rows = re.findall(r"^\| `(GET|POST|PATCH|DELETE) ([^`]+)` \| `([A-Za-z]+)` \| (\d{3}) ",
-                      (ROOT / "docs" / "api.md").read_text(), re.M)
+    rows = re.findall(
+        r"^\| `(GET|POST|PATCH|DELETE) ([^`]+)` \| `([A-Za-z]+)` \| (\d{3}) ",
+        (ROOT / "docs" / "api.md").read_text(),
+        re.M,
+    )
     documented = {(method, path, operation, status) for method, path, operation, status in rows}
-    served = {(method.upper(), path, op["operationId"],
-               next(s for s in op["responses"] if s.startswith("2")))
-              for path, ops in document()["paths"].items() for method, op in ops.items()}
+    served = {
+        (
+            method.upper(),
+            path,
+            op["operationId"],
+            next(s for s in op["responses"] if s.startswith("2")),
+        )
+        for path, ops in document()["paths"].items()
+        for method, op in ops.items()
+    }
     assert documented == served
 
 

@@ -31,8 +31,10 @@ def driver(app: Flask) -> Iterator[Driver]:
 def test_named_and_list_parameters_reach_the_database(driver: Driver) -> None:
     for key in ("a", "b", "c%"):
         driver.run(PARTITION, {"d": 1, "k": key})
-    rows = driver.rows("SELECT key FROM partitions WHERE dataset_id = :d AND key IN :keys "
-                       "ORDER BY key", {"d": 1, "keys": ["c%", "a", "zz"]})
+    rows = driver.rows(
+        "SELECT key FROM partitions WHERE dataset_id = :d AND key IN :keys ORDER BY key",
+        {"d": 1, "keys": ["c%", "a", "zz"]},
+    )
     assert rows == [("a",), ("c%",)]
     # A literal percent sign survives the translation to psycopg's parameter style.
     assert driver.row("SELECT key FROM partitions WHERE key LIKE 'c%'") == ("c%",)
@@ -53,8 +55,7 @@ def test_a_rollback_discards_what_the_transaction_wrote(app: Flask, driver: Driv
     driver.commit()
     other = Driver.checkout(app.extensions["accountant"].engine)
     try:
-        assert other.rows("SELECT key FROM partitions WHERE key = :k", {"k": "kept"}) == \
-            [("kept",)]
+        assert other.rows("SELECT key FROM partitions WHERE key = :k", {"k": "kept"}) == [("kept",)]
     finally:
         other.rollback()
         other.close()
@@ -77,13 +78,17 @@ def _keys(rows: list[tuple[object, ...]]) -> list[object]:
 
 
 def test_statements_sent_together_are_read_in_order_and_committed_once(
-        app: Flask, driver: Driver) -> None:
+    app: Flask, driver: Driver
+) -> None:
     with driver.pipeline():
         driver.run(PARTITION, {"d": 1, "k": "first"})
         before = driver.send("SELECT key FROM partitions ORDER BY key", None, _keys)
         driver.run(PARTITION, {"d": 1, "k": "second"})
-        after = driver.send("SELECT key FROM partitions WHERE key IN :keys ORDER BY key",
-                            {"keys": ["first", "second"]}, _keys)
+        after = driver.send(
+            "SELECT key FROM partitions WHERE key IN :keys ORDER BY key",
+            {"keys": ["first", "second"]},
+            _keys,
+        )
         # Each statement saw what the ones sent before it wrote, whenever it is read.
         assert after.result() == ["first", "second"]
         assert before.result() == ["first"]
@@ -91,8 +96,7 @@ def test_statements_sent_together_are_read_in_order_and_committed_once(
         driver.commit()
     other = Driver.checkout(app.extensions["accountant"].engine)
     try:
-        assert _keys(other.rows("SELECT key FROM partitions ORDER BY key")) == \
-            ["first", "second"]
+        assert _keys(other.rows("SELECT key FROM partitions ORDER BY key")) == ["first", "second"]
     finally:
         other.rollback()
         other.close()
@@ -100,7 +104,8 @@ def test_statements_sent_together_are_read_in_order_and_committed_once(
 
 
 def test_an_error_in_a_statement_sent_ahead_fails_the_commit_and_writes_nothing(
-        app: Flask, driver: Driver) -> None:
+    app: Flask, driver: Driver
+) -> None:
     with pytest.raises(IntegrityError), driver.pipeline():
         driver.run(PARTITION, {"d": 1, "k": "kept?"})
         driver.run(PARTITION, {"d": 1, "k": "twice"})
@@ -116,7 +121,8 @@ def test_an_error_in_a_statement_sent_ahead_fails_the_commit_and_writes_nothing(
 
 
 def test_sqlite_writers_of_one_process_queue_and_give_up_after_the_lock_timeout(
-        database_url: str, signing_key_file: str) -> None:
+    database_url: str, signing_key_file: str
+) -> None:
     """A second writer waits in the process's write gate while the first holds it, is
     answered 503 once the lock timeout has passed (never left hanging), and writes as soon
     as the first is done."""
@@ -125,8 +131,14 @@ def test_sqlite_writers_of_one_process_queue_and_give_up_after_the_lock_timeout(
 
     if not database_url.startswith("sqlite"):
         pytest.skip("the write gate is SQLite's")
-    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                      "signing_key_file": signing_key_file, "lock_timeout_ms": 300})
+    app = create_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+            "lock_timeout_ms": 300,
+        }
+    )
     api = Api(app.test_client())
     api.make_dataset(budget={"epsilon": 1})
     holder = Driver.checkout(app.extensions["accountant"].engine)
@@ -142,8 +154,7 @@ def test_sqlite_writers_of_one_process_queue_and_give_up_after_the_lock_timeout(
     assert api.budget()["loss"]["epsilon"] == 0.1
 
 
-def test_a_write_gate_that_cannot_open_its_file_lets_the_next_writer_try(
-        tmp_path: Any) -> None:
+def test_a_write_gate_that_cannot_open_its_file_lets_the_next_writer_try(tmp_path: Any) -> None:
     """A failed entry (here: no folder for the lock file) must not keep the process's queue
     locked, or every later writer of the process would wait out the lock timeout."""
     from accountant.driver import WriteGate

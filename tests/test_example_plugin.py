@@ -32,23 +32,25 @@ def test_the_example_charges_and_runs_through_the_api(api: Api, client: FlaskCli
     listed = {m["name"] for m in api.get("/v1/mechanisms").get_json()["mechanisms"]}
     assert "bounded_sum" in listed
     params = {"epsilon": 0.5, "lower": 0, "upper": 10}
-    response = api.charge(mechanism="bounded_sum", params=params,
-                          input={"values": [1, 2, 100]})
+    response = api.charge(mechanism="bounded_sum", params=params, input={"values": [1, 2, 100]})
     assert response.status_code == 201, response.get_json()
     output = response.get_json()["output"]
     assert abs(output["sum"] - 13) < 400  # clamped: 1 + 2 + 10, plus Laplace of scale 20
     assert (output["sum"] / output["grid"]).is_integer()
     assert api.budget()["loss"]["epsilon"] == 0.5
-    refused = api.charge(mechanism="bounded_sum", params={**params, "lower": 20},
-                         input={"values": [1]})
+    refused = api.charge(
+        mechanism="bounded_sum", params={**params, "lower": 20}, input={"values": [1]}
+    )
     assert refused.status_code == 400 and "lower must be below upper" in refused.text
 
 
 def test_disabling_the_example_by_configuration(database_url: str) -> None:
-    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                      "disabled_plugins": ("bounded_sum",)})
-    names = {m["name"] for m in Api(app.test_client()).get(
-        "/v1/mechanisms").get_json()["mechanisms"]}
+    app = create_app(
+        {"database_url": database_url, "admin_key": ADMIN_KEY, "disabled_plugins": ("bounded_sum",)}
+    )
+    names = {
+        m["name"] for m in Api(app.test_client()).get("/v1/mechanisms").get_json()["mechanisms"]
+    }
     assert "bounded_sum" not in names and "laplace" in names
 
 
@@ -58,15 +60,15 @@ def broken_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     (tmp_path / "exploding_plugin.py").write_text("raise RuntimeError('boom at import')\n")
     info = tmp_path / "exploding_plugin-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: exploding-plugin\n"
-                                   "Version: 0.1\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: exploding-plugin\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text("[accountant]\nexploding = exploding_plugin\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
 
 
 def test_a_plugin_that_raises_on_import_is_refused_not_fatal(
-        broken_distribution: Path, database_url: str) -> None:
+    broken_distribution: Path, database_url: str
+) -> None:
     _, refusals = make_plugin_manager()
     assert [(r.plugin, "boom at import" in r.reason) for r in refusals] == [("exploding", True)]
     app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY})

@@ -46,12 +46,16 @@ def test_exports_round_trip(api: Api) -> None:
 def test_metrics_count_charges_by_outcome(api: Api, client: FlaskClient) -> None:
     _busy(api)
     text = client.get("/metrics").get_data(as_text=True)
-    assert ('accountant_charges_total{dataset="clicks",mechanism="laplace",outcome="granted"} 10'
-            in text)
-    assert ('accountant_charges_total{dataset="clicks",mechanism="laplace",outcome="denied"} 2'
-            in text)
-    assert ('accountant_charges_total{dataset="other",mechanism="laplace",outcome="granted"} 1'
-            in text)
+    assert (
+        'accountant_charges_total{dataset="clicks",mechanism="laplace",outcome="granted"} 10'
+        in text
+    )
+    assert (
+        'accountant_charges_total{dataset="clicks",mechanism="laplace",outcome="denied"} 2' in text
+    )
+    assert (
+        'accountant_charges_total{dataset="other",mechanism="laplace",outcome="granted"} 1' in text
+    )
 
 
 def test_a_scrape_reads_no_ledger_entry(api: Api, app: Flask, client: FlaskClient) -> None:
@@ -76,11 +80,20 @@ def test_a_scrape_reads_no_ledger_entry(api: Api, app: Flask, client: FlaskClien
 
 def test_metrics_can_require_a_key(database_url: str, signing_key_file: str) -> None:
     key = "m" * 40
-    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                      "signing_key_file": signing_key_file, "metrics_key": key})
+    app = create_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+            "metrics_key": key,
+        }
+    )
     with app.test_client() as client:
-        for headers in ({}, {"Authorization": "Bearer " + "x" * 40},
-                        {"Authorization": f"Bearer {ADMIN_KEY}"}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer " + "x" * 40},
+            {"Authorization": f"Bearer {ADMIN_KEY}"},
+        ):
             refused = client.get("/metrics", headers=headers)
             assert refused.status_code == 401, headers
             assert refused.content_type == "application/problem+json"
@@ -91,15 +104,17 @@ def test_metrics_can_require_a_key(database_url: str, signing_key_file: str) -> 
 
 
 def test_metrics_report_latency_and_utilisation(api: Api, client: FlaskClient) -> None:
-    api.make_dataset(budget={"epsilon": 1}, partition_budget={"epsilon": 0.5},
-                     windows=[{"period": "1d", "epsilon": 0.8}])
+    api.make_dataset(
+        budget={"epsilon": 1},
+        partition_budget={"epsilon": 0.5},
+        windows=[{"period": "1d", "epsilon": 0.8}],
+    )
     text = client.get("/metrics").get_data(as_text=True)
     before = _count(text, 'accountant_charge_duration_seconds_count{outcome="granted"}')
     api.charge(partitions=["a"], epsilon=0.4)
     api.charge(partitions=["a"], epsilon=0.4)  # denied by the partition limit
     text = client.get("/metrics").get_data(as_text=True)
-    assert _count(text, 'accountant_charge_duration_seconds_count{outcome="granted"}') == \
-        before + 1
+    assert _count(text, 'accountant_charge_duration_seconds_count{outcome="granted"}') == before + 1
     assert 'accountant_budget_utilisation{dataset="clicks",scope="dataset"} 0.4' in text
     assert 'accountant_budget_utilisation{dataset="clicks",scope="partition"} 0.8' in text
     assert 'accountant_budget_utilisation{dataset="clicks",scope="window_1d"} 0.5' in text
@@ -121,13 +136,26 @@ def test_a_ten_thousand_entry_export_round_trips(api: Api, app: Flask) -> None:
         begin_write(session)
         dataset = datasets.find(session, "clicks", lock=True)
         for index in range(10_000):
-            ledger.append(Driver.of(session), dataset, None, kind="charge", status="granted",
-                          created_at=1_795_000_000_000_000 + index, charge_id=f"c-{index:05d}",
-                          mechanism="laplace", release="joint", partitions=[f"p{index % 97}"],
-                          cost=Amount(epsilon=1_000_000))
+            ledger.append(
+                Driver.of(session),
+                dataset,
+                None,
+                kind="charge",
+                status="granted",
+                created_at=1_795_000_000_000_000 + index,
+                charge_id=f"c-{index:05d}",
+                mechanism="laplace",
+                release="joint",
+                partitions=[f"p{index % 97}"],
+                cost=Amount(epsilon=1_000_000),
+            )
         session.commit()
-        stored = [(row.id, row.hash) for row in session.execute(
-            select(LedgerEntry.id, LedgerEntry.hash).order_by(LedgerEntry.id))]
+        stored = [
+            (row.id, row.hash)
+            for row in session.execute(
+                select(LedgerEntry.id, LedgerEntry.hash).order_by(LedgerEntry.id)
+            )
+        ]
     lines = api.get("/v1/ledger/export?format=jsonl").text.splitlines()
     exported = [json.loads(line) for line in lines]
     assert [(e["id"], e["hash"]) for e in exported] == stored and len(stored) == 10_000
@@ -135,4 +163,7 @@ def test_a_ten_thousand_entry_export_round_trips(api: Api, app: Flask) -> None:
     rows = list(csv.DictReader(io.StringIO(api.get("/v1/ledger/export?format=csv").text)))
     assert [(int(r["id"]), r["hash"]) for r in rows] == stored
     assert api.get("/v1/ledger/verify").get_json() == {
-        "ok": True, "entries": 10_000, "heads": {"clicks": stored[-1][1]}}
+        "ok": True,
+        "entries": 10_000,
+        "heads": {"clicks": stored[-1][1]},
+    }

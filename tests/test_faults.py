@@ -27,10 +27,14 @@ HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_stream_loses_nothing(
-        api: Api, database_url: str, signing_key_file: str, tmp_path: Path) -> None:
+    api: Api, database_url: str, signing_key_file: str, tmp_path: Path
+) -> None:
     api.make_dataset("stream", budget={"epsilon": 1000})
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file}
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+    }
     seen: list[tuple[int, str | None]] = []
     stop = threading.Event()
 
@@ -42,11 +46,18 @@ def test_a_worker_killed_mid_stream_loses_nothing(
         while (retrying or not stop.is_set()) and index < 400:
             key = f"c{number}-{index}"
             try:
-                reply = session.post(f"{base}/v1/charges", headers={
-                    **HEADERS, "Idempotency-Key": key}, timeout=10, json={
-                    "dataset": "stream", "partitions": [f"p{index % 7}"],
-                    "mechanism": "laplace", "params": {"epsilon": 0.01, "sensitivity": 1},
-                    "input": {"values": [1.0]}})
+                reply = session.post(
+                    f"{base}/v1/charges",
+                    headers={**HEADERS, "Idempotency-Key": key},
+                    timeout=10,
+                    json={
+                        "dataset": "stream",
+                        "partitions": [f"p{index % 7}"],
+                        "mechanism": "laplace",
+                        "params": {"epsilon": 0.01, "sensitivity": 1},
+                        "input": {"values": [1.0]},
+                    },
+                )
             except requests.RequestException:
                 # the worker died under us (no answer, or an answer cut off mid-body):
                 # retry with the same key
@@ -56,8 +67,7 @@ def test_a_worker_killed_mid_stream_loses_nothing(
             seen.append((reply.status_code, reply.json().get("charge_id")))
             index += 1
 
-    with running_service(env, tmp_path / "serve.log", "--workers", "2",
-                         "--threads", "2") as server:
+    with running_service(env, tmp_path / "serve.log", "--workers", "2", "--threads", "2") as server:
         threads = [threading.Thread(target=client, args=(server.base, n)) for n in range(4)]
         for thread in threads:
             thread.start()
@@ -76,8 +86,9 @@ def test_a_worker_killed_mid_stream_loses_nothing(
     assert granted <= ledger
     assert len(ledger) == len(granted)  # retries with the same key never charged twice
     assert api.get("/v1/ledger/verify").get_json()["ok"] is True
-    check = subprocess.run([BIN, "ledger", "rebuild-totals", "--check"], env=env,
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [BIN, "ledger", "rebuild-totals", "--check"], env=env, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stderr
 
 
@@ -137,7 +148,8 @@ class _Proxy:
 
 @pytest.mark.skipif(POSTGRES_URL is None, reason="needs a PostgreSQL server to cut off")
 def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
-        database_url: str, signing_key_file: str) -> None:
+    database_url: str, signing_key_file: str
+) -> None:
     from sqlalchemy.engine import make_url
 
     from accountant.app import create_app
@@ -148,8 +160,14 @@ def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
     proxy = _Proxy((url.host or "127.0.0.1", url.port or 5432))
     try:
         proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(False)
-        app = create_app({"database_url": proxied, "admin_key": ADMIN_KEY,
-                          "signing_key_file": signing_key_file, "lock_timeout_ms": 2000})
+        app = create_app(
+            {
+                "database_url": proxied,
+                "admin_key": ADMIN_KEY,
+                "signing_key_file": signing_key_file,
+                "lock_timeout_ms": 2000,
+            }
+        )
         api = Api(app.test_client())
         api.make_dataset(budget={"epsilon": 1})
         assert api.charge(epsilon=0.1).status_code == 201
@@ -168,7 +186,8 @@ def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
 
 
 def test_pooled_connections_the_server_closed_are_replaced_without_a_failed_request(
-        api: Api, database_url: str) -> None:
+    api: Api, database_url: str
+) -> None:
     from sqlalchemy.engine import make_url
 
     from tests.conftest import _admin_engine
@@ -178,15 +197,26 @@ def test_pooled_connections_the_server_closed_are_replaced_without_a_failed_requ
     api.make_dataset(budget={"epsilon": 1})
     assert api.charge(epsilon=0.1).status_code == 201  # its connections are pooled now
     with _admin_engine().connect() as admin:
-        ended = admin.execute(text(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = :name AND pid <> pg_backend_pid()"),
-            {"name": make_url(database_url).database}).scalar()
+        ended = admin.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = :name AND pid <> pg_backend_pid()"
+            ),
+            {"name": make_url(database_url).database},
+        ).scalar()
     assert ended
     with _admin_engine().connect() as admin:  # until the server has ended them all
-        _wait_for(lambda: not admin.execute(text(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = :name "
-            "AND pid <> pg_backend_pid()"), {"name": make_url(database_url).database}).scalar())
+        _wait_for(
+            lambda: (
+                not admin.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = :name "
+                        "AND pid <> pg_backend_pid()"
+                    ),
+                    {"name": make_url(database_url).database},
+                ).scalar()
+            )
+        )
     assert api.charge(epsilon=0.1).status_code == 201
     assert api.get("/v1/datasets/clicks").status_code == 200  # the ORM path too
     assert api.budget()["loss"]["epsilon"] == 0.2

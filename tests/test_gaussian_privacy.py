@@ -39,14 +39,16 @@ def _tail(sigma2: Fraction, m: int) -> mpmath.mpf:
     sigma = mpmath.sqrt(s2)
     if sigma < 10_000:
         top = max(m, 0) + int(80 * sigma) + 2
-        return mpmath.fsum(mpmath.exp(-mpmath.mpf(y) ** 2 / (2 * s2))
-                           for y in range(m, top))
+        return mpmath.fsum(mpmath.exp(-(mpmath.mpf(y) ** 2) / (2 * s2)) for y in range(m, top))
 
     def f(x: Any) -> Any:
-        return mpmath.exp(-x**2 / (2 * s2))
+        return mpmath.exp(-(x**2) / (2 * s2))
+
     integral = sigma * mpmath.sqrt(mpmath.pi / 2) * mpmath.erfc(m / (sigma * mpmath.sqrt(2)))
-    corrections = sum(mpmath.bernoulli(2 * j) / mpmath.factorial(2 * j)
-                      * mpmath.diff(f, m, 2 * j - 1) for j in (1, 2, 3))
+    corrections = sum(
+        mpmath.bernoulli(2 * j) / mpmath.factorial(2 * j) * mpmath.diff(f, m, 2 * j - 1)
+        for j in (1, 2, 3)
+    )
     return integral + f(m) / 2 - corrections
 
 
@@ -61,8 +63,7 @@ def discrete_gaussian_delta(sigma2: Fraction, shift: int, epsilon: mpmath.mpf) -
         below = int(mpmath.ceil(c)) - 1  # the largest integer y < c
         total = 2 * _tail(sigma2, 1) + 1
         # P[X <= below] = P[X >= -below]
-        return (_tail(sigma2, -below) - mpmath.exp(epsilon) * _tail(sigma2, shift - below)) \
-            / total
+        return (_tail(sigma2, -below) - mpmath.exp(epsilon) * _tail(sigma2, shift - below)) / total
 
 
 def _grid_gaussian(params: dict[str, str]) -> tuple[Fraction, int]:
@@ -74,8 +75,9 @@ def _grid_gaussian(params: dict[str, str]) -> tuple[Fraction, int]:
     return _samplers.sampled_sigma2(sigma2), shift
 
 
-@pytest.mark.parametrize(("epsilon", "delta"), [("50", "1e-10"), ("100", "1e-6"),
-                                                ("1", "1e-5"), ("0.01", "1e-12")])
+@pytest.mark.parametrize(
+    ("epsilon", "delta"), [("50", "1e-10"), ("100", "1e-6"), ("1", "1e-5"), ("0.01", "1e-12")]
+)
 def test_the_implemented_gaussian_meets_its_declared_delta(epsilon: str, delta: str) -> None:
     sigma2, shift = _grid_gaussian({"epsilon": epsilon, "delta": delta, "sensitivity": "1"})
     with mpmath.workdps(DIGITS):
@@ -83,8 +85,10 @@ def test_the_implemented_gaussian_meets_its_declared_delta(epsilon: str, delta: 
             exact = discrete_gaussian_delta(sigma2, moved, mpmath.mpf(epsilon))
             assert exact <= mpmath.mpf(delta), (moved, exact)
         # and the calibration is tight: at 1.02 epsilon the profile is well under delta
-        assert discrete_gaussian_delta(sigma2, shift, mpmath.mpf(epsilon) * 0.98) > \
-            mpmath.mpf(delta) * 0.5
+        assert (
+            discrete_gaussian_delta(sigma2, shift, mpmath.mpf(epsilon) * 0.98)
+            > mpmath.mpf(delta) * 0.5
+        )
 
 
 def test_the_implemented_gaussian_meets_the_delta_reported_for_zcdp_rho_32() -> None:
@@ -98,16 +102,21 @@ def test_the_implemented_gaussian_meets_the_delta_reported_for_zcdp_rho_32() -> 
         assert exact <= mpmath.mpf("1e-6")
 
 
-@pytest.mark.parametrize(("params", "declared"), [
-    ({"epsilon": "2", "delta": "1e-6", "sensitivity": "1"}, ("2", "1e-6")),
-    ({"epsilon": "0.5", "delta": "1e-9", "sensitivity": "3"}, ("0.5", "1e-9")),
-])
-def test_the_discrete_gaussian_meets_its_declared_delta(params: dict[str, str],
-                                                       declared: tuple[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("params", "declared"),
+    [
+        ({"epsilon": "2", "delta": "1e-6", "sensitivity": "1"}, ("2", "1e-6")),
+        ({"epsilon": "0.5", "delta": "1e-9", "sensitivity": "3"}, ("0.5", "1e-9")),
+    ],
+)
+def test_the_discrete_gaussian_meets_its_declared_delta(
+    params: dict[str, str], declared: tuple[str, str]
+) -> None:
     from accountant_plugins import discrete_gaussian
 
     sigma2 = _samplers.sampled_sigma2(
-        discrete_gaussian.calibrate({k: Decimal(v) for k, v in params.items()}))
+        discrete_gaussian.calibrate({k: Decimal(v) for k, v in params.items()})
+    )
     shift = int(params["sensitivity"])
     with mpmath.workdps(DIGITS):
         exact = discrete_gaussian_delta(sigma2, shift, mpmath.mpf(declared[0]))
@@ -120,17 +129,21 @@ def test_delta_reference_agrees_with_a_direct_sum() -> None:
     with mpmath.workdps(40):
         em = _tail(sigma2, 30_000)
         s2 = mpmath.mpf(sigma2.numerator)
-        direct = mpmath.fsum(mpmath.exp(-mpmath.mpf(y) ** 2 / (2 * s2))
-                             for y in range(30_000, 16 * 12_000))
+        direct = mpmath.fsum(
+            mpmath.exp(-(mpmath.mpf(y) ** 2) / (2 * s2)) for y in range(30_000, 16 * 12_000)
+        )
         assert abs(em - direct) < direct * mpmath.mpf(10) ** -30
 
 
 # The pieces of the exact large-sigma sampler.
 
+
 @settings(max_examples=300, deadline=None)
-@given(p=st.integers(min_value=2**60, max_value=2**108),
-       scale=st.sampled_from([0.0, 0.5, 1.0, 3.0, 9.6, 40.0, 1e3, 1e6]),
-       jitter=st.integers(min_value=-(2**20), max_value=2**20))
+@given(
+    p=st.integers(min_value=2**60, max_value=2**108),
+    scale=st.sampled_from([0.0, 0.5, 1.0, 3.0, 9.6, 40.0, 1e3, 1e6]),
+    jitter=st.integers(min_value=-(2**20), max_value=2**20),
+)
 def test_the_binary64_enclosure_always_holds(p: int, scale: float, jitter: int) -> None:
     t = math.isqrt(p) + 1
     sigma = math.isqrt(p)
@@ -171,8 +184,7 @@ def test_large_acceptances_have_the_exact_probability(offset: float, seed: int) 
     gamma = Fraction((a * t - p) ** 2, 2 * p * t * t)
     n = 200_000
     source = SeededRandomSource(seed)
-    accepted = _exact.accept_large(source, _exact.Words(source), np.full(n, a, dtype=np.int64),
-                                   p)
+    accepted = _exact.accept_large(source, _exact.Words(source), np.full(n, a, dtype=np.int64), p)
     assert stats.binomtest(int(accepted.sum()), n, math.exp(-gamma)).pvalue > 1e-4
 
 

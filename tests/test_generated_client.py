@@ -24,9 +24,13 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-           "ACCOUNTANT_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_LOG_LEVEL": "WARNING",
+    }
     with running_service(env, tmp_path / "serve.log") as running:
         yield running.base
 
@@ -36,10 +40,21 @@ def _generate(base: str, folder: Path) -> tuple[Any, str]:
     document.write_bytes(requests.get(f"{base}/openapi.json", timeout=10).content)
     package = folder / "generated_accountant"
     run = subprocess.run(
-        [BIN / "openapi-python-client", "generate", "--path", str(document),
-         "--output-path", str(package), "--meta", "none"],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"})
+        [
+            BIN / "openapi-python-client",
+            "generate",
+            "--path",
+            str(document),
+            "--output-path",
+            str(package),
+            "--meta",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}"},
+    )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output
     sys.path.insert(0, str(folder))
@@ -60,13 +75,27 @@ def test_a_generated_client_charges_and_reads_a_denial(server: str, tmp_path: Pa
         )
 
         with generated.AuthenticatedClient(base_url=server, token=ADMIN_KEY) as client:
-            made = create_dataset.sync_detailed(client=client, body=CreateDatasetBody.from_dict({
-                "name": "clicks", "privacy_unit": "record", "accounting": "pure",
-                "budget": {"epsilon": 0.5}}))
+            made = create_dataset.sync_detailed(
+                client=client,
+                body=CreateDatasetBody.from_dict(
+                    {
+                        "name": "clicks",
+                        "privacy_unit": "record",
+                        "accounting": "pure",
+                        "budget": {"epsilon": 0.5},
+                    }
+                ),
+            )
             assert made.status_code == 201 and made.parsed.name == "clicks"
-            body = CreateChargeBody.from_dict({
-                "dataset": "clicks", "partitions": ["a"], "mechanism": "laplace",
-                "params": {"epsilon": 0.5, "sensitivity": 1}, "input": {"values": [3.0]}})
+            body = CreateChargeBody.from_dict(
+                {
+                    "dataset": "clicks",
+                    "partitions": ["a"],
+                    "mechanism": "laplace",
+                    "params": {"epsilon": 0.5, "sensitivity": 1},
+                    "input": {"values": [3.0]},
+                }
+            )
             granted = create_charge.sync_detailed(client=client, body=body, idempotency_key="k-1")
             assert granted.status_code == 201 and isinstance(granted.parsed, Charge)
             assert granted.parsed.cost["epsilon"] == 0.5
@@ -79,8 +108,12 @@ def test_a_generated_client_charges_and_reads_a_denial(server: str, tmp_path: Pa
             assert denied.parsed.limit["epsilon"] == 0.5
             assert denied.parsed.spent["epsilon"] == 0.5
             assert denied.parsed.requested["epsilon"] == 0.5
-            invalid = create_charge.sync_detailed(client=client, body=CreateChargeBody.from_dict({
-                **body.to_dict(), "params": {"epsilon": 0.5, "sensitivity": 0}}))
+            invalid = create_charge.sync_detailed(
+                client=client,
+                body=CreateChargeBody.from_dict(
+                    {**body.to_dict(), "params": {"epsilon": 0.5, "sensitivity": 0}}
+                ),
+            )
             assert invalid.status_code == 400
             assert [e.field for e in invalid.parsed.errors] == ["params.sensitivity"]
     finally:

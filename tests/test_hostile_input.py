@@ -8,15 +8,17 @@ import pytest
 from accountant.app import create_app
 from tests.conftest import ADMIN_KEY, Api
 
-CHARGE = ('{"dataset": "clicks", "partitions": ["p"], "mechanism": "laplace", '
-          '"params": {"epsilon": %s, "sensitivity": 1}, "input": {"values": [1]}}')
+CHARGE = (
+    '{"dataset": "clicks", "partitions": ["p"], "mechanism": "laplace", '
+    '"params": {"epsilon": %s, "sensitivity": 1}, "input": {"values": [1]}}'
+)
 
 
-@pytest.mark.parametrize("number", ["1e-999999999", "1e999999999", "0e-999999",
-                                    "9" * 5000, "0." + "0" * 200 + "1"])
+@pytest.mark.parametrize(
+    "number", ["1e-999999999", "1e999999999", "0e-999999", "9" * 5000, "0." + "0" * 200 + "1"]
+)
 @pytest.mark.parametrize("path", ["/v1/charges", "/v1/charges/preview"])
-def test_an_unbounded_number_is_a_400_naming_its_field(api: Api, number: str,
-                                                       path: str) -> None:
+def test_an_unbounded_number_is_a_400_naming_its_field(api: Api, number: str, path: str) -> None:
     api.make_dataset()
     response = api.post(path, raw=CHARGE % number)
     assert response.status_code == 400
@@ -40,14 +42,22 @@ def test_digits_must_be_ascii_digits(api: Api, query: str) -> None:
         assert response.content_type == "application/problem+json"
 
 
-@pytest.mark.parametrize(("path", "method", "body"), [
-    ("/v1/datasets", "POST", r'{"name": "x\ud800", "privacy_unit": "record", '
-                             r'"accounting": "pure", "budget": {"epsilon": 1}}'),
-    ("/v1/datasets/clicks", "PATCH", r'{"budget": {"epsilon": 2}, "reason": "a\udfffb"}'),
-    ("/v1/consumers", "POST", r'{"name": "svc", "role": "service", "datasets": ["\ud800"]}'),
-])
-def test_a_lone_surrogate_is_a_400_and_changes_nothing(api: Api, path: str, method: str,
-                                                      body: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "method", "body"),
+    [
+        (
+            "/v1/datasets",
+            "POST",
+            r'{"name": "x\ud800", "privacy_unit": "record", '
+            r'"accounting": "pure", "budget": {"epsilon": 1}}',
+        ),
+        ("/v1/datasets/clicks", "PATCH", r'{"budget": {"epsilon": 2}, "reason": "a\udfffb"}'),
+        ("/v1/consumers", "POST", r'{"name": "svc", "role": "service", "datasets": ["\ud800"]}'),
+    ],
+)
+def test_a_lone_surrogate_is_a_400_and_changes_nothing(
+    api: Api, path: str, method: str, body: str
+) -> None:
     api.make_dataset()
     before = api.ledger()
     response = api.call(method, path, raw=body)
@@ -59,13 +69,14 @@ def test_a_lone_surrogate_is_a_400_and_changes_nothing(api: Api, path: str, meth
 
 def test_csv_export_cells_never_start_a_formula(api: Api) -> None:
     api.make_dataset()
-    assert api.charge(partitions=["=HYPERLINK(\"http://x\")", "@SUM(1)"]).status_code == 201
+    assert api.charge(partitions=['=HYPERLINK("http://x")', "@SUM(1)"]).status_code == 201
     exported = api.get("/v1/ledger/export?format=csv").text
     from accountant.api.ledger import _cell
 
     assert _cell("=1+2") == "'=1+2" and _cell("-3") == "'-3" and _cell("ok") == "ok"
     import csv
     import io
+
     for row in csv.DictReader(io.StringIO(exported)):
         for value in row.values():
             assert not value.startswith(("=", "+", "-", "@")), value
@@ -73,11 +84,20 @@ def test_csv_export_cells_never_start_a_formula(api: Api) -> None:
 
 @pytest.mark.slow
 def test_two_hundred_thousand_partitions_in_one_declaration(
-        database_url: str, signing_key_file: str) -> None:
+    database_url: str, signing_key_file: str
+) -> None:
     # a volume test, not a stall test: generous timeouts, so a loaded machine cannot fail it
-    api = Api(create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                          "signing_key_file": signing_key_file, "lock_timeout_ms": 60_000,
-                          "database_timeout_ms": 60_000}).test_client())
+    api = Api(
+        create_app(
+            {
+                "database_url": database_url,
+                "admin_key": ADMIN_KEY,
+                "signing_key_file": signing_key_file,
+                "lock_timeout_ms": 60_000,
+                "database_timeout_ms": 60_000,
+            }
+        ).test_client()
+    )
     api.make_dataset()
     keys = [f"k{i:06d}" for i in range(200_000)]
     response = api.post("/v1/datasets/clicks/partitions", {"keys": keys})

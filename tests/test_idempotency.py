@@ -85,13 +85,17 @@ def _retry_at_once(database_url: str, signing_key_file: str, start: Any, results
 
 @pytest.mark.slow
 def test_concurrent_duplicates_across_processes_charge_once(
-        api: Api, database_url: str, signing_key_file: str) -> None:
+    api: Api, database_url: str, signing_key_file: str
+) -> None:
     api.make_dataset()
     context = multiprocessing.get_context("spawn")
     start, results = context.Barrier(4), context.Queue()
-    workers = [context.Process(target=_retry_at_once,
-                               args=(database_url, signing_key_file, start, results))
-               for _ in range(4)]
+    workers = [
+        context.Process(
+            target=_retry_at_once, args=(database_url, signing_key_file, start, results)
+        )
+        for _ in range(4)
+    ]
     for worker in workers:
         worker.start()
     replies = [reply for _ in workers for reply in results.get(timeout=300)]

@@ -32,25 +32,31 @@ def test_a_leaked_table_cannot_test_a_guess(app: Flask, api: Api, database_url: 
     for plaintext in (ADMIN_KEY, key):
         plain = hashlib.sha256(plaintext.encode()).hexdigest()
         assert plain not in stored  # a guess hashed without the secret matches nothing
-        keyed = hmac.new(_secret(app), hashlib.sha256(plaintext.encode()).digest(),
-                         hashlib.sha256).hexdigest()
+        keyed = hmac.new(
+            _secret(app), hashlib.sha256(plaintext.encode()).digest(), hashlib.sha256
+        ).hexdigest()
         assert keyed in stored
     assert api.as_key(key).get("/v1/consumers/me").status_code == 200
-    assert oct(Path(app.extensions["accountant"].settings.key_hash_secret_file).stat()
-               .st_mode & 0o777) == "0o600"
+    assert (
+        oct(Path(app.extensions["accountant"].settings.key_hash_secret_file).stat().st_mode & 0o777)
+        == "0o600"
+    )
 
 
 def test_keys_hashed_before_are_rehashed_once_and_keep_working(
-        app: Flask, api: Api, database_url: str, signing_key_file: str) -> None:
+    app: Flask, api: Api, database_url: str, signing_key_file: str
+) -> None:
     key = api.make_consumer("svc")
     # the database as a service before keyed hashing left it: plain SHA-256, no secret
     run_sql(database_url, "DELETE FROM key_hash_secrets")
     for plaintext in (ADMIN_KEY, key):
-        keyed = hmac.new(_secret(app), hashlib.sha256(plaintext.encode()).digest(),
-                         hashlib.sha256).hexdigest()
+        keyed = hmac.new(
+            _secret(app), hashlib.sha256(plaintext.encode()).digest(), hashlib.sha256
+        ).hexdigest()
         plain = hashlib.sha256(plaintext.encode()).hexdigest()
-        run_sql(database_url, f"UPDATE api_keys SET key_hash = '{plain}' "
-                              f"WHERE key_hash = '{keyed}'")
+        run_sql(
+            database_url, f"UPDATE api_keys SET key_hash = '{plain}' WHERE key_hash = '{keyed}'"
+        )
     assert api.as_key(key).get("/v1/consumers/me").status_code == 401  # not yet rehashed
     config = {"database_url": database_url, "signing_key_file": signing_key_file}
     for _ in range(2):  # the second start changes nothing
@@ -61,13 +67,16 @@ def test_keys_hashed_before_are_rehashed_once_and_keep_working(
 
 
 def test_a_host_with_another_secret_refuses_to_start(
-        app: Flask, database_url: str, tmp_path: Path) -> None:
-    other = {"database_url": database_url, "signing_key_file": str(tmp_path / "signing-key.pem"),
-             "key_hash_secret_file": str(tmp_path / "elsewhere" / "key-hash-secret")}
+    app: Flask, database_url: str, tmp_path: Path
+) -> None:
+    other = {
+        "database_url": database_url,
+        "signing_key_file": str(tmp_path / "signing-key.pem"),
+        "key_hash_secret_file": str(tmp_path / "elsewhere" / "key-hash-secret"),
+    }
     with pytest.raises(KeyHashSecretMismatch, match="ACCOUNTANT_KEY_HASH_SECRET_FILE"):
         create_app(other)
     # the same secret, copied, starts
     copied = tmp_path / "copied-secret"
-    copied.write_text(Path(app.extensions["accountant"].settings.key_hash_secret_file)
-                      .read_text())
+    copied.write_text(Path(app.extensions["accountant"].settings.key_hash_secret_file).read_text())
     create_app({**other, "key_hash_secret_file": str(copied)})

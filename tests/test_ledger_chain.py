@@ -45,44 +45,65 @@ TAMPERING = {
     "edited cost": "UPDATE ledger_entries SET cost_epsilon = 1 WHERE dataset_id = 1 AND seq = 3",
     "edited status": "UPDATE ledger_entries SET status = 'denied' WHERE dataset_id = 1 AND seq = 1",
     "edited partitions": "UPDATE ledger_entries SET partitions = '[\"zz\"]' WHERE seq = 2 "
-                         "AND dataset_id = 1",
+    "AND dataset_id = 1",
     "deleted middle": "DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 2",
     "deleted last": "DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 6",
     "reordered": "UPDATE ledger_entries SET seq = CASE seq WHEN 2 THEN 3 ELSE 2 END "
-                 "WHERE dataset_id = 1 AND seq IN (2, 3)",
+    "WHERE dataset_id = 1 AND seq IN (2, 3)",
     "ids swapped": "",
     "limit edited": "UPDATE datasets SET limit_epsilon = limit_epsilon * 10 WHERE id = 1",
     "limit and its digest edited": "UPDATE datasets SET limit_epsilon = limit_epsilon * 10, "
-                                   "terms_sha256 = 'f' WHERE id = 1",
+    "terms_sha256 = 'f' WHERE id = 1",
     "window limit edited": "UPDATE window_budgets SET limit_epsilon = limit_epsilon * 10",
     "bound edited": "UPDATE datasets SET accounting = 'approx' WHERE id = 2",
 }
 
 
 #: Cases that no single entry shows: the chain ends early, or the limits were edited.
-_NO_BAD_ENTRY = {"deleted last", "limit edited", "limit and its digest edited",
-                 "window limit edited", "bound edited"}
+_NO_BAD_ENTRY = {
+    "deleted last",
+    "limit edited",
+    "limit and its digest edited",
+    "window limit edited",
+    "bound edited",
+}
 
 
 @pytest.mark.parametrize("case", sorted(TAMPERING))
 def test_tampering_is_caught(busy: Api, database_url: str, case: str) -> None:
     if case == "ids swapped":  # GET /v1/ledger lists seq 3 before seq 2 then
-        a, b = (row[0] for row in run_sql(database_url, "SELECT id FROM ledger_entries "
-                                          "WHERE dataset_id = 1 AND seq IN (2, 3) ORDER BY seq"))
+        a, b = (
+            row[0]
+            for row in run_sql(
+                database_url,
+                "SELECT id FROM ledger_entries WHERE dataset_id = 1 AND seq IN (2, 3) ORDER BY seq",
+            )
+        )
         _sql(database_url, f"UPDATE ledger_entries SET id = -id WHERE id IN ({a}, {b})")
-        _sql(database_url, f"UPDATE ledger_entries SET id = CASE id WHEN -{a} THEN {b} "
-                           f"ELSE {a} END WHERE id IN (-{a}, -{b})")
+        _sql(
+            database_url,
+            f"UPDATE ledger_entries SET id = CASE id WHEN -{a} THEN {b} "
+            f"ELSE {a} END WHERE id IN (-{a}, -{b})",
+        )
     elif case == "reordered":
-        _sql(database_url, "UPDATE ledger_entries SET seq = -seq WHERE dataset_id = 1 "
-                           "AND seq IN (2, 3)")
-        _sql(database_url, "UPDATE ledger_entries SET seq = CASE seq WHEN -2 THEN 3 ELSE 2 END "
-                           "WHERE dataset_id = 1 AND seq IN (-2, -3)")
+        _sql(
+            database_url,
+            "UPDATE ledger_entries SET seq = -seq WHERE dataset_id = 1 AND seq IN (2, 3)",
+        )
+        _sql(
+            database_url,
+            "UPDATE ledger_entries SET seq = CASE seq WHEN -2 THEN 3 ELSE 2 END "
+            "WHERE dataset_id = 1 AND seq IN (-2, -3)",
+        )
     else:
         _sql(database_url, TAMPERING[case])
     body = busy.get("/v1/ledger/verify").get_json()
     assert body["ok"] is False
-    assert body["dataset"] == ("other" if case in ("window limit edited", "bound edited")
-                               else "clicks") and body["reason"]
+    assert (
+        body["dataset"]
+        == ("other" if case in ("window limit edited", "bound edited") else "clicks")
+        and body["reason"]
+    )
     if case not in _NO_BAD_ENTRY:
         assert body["first_bad_entry"]["dataset"] == "clicks"
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
@@ -91,12 +112,18 @@ def test_tampering_is_caught(busy: Api, database_url: str, case: str) -> None:
 
 
 def test_totals_rebuilt_from_the_ledger_match_and_edits_are_reported(
-        api: Api, database_url: str) -> None:
-    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 10},
-                     windows=[{"period": "1d", "epsilon": 5}])
+    api: Api, database_url: str
+) -> None:
+    api.make_dataset(
+        privacy_unit="user",
+        max_partitions_per_user=2,
+        budget={"epsilon": 10},
+        windows=[{"period": "1d", "epsilon": 5}],
+    )
     service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
-    api.charge(partitions=["a", "b", "c"], release="parallel", epsilon=0.5,
-               input={"values": [1, 2, 3]})
+    api.charge(
+        partitions=["a", "b", "c"], release="parallel", epsilon=0.5, input={"values": [1, 2, 3]}
+    )
     service.charge(partitions=["a"], epsilon=0.25)
     api.charge(partitions=["b"], epsilon=20)  # denied: not in the totals
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
@@ -104,8 +131,11 @@ def test_totals_rebuilt_from_the_ledger_match_and_edits_are_reported(
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "2 granted ledger entries" in result.stdout
-    run_sql(database_url, "UPDATE tally_spends SET epsilon = epsilon - 1 WHERE partition_id = "
-                          "(SELECT id FROM partitions WHERE key = 'a')")
+    run_sql(
+        database_url,
+        "UPDATE tally_spends SET epsilon = epsilon - 1 WHERE partition_id = "
+        "(SELECT id FROM partitions WHERE key = 'a')",
+    )
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     assert result.returncode == 1 and "s(a)" in result.stderr
 
@@ -114,17 +144,20 @@ REWOUND = {
     "last entry deleted, head rewound": [
         "DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 6",
         "UPDATE datasets SET ledger_seq = 5, ledger_head = (SELECT hash FROM ledger_entries "
-        "WHERE dataset_id = 1 AND seq = 5) WHERE id = 1"],
+        "WHERE dataset_id = 1 AND seq = 5) WHERE id = 1",
+    ],
     "whole chain deleted": [
         "DELETE FROM ledger_entries WHERE dataset_id = 1",
-        "UPDATE datasets SET ledger_seq = 0, ledger_head = '' WHERE id = 1"],
+        "UPDATE datasets SET ledger_seq = 0, ledger_head = '' WHERE id = 1",
+    ],
 }
 
 
 @pytest.mark.parametrize("export_format", ["jsonl", "csv"])
 @pytest.mark.parametrize("case", sorted(REWOUND))
 def test_a_truncation_the_chain_cannot_see_is_caught_against_an_earlier_export(
-        busy: Api, database_url: str, tmp_path: Path, case: str, export_format: str) -> None:
+    busy: Api, database_url: str, tmp_path: Path, case: str, export_format: str
+) -> None:
     copy = tmp_path / f"earlier.{export_format}"
     copy.write_text(busy.get(f"/v1/ledger/export?format={export_format}").text)
     env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
@@ -141,17 +174,27 @@ def test_a_truncation_the_chain_cannot_see_is_caught_against_an_earlier_export(
 
 
 def test_every_limit_the_service_sets_keeps_the_terms_digest(api: Api) -> None:
-    api.make_dataset("z", accounting="zcdp", budget={"epsilon": 4, "delta": 1e-6},
-                     windows=[{"period": "1d", "epsilon": 2}])
-    api.make_dataset("u", privacy_unit="user", max_partitions_per_user=3,
-                     budget={"epsilon": 3}, partition_budget={"epsilon": 1})
+    api.make_dataset(
+        "z",
+        accounting="zcdp",
+        budget={"epsilon": 4, "delta": 1e-6},
+        windows=[{"period": "1d", "epsilon": 2}],
+    )
+    api.make_dataset(
+        "u",
+        privacy_unit="user",
+        max_partitions_per_user=3,
+        budget={"epsilon": 3},
+        partition_budget={"epsilon": 1},
+    )
     api.charge(dataset="z", mechanism="gaussian", params={"sigma": 20, "sensitivity": 1})
     changes: list[tuple[str, dict[str, Any]]] = [
         ("z", {"windows": [{"period": "1h", "epsilon": 1}, {"period": "7d", "epsilon": 3}]}),
         ("z", {"budget": {"epsilon": 5, "delta": 1e-7}}),
         ("z", {"windows": []}),
         ("u", {"partition_budget": {"epsilon": 2}, "budget": {"epsilon": 2.5}}),
-        ("u", {"partition_budget": None})]
+        ("u", {"partition_budget": None}),
+    ]
     for dataset, change in changes:
         response = api.patch(f"/v1/datasets/{dataset}", {**change, "reason": "test"})
         assert response.status_code == 200, response.get_json()
@@ -170,9 +213,11 @@ def test_a_receipt_anchors_the_chain_against_a_truncation(api: Api, database_url
     verdict = api.post("/v1/receipts/verify", {"receipt": last["receipt"]}).get_json()
     assert verdict["valid"] is True and verdict["in_ledger"] is True
     assert verdict["claims"]["ledger"] == last["ledger"]
-    for statement in ("DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 3",
-                      "UPDATE datasets SET ledger_seq = 2, ledger_head = (SELECT hash FROM "
-                      "ledger_entries WHERE dataset_id = 1 AND seq = 2) WHERE id = 1"):
+    for statement in (
+        "DELETE FROM ledger_entries WHERE dataset_id = 1 AND seq = 3",
+        "UPDATE datasets SET ledger_seq = 2, ledger_head = (SELECT hash FROM "
+        "ledger_entries WHERE dataset_id = 1 AND seq = 2) WHERE id = 1",
+    ):
         _sql(database_url, statement)
     assert api.get("/v1/ledger/verify").get_json()["ok"] is True  # the chain alone: blind
     verdict = api.post("/v1/receipts/verify", {"receipt": last["receipt"]}).get_json()
@@ -183,7 +228,8 @@ def test_a_receipt_anchors_the_chain_against_a_truncation(api: Api, database_url
 
 
 def test_limits_rewritten_with_a_matching_digest_are_caught_by_the_charges(
-        busy: Api, database_url: str) -> None:
+    busy: Api, database_url: str
+) -> None:
     """'other' has had no limit change; its denied charge recorded the terms it was checked
     against, inside the chain, so limits edited with a recomputed digest still show."""
     from sqlalchemy import create_engine, select

@@ -25,15 +25,28 @@ def export(api: Api, tmp_path: Path) -> list[str]:
     """A JSON Lines export of two datasets: grants, a denial, a parallel release over three
     partitions of a user dataset, non-ASCII keys, a zcdp Gaussian and a limit change."""
     api.make_dataset(budget={"epsilon": 10})
-    api.make_dataset("people", privacy_unit="user", max_partitions_per_user=2,
-                     max_records_per_user=3, accounting="zcdp",
-                     budget={"epsilon": 5, "delta": 1e-6})
+    api.make_dataset(
+        "people",
+        privacy_unit="user",
+        max_partitions_per_user=2,
+        max_records_per_user=3,
+        accounting="zcdp",
+        budget={"epsilon": 5, "delta": 1e-6},
+    )
     for index in range(4):
         assert api.charge(partitions=[f"p{index}", "städte-ü"], epsilon=0.25).status_code == 201
     assert api.charge(epsilon=50).status_code == 409
-    assert api.charge(dataset="people", partitions=["a", "b", "c"], release="parallel",
-                      mechanism="gaussian", params={"sigma": 40, "sensitivity": 1},
-                      input={"values": [1.0, 2.0, 3.0]}).status_code == 201
+    assert (
+        api.charge(
+            dataset="people",
+            partitions=["a", "b", "c"],
+            release="parallel",
+            mechanism="gaussian",
+            params={"sigma": 40, "sensitivity": 1},
+            input={"values": [1.0, 2.0, 3.0]},
+        ).status_code
+        == 201
+    )
     api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 9}, "reason": "quarterly"})
     text = api.get("/v1/ledger/export?format=jsonl").text
     return [line for line in text.splitlines() if line]
@@ -46,10 +59,12 @@ def _verifiers(tmp_path: Path) -> dict[str, Callable[[Path], subprocess.Complete
     script.write_text(blocks[0])
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
     return {
-        "cli": lambda path: subprocess.run([BIN, "ledger", "verify", "--file", str(path)],
-                                           env=env, capture_output=True, text=True),
-        "docs": lambda path: subprocess.run([sys.executable, str(script), str(path)],
-                                            capture_output=True, text=True),
+        "cli": lambda path: subprocess.run(
+            [BIN, "ledger", "verify", "--file", str(path)], env=env, capture_output=True, text=True
+        ),
+        "docs": lambda path: subprocess.run(
+            [sys.executable, str(script), str(path)], capture_output=True, text=True
+        ),
     }
 
 
@@ -76,7 +91,8 @@ TAMPERING: dict[str, Callable[[list[str]], list[str]]] = {
 
 
 def test_an_untouched_export_verifies_with_both_verifiers(
-        export: list[str], tmp_path: Path) -> None:
+    export: list[str], tmp_path: Path
+) -> None:
     path = tmp_path / "ledger.jsonl"
     path.write_text("\n".join(export) + "\n", encoding="utf-8")
     for name, verify in _verifiers(tmp_path).items():
@@ -87,7 +103,8 @@ def test_an_untouched_export_verifies_with_both_verifiers(
 
 @pytest.mark.parametrize("case", sorted(TAMPERING))
 def test_a_tampered_export_fails_naming_its_line(
-        export: list[str], tmp_path: Path, case: str) -> None:
+    export: list[str], tmp_path: Path, case: str
+) -> None:
     path = tmp_path / "ledger.jsonl"
     path.write_text("\n".join(TAMPERING[case](export)) + "\n", encoding="utf-8")
     for name, verify in _verifiers(tmp_path).items():
@@ -108,7 +125,8 @@ def test_a_dataset_filtered_export_verifies_as_a_segment(api: Api, tmp_path: Pat
 
 
 def test_charged_is_cost_times_multiplicity_and_sums_to_the_running_total(
-        export: list[str], api: Api) -> None:
+    export: list[str], api: Api
+) -> None:
     entries = [json.loads(line) for line in export]
     people = [e for e in entries if e["dataset"] == "people" and e["kind"] == "charge"]
     assert people[0]["multiplicity"] == 2  # parallel over 3 partitions, at most 2 per user
@@ -133,7 +151,8 @@ def test_loss_after_is_the_datasets_loss_after_each_entry(export: list[str], api
 
 
 def test_the_export_is_signed_with_the_chain_heads_at_its_last_entry(
-        export: list[str], api: Api) -> None:
+    export: list[str], api: Api
+) -> None:
     from accountant.signing import ReceiptError, b64url, canonical_json, verify
 
     response = api.get("/v1/ledger/export?format=jsonl")
@@ -144,8 +163,9 @@ def test_the_export_is_signed_with_the_chain_heads_at_its_last_entry(
     assert claims["kind"] == "ledger-export"
     assert claims["through_id"] == entries[-1]["id"]
     last = {entry["dataset"]: entry for entry in entries}
-    assert claims["heads"] == {name: {"seq": entry["seq"], "hash": entry["hash"]}
-                               for name, entry in last.items()}
+    assert claims["heads"] == {
+        name: {"seq": entry["seq"], "hash": entry["hash"]} for name, entry in last.items()
+    }
     # a dataset's export is signed with that dataset's head only
     one = api.get("/v1/ledger/export?format=jsonl&dataset=clicks")
     assert set(verify(one.headers["Accountant-Export-Signature"], jwks)["heads"]) == {"clicks"}

@@ -23,8 +23,15 @@ def test_record_unit_is_the_largest_partition_spend(api: Api) -> None:
     assert api.charge(partitions=["a", "b"], epsilon=0.5).status_code == 201
     assert loss(api) == 0.5
     # parallel over {a, b, c} at 0.25: s = (0.75, 0.75, 0.25), L = 0.75
-    assert api.charge(partitions=["a", "b", "c"], epsilon=0.25,
-                      release="parallel", input={"values": [1, 2, 3]}).status_code == 201
+    assert (
+        api.charge(
+            partitions=["a", "b", "c"],
+            epsilon=0.25,
+            release="parallel",
+            input={"values": [1, 2, 3]},
+        ).status_code
+        == 201
+    )
     assert loss(api) == 0.75
     # joint over {c} at 1: s(c) = 1.25 becomes the max
     assert api.charge(partitions=["c"], epsilon=1).status_code == 201
@@ -46,8 +53,10 @@ def test_user_unit_bounded_k_parallel_release(api: Api) -> None:
     # parallel over 5 partitions at 1: m = min(2, 5) = 2, T = 2;
     # s(p) = 1 for 5 partitions, top-2 sum = 2; L = min(2, 2) = 2
     body = {"values": [1, 2, 3, 4, 5]}
-    assert api.charge(partitions=list("abcde"), epsilon=1, release="parallel",
-                      input=body).status_code == 201
+    assert (
+        api.charge(partitions=list("abcde"), epsilon=1, release="parallel", input=body).status_code
+        == 201
+    )
     assert loss(api) == 2
     # joint over {a} at 1: T = 3; s(a) = 2, top-2 = 2 + 1 = 3; L = 3
     assert api.charge(partitions=["a"], epsilon=1).status_code == 201
@@ -73,8 +82,12 @@ def test_user_unit_total_is_tighter_than_top_k(api: Api) -> None:
 def test_user_unit_unbounded_k_is_the_total(api: Api) -> None:
     api.make_dataset(privacy_unit="user", budget={"epsilon": 10})
     # parallel over 4 partitions at 0.5 with unbounded k: m = |P| = 4, T = 2
-    assert api.charge(partitions=list("abcd"), epsilon=0.5, release="parallel",
-                      input={"values": [1, 2, 3, 4]}).status_code == 201
+    assert (
+        api.charge(
+            partitions=list("abcd"), epsilon=0.5, release="parallel", input={"values": [1, 2, 3, 4]}
+        ).status_code
+        == 201
+    )
     # joint over {a, b} at 0.25: m = 1, T = 2.25
     assert api.charge(partitions=["a", "b"], epsilon=0.25).status_code == 201
     assert loss(api) == 2.25
@@ -83,8 +96,12 @@ def test_user_unit_unbounded_k_is_the_total(api: Api) -> None:
 def test_user_unit_denies_at_exactly_the_limit(api: Api) -> None:
     api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 1})
     # parallel over 3 partitions at 0.5: m = 2, T = 1.0, top-2 = 1.0, L = 1.0: fits exactly
-    assert api.charge(partitions=list("abc"), epsilon=0.5, release="parallel",
-                      input={"values": [1, 2, 3]}).status_code == 201
+    assert (
+        api.charge(
+            partitions=list("abc"), epsilon=0.5, release="parallel", input={"values": [1, 2, 3]}
+        ).status_code
+        == 201
+    )
     # a further 0.001 on a fresh partition d: T = 1.001, top-2 = 1.0 (0.5 + 0.5); L = 1.0
     assert api.charge(partitions=["d"], epsilon=0.001).status_code == 201
     assert loss(api) == 1.0
@@ -96,10 +113,10 @@ def test_user_unit_denies_at_exactly_the_limit(api: Api) -> None:
 
 def test_star_charges_every_existing_partition(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 5})
-    assert api.post("/v1/datasets/clicks/partitions",
-                    {"keys": ["x", "y", "z"]}).status_code == 201
-    response = api.charge(partitions="*", epsilon=0.5, release="parallel",
-                          input={"values": [1, 2, 3]})
+    assert api.post("/v1/datasets/clicks/partitions", {"keys": ["x", "y", "z"]}).status_code == 201
+    response = api.charge(
+        partitions="*", epsilon=0.5, release="parallel", input={"values": [1, 2, 3]}
+    )
     assert response.status_code == 201
     assert response.get_json()["partitions"] == ["x", "y", "z"]
     # a partition created later is not touched by the earlier "*"
@@ -133,8 +150,12 @@ def test_approx_composes_epsilon_and_delta_separately(api: Api) -> None:
 
 
 def test_record_level_sensitivity_is_scaled_by_the_contribution_bounds(api: Api) -> None:
-    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, max_records_per_user=3,
-                     budget={"epsilon": 10})
+    api.make_dataset(
+        privacy_unit="user",
+        max_partitions_per_user=2,
+        max_records_per_user=3,
+        budget={"epsilon": 10},
+    )
     params = {"epsilon": 1, "sensitivity": 1, "sensitivity_unit": "record"}
     response = api.charge(partitions=["a", "b", "c"], params=params)
     assert response.status_code == 201
@@ -157,7 +178,11 @@ def test_record_unit_loss_is_the_max_over_every_partition(api: Api) -> None:
     quiet = api.charge(partitions=["quiet"], epsilon=0.05)
     assert quiet.status_code == 201
     assert quiet.get_json()["remaining"]["epsilon"] == pytest.approx(0.1)
-    assert api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 0.5},
-                                             "reason": "tighten"}).status_code == 200
+    assert (
+        api.patch(
+            "/v1/datasets/clicks", {"budget": {"epsilon": 0.5}, "reason": "tighten"}
+        ).status_code
+        == 200
+    )
     blocked = api.charge(partitions=["other"], epsilon=0.05)
     assert blocked.status_code == 409 and blocked.get_json()["scope"] == "dataset"

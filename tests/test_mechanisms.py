@@ -21,20 +21,25 @@ from tests.conftest import Api
 # name -> (dataset accounting, params, input, output key)
 CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], str]] = {
     "laplace": ("pure", {"epsilon": 0.5, "sensitivity": 1}, {"values": [1.5, 2.5]}, "values"),
-    "discrete_laplace": ("pure", {"epsilon": 0.5, "sensitivity": 1}, {"values": [3, 4]},
-                         "values"),
-    "gaussian": ("approx", {"epsilon": 0.5, "delta": 1e-6, "sensitivity": 1},
-                 {"values": [1.5, 2.5]}, "values"),
+    "discrete_laplace": ("pure", {"epsilon": 0.5, "sensitivity": 1}, {"values": [3, 4]}, "values"),
+    "gaussian": (
+        "approx",
+        {"epsilon": 0.5, "delta": 1e-6, "sensitivity": 1},
+        {"values": [1.5, 2.5]},
+        "values",
+    ),
     "discrete_gaussian": ("zcdp", {"sigma": 4, "sensitivity": 1}, {"values": [3, 4]}, "values"),
-    "exponential": ("pure", {"epsilon": 0.5, "sensitivity": 1}, {"utilities": [1, 5, 2]},
-                    "index"),
+    "exponential": ("pure", {"epsilon": 0.5, "sensitivity": 1}, {"utilities": [1, 5, 2]}, "index"),
     "randomized_response": ("pure", {"epsilon": 0.5}, {"values": [True, False]}, "values"),
 }
 
 
 def test_every_builtin_mechanism_has_a_case() -> None:
-    builtins = {ep.name for ep in importlib.metadata.entry_points(group="accountant")
-                if ep.value.startswith("accountant_plugins.")}
+    builtins = {
+        ep.name
+        for ep in importlib.metadata.entry_points(group="accountant")
+        if ep.value.startswith("accountant_plugins.")
+    }
     registry = MechanismRegistry(*make_plugin_manager())
     assert {m.name for m in registry.all() if m.plugin in builtins} == set(CASES)
 
@@ -58,10 +63,12 @@ def test_every_mechanism_charges_then_runs(api: Api, name: str) -> None:
 
 def test_raw_noise_states_its_grid_and_values_lie_on_it(api: Api) -> None:
     api.make_dataset()
-    out = api.charge(params={"epsilon": 0.5, "sensitivity": 1},
-                     input={"values": [0.1, 1 / 3]}).get_json()["output"]
-    raw = api.charge(params={"epsilon": 0.5, "sensitivity": 1},
-                     input={"size": 1000}).get_json()["output"]
+    out = api.charge(
+        params={"epsilon": 0.5, "sensitivity": 1}, input={"values": [0.1, 1 / 3]}
+    ).get_json()["output"]
+    raw = api.charge(params={"epsilon": 0.5, "sensitivity": 1}, input={"size": 1000}).get_json()[
+        "output"
+    ]
     grid = raw["grid"]
     assert grid == 2.0 ** math.floor(math.log2(2.0 * 2**-40))
     for value in out["values"] + raw["noise"]:
@@ -83,31 +90,42 @@ def test_zcdp_accounting(api: Api) -> None:
     budget = api.budget()
     assert budget["loss"]["rho"] == 0.01
     # CKS20: min over alpha of 0.01 alpha + ln((alpha-1)/alpha) - (ln 1e-6 + ln alpha)/(alpha-1)
-    eps = min(0.01 * a + math.log((a - 1) / a) - (math.log(1e-6) + math.log(a)) / (a - 1)
-              for a in (1 + i / 1000 for i in range(1, 200_000)))
+    eps = min(
+        0.01 * a + math.log((a - 1) / a) - (math.log(1e-6) + math.log(a)) / (a - 1)
+        for a in (1 + i / 1000 for i in range(1, 200_000))
+    )
     assert budget["loss"]["epsilon"] == pytest.approx(eps, abs=1e-6)
     assert budget["loss"]["epsilon"] >= eps - 1e-9
     assert budget["remaining"]["rho"] == pytest.approx(expected - 0.01, abs=1e-12)
     # the exponential mechanism uses its tighter epsilon^2 / 8
-    charged = api.charge(mechanism="exponential", params={"epsilon": 0.2, "sensitivity": 1},
-                         input={"utilities": [1, 2]}).get_json()
+    charged = api.charge(
+        mechanism="exponential",
+        params={"epsilon": 0.2, "sensitivity": 1},
+        input={"utilities": [1, 2]},
+    ).get_json()
     assert charged["cost"]["rho"] == 0.005
-    refused = api.charge(mechanism="gaussian",
-                         params={"epsilon": 0.5, "delta": 1e-6, "sensitivity": 1})
+    refused = api.charge(
+        mechanism="gaussian", params={"epsilon": 0.5, "delta": 1e-6, "sensitivity": 1}
+    )
     assert refused.status_code == 400 and "sigma or rho" in refused.get_json()["detail"]
 
 
 def test_mode_refusals_are_clear(api: Api) -> None:
     api.make_dataset(accounting="pure")
     api.make_dataset("approx", accounting="approx", budget={"epsilon": 1, "delta": 1e-6})
-    refused = api.charge(mechanism="discrete_gaussian", params={"sigma": 3, "sensitivity": 1},
-                         input={"values": [1]})
+    refused = api.charge(
+        mechanism="discrete_gaussian", params={"sigma": 3, "sensitivity": 1}, input={"values": [1]}
+    )
     assert refused.status_code == 400 and refused.get_json()["errors"][0]["field"] == "mechanism"
-    refused = api.charge(dataset="approx", mechanism="gaussian",
-                         params={"sigma": 3, "sensitivity": 1})
+    refused = api.charge(
+        dataset="approx", mechanism="gaussian", params={"sigma": 3, "sensitivity": 1}
+    )
     assert refused.status_code == 400
-    unknown = api.charge(mechanism="randomized_response", params={"epsilon": 1},
-                         input={"values": ["x"], "categories": ["a", "b"]})
+    unknown = api.charge(
+        mechanism="randomized_response",
+        params={"epsilon": 1},
+        input={"values": ["x"], "categories": ["a", "b"]},
+    )
     assert unknown.status_code == 400 and api.ledger(dataset="clicks") == []
 
 
@@ -120,6 +138,7 @@ def _reference_sigma(epsilon: float, delta: float) -> mpmath.mpf:
         def excess(sigma: mpmath.mpf) -> mpmath.mpf:
             a, b = 1 / (2 * sigma), eps * sigma
             return mpmath.ncdf(a - b) - mpmath.exp(eps) * mpmath.ncdf(-a - b) - target
+
         low, high = mpmath.mpf(10) ** -6, mpmath.mpf(10) ** 12
         assert excess(low) > 0 > excess(high)
         for _ in range(200):  # the excess falls as sigma grows
@@ -128,8 +147,10 @@ def _reference_sigma(epsilon: float, delta: float) -> mpmath.mpf:
         return high
 
 
-@pytest.mark.parametrize(("epsilon", "delta"), [(1.0, 1e-5), (0.5, 1e-6), (3.0, 1e-9),
-                                                (0.1, 1e-3), (1e-3, 1e-9), (1e-9, 1e-16)])
+@pytest.mark.parametrize(
+    ("epsilon", "delta"),
+    [(1.0, 1e-5), (0.5, 1e-6), (3.0, 1e-9), (0.1, 1e-3), (1e-3, 1e-9), (1e-9, 1e-16)],
+)
 def test_analytic_gaussian_matches_an_independent_solution(epsilon: float, delta: float) -> None:
     """Never below the exact optimum, and within 10^-12 of it: at (1e-9, 1e-16) the binary64
     calibration was 3.6e-5 too small in delta."""
@@ -151,9 +172,12 @@ def test_exponential_selects_with_the_exact_probabilities() -> None:
     utilities = [Fraction(0), Fraction(1), Fraction(3), Fraction(3)]
     epsilon, n = Fraction(1), 6_000
     source = SeededRandomSource(21)
-    counts = Counter(exponential.run({"epsilon": epsilon, "sensitivity": 1},
-                                     {"utilities": utilities}, source)["index"]
-                     for _ in range(n))
+    counts = Counter(
+        exponential.run({"epsilon": epsilon, "sensitivity": 1}, {"utilities": utilities}, source)[
+            "index"
+        ]
+        for _ in range(n)
+    )
     weights = [math.exp(float(epsilon * u / 2)) for u in utilities]
     expected = [w / sum(weights) * n for w in weights]
     assert stats.chisquare([counts[i] for i in range(4)], expected).pvalue > 1e-4
@@ -170,8 +194,9 @@ def test_randomized_response_keeps_at_the_stated_rate() -> None:
 
 def test_grid_gaussian_follows_the_normal_law() -> None:
     source = SeededRandomSource(23)
-    noise = np.array(gaussian.run({"sigma": 4, "sensitivity": 1}, {"size": 200_000},
-                                  source)["noise"])
+    noise = np.array(
+        gaussian.run({"sigma": 4, "sensitivity": 1}, {"size": 200_000}, source)["noise"]
+    )
     # sigma is inflated by the grid slack (ceil(1/g) + 1) g, a factor 1 + 2^-40 or so
     assert stats.kstest(noise / 4, "norm").pvalue > 1e-4
     assert abs(noise.std() / 4 - 1) < 0.01
@@ -191,8 +216,9 @@ def test_grid_rounding_is_paid_for_per_coordinate(d: int) -> None:
     zcdp = {"sigma": Decimal(3), "sensitivity": Decimal(1)}
     grid, sigma2 = gaussian.calibrate(zcdp, d)
     ratio = Fraction(3)
-    assert sigma2 >= (ratio * (Fraction(1) / Fraction(grid) + Fraction(math.sqrt(d)))) ** 2 \
-        * (1 - Fraction(1, 10**15))
+    assert sigma2 >= (ratio * (Fraction(1) / Fraction(grid) + Fraction(math.sqrt(d)))) ** 2 * (
+        1 - Fraction(1, 10**15)
+    )
 
 
 def test_randomized_response_answers_the_whole_roster(api: Api) -> None:
@@ -200,8 +226,9 @@ def test_randomized_response_answers_the_whole_roster(api: Api) -> None:
     public roster size; absent members are answered uniformly."""
     api.make_dataset(budget={"epsilon": 10})
     roster = [True, None, False, None] * 500
-    response = api.charge(mechanism="randomized_response", params={"epsilon": 2},
-                          input={"values": roster})
+    response = api.charge(
+        mechanism="randomized_response", params={"epsilon": 2}, input={"values": roster}
+    )
     assert response.status_code == 201
     answers = response.get_json()["output"]["values"]
     assert len(answers) == len(roster)
@@ -210,6 +237,9 @@ def test_randomized_response_answers_the_whole_roster(api: Api) -> None:
     present = [a == v for a, v in zip(answers, roster, strict=True) if v is not None]
     kept = math.exp(2) / (math.exp(2) + 1)
     assert stats.binomtest(sum(present), len(present), kept).pvalue > 1e-4
-    labels = api.charge(mechanism="randomized_response", params={"epsilon": 1},
-                        input={"values": ["a", None], "categories": ["a", "b", "c"]})
+    labels = api.charge(
+        mechanism="randomized_response",
+        params={"epsilon": 1},
+        input={"values": ["a", None], "categories": ["a", "b", "c"]},
+    )
     assert labels.status_code == 201 and len(labels.get_json()["output"]["values"]) == 2

@@ -11,27 +11,42 @@ from tests.conftest import Api
 # (dataset fields, charge fields, charges made first)
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any], int]] = {
     "lifetime": ({"budget": {"epsilon": 1}}, {"epsilon": 0.1}, 3),
-    "partition": ({"budget": {"epsilon": 10}, "partition_budget": {"epsilon": 1}},
-                  {"epsilon": 0.3, "partitions": ["p1", "p2"]}, 1),
-    "window": ({"budget": {"epsilon": 10}, "windows": [{"period": "1d", "epsilon": 0.5}]},
-               {"epsilon": 0.2}, 0),
-    "user top-k": ({"privacy_unit": "user", "max_partitions_per_user": 2,
-                    "budget": {"epsilon": 1}},
-                   {"epsilon": 0.1, "partitions": ["a", "b", "c"], "release": "parallel"}, 1),
-    "approx delta": ({"accounting": "approx", "budget": {"epsilon": 100, "delta": 1e-6}},
-                     {"mechanism": "gaussian",
-                      "params": {"epsilon": 0.5, "delta": 3e-7, "sensitivity": 1}}, 0),
-    "zcdp": ({"accounting": "zcdp", "budget": {"epsilon": 1, "delta": 1e-6}},
-             {"mechanism": "gaussian", "params": {"sigma": 100, "sensitivity": 1}}, 7),
+    "partition": (
+        {"budget": {"epsilon": 10}, "partition_budget": {"epsilon": 1}},
+        {"epsilon": 0.3, "partitions": ["p1", "p2"]},
+        1,
+    ),
+    "window": (
+        {"budget": {"epsilon": 10}, "windows": [{"period": "1d", "epsilon": 0.5}]},
+        {"epsilon": 0.2},
+        0,
+    ),
+    "user top-k": (
+        {"privacy_unit": "user", "max_partitions_per_user": 2, "budget": {"epsilon": 1}},
+        {"epsilon": 0.1, "partitions": ["a", "b", "c"], "release": "parallel"},
+        1,
+    ),
+    "approx delta": (
+        {"accounting": "approx", "budget": {"epsilon": 100, "delta": 1e-6}},
+        {"mechanism": "gaussian", "params": {"epsilon": 0.5, "delta": 3e-7, "sensitivity": 1}},
+        0,
+    ),
+    "zcdp": (
+        {"accounting": "zcdp", "budget": {"epsilon": 1, "delta": 1e-6}},
+        {"mechanism": "gaussian", "params": {"sigma": 100, "sensitivity": 1}},
+        7,
+    ),
 }
 
 
 def _body(charge: dict[str, Any]) -> dict[str, Any]:
-    return {"dataset": "clicks", "partitions": charge.get("partitions", ["p1"]),
-            "release": charge.get("release", "joint"),
-            "mechanism": charge.get("mechanism", "laplace"),
-            "params": charge.get("params", {"epsilon": charge.get("epsilon"),
-                                            "sensitivity": 1})}
+    return {
+        "dataset": "clicks",
+        "partitions": charge.get("partitions", ["p1"]),
+        "release": charge.get("release", "joint"),
+        "mechanism": charge.get("mechanism", "laplace"),
+        "params": charge.get("params", {"epsilon": charge.get("epsilon"), "sensitivity": 1}),
+    }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -47,8 +62,9 @@ def test_the_plan_equals_what_charging_grants(api: Api, case: str) -> None:
     plan = planned.get_json()
     assert len(api.ledger()) == entries  # nothing charged, nothing ledgered
     granted = 0
-    while (reply := api.post("/v1/charges", {**body, "input": {"values": [1.0]}})
-           ).status_code == 201:
+    while (
+        reply := api.post("/v1/charges", {**body, "input": {"values": [1.0]}})
+    ).status_code == 201:
         granted += 1
         assert granted <= plan["fits"]
     assert granted == plan["fits"] > 0
@@ -93,8 +109,9 @@ def test_count_solves_for_the_least_noise_sigma(api: Api) -> None:
     assert 40 < sigma < 50  # rho* / 100 = 2.4e-4 each: sigma = sqrt(1 / (2 rho)) = 45.3
     plain = _body({"mechanism": "gaussian", "params": {"sigma": sigma, "sensitivity": 1}})
     assert _plan(api, plain)["fits"] >= 100
-    less = _body({"mechanism": "gaussian",
-                  "params": {"sigma": sigma * (1 - 1e-6), "sensitivity": 1}})
+    less = _body(
+        {"mechanism": "gaussian", "params": {"sigma": sigma * (1 - 1e-6), "sensitivity": 1}}
+    )
     assert _plan(api, less)["fits"] < 100
 
 

@@ -23,8 +23,7 @@ from tests.test_mechanisms import CASES
 #: Every registered mechanism needs a valid request here: (mode, params, input).
 REQUESTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     name: (mode, params, data) for name, (mode, params, data, _key) in CASES.items()
-} | {"bounded_sum": ("pure", {"epsilon": 0.5, "lower": 0, "upper": 10},
-                     {"values": [1, 2, 100]})}
+} | {"bounded_sum": ("pure", {"epsilon": 0.5, "lower": 0, "upper": 10}, {"values": [1, 2, 100]})}
 REGISTRY = MechanismRegistry(*make_plugin_manager())
 HOOKS = sorted(name for name in dir(hookspecs) if name.startswith("accountant_"))
 
@@ -45,7 +44,8 @@ def test_every_mechanism_keeps_the_contract(name: str) -> None:
     mode, params, data = REQUESTS[name]
     params, data = _decimals(params), _decimals(data)
     assert mechanism.implementation == f"{mechanism.plugin}/{name}/" + (
-        mechanism.version or mechanism.implementation.rsplit("/", 1)[-1])
+        mechanism.version or mechanism.implementation.rsplit("/", 1)[-1]
+    )
     Draft202012Validator(dict(mechanism.params_schema)).validate(params)
     Draft202012Validator(dict(mechanism.input_schema)).validate(data)
     # cost: pure and deterministic, a Cost with finite non-negative parts
@@ -83,7 +83,8 @@ class _Recorder:
     @hookimpl
     def accountant_budget_alert(self, alert: BudgetAlert, alerting: AlertSettings) -> None:
         self.calls.setdefault("accountant_budget_alert", []).append(
-            {"alert": alert, "alerting": alerting})
+            {"alert": alert, "alerting": alerting}
+        )
 
 
 def test_every_hook_is_implemented_by_the_recorder() -> None:
@@ -91,11 +92,18 @@ def test_every_hook_is_implemented_by_the_recorder() -> None:
 
 
 def test_every_hook_is_called_with_what_its_spec_promises(
-        database_url: str, signing_key_file: str) -> None:
+    database_url: str, signing_key_file: str
+) -> None:
     recorder = _Recorder()
-    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                      "signing_key_file": signing_key_file, "alert_thresholds": (50,)},
-                     extra_plugins=[("recorder", recorder)])
+    app = create_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+            "alert_thresholds": (50,),
+        },
+        extra_plugins=[("recorder", recorder)],
+    )
     api = Api(app.test_client())
     api.make_dataset(budget={"epsilon": 1})
     assert api.charge(epsilon=0.6).status_code == 201
@@ -109,16 +117,23 @@ def test_every_hook_is_called_with_what_its_spec_promises(
 
 
 def test_one_failing_alert_plugin_reaches_neither_the_others_nor_the_charge(
-        database_url: str, signing_key_file: str) -> None:
+    database_url: str, signing_key_file: str
+) -> None:
     class Failing:
         @hookimpl
         def accountant_budget_alert(self, alert: BudgetAlert) -> None:
             raise RuntimeError("a plugin's bug")
 
     recorder = _Recorder()
-    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                      "signing_key_file": signing_key_file, "alert_thresholds": (50,)},
-                     extra_plugins=[("recorder", recorder), ("failing", Failing())])
+    app = create_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+            "alert_thresholds": (50,),
+        },
+        extra_plugins=[("recorder", recorder), ("failing", Failing())],
+    )
     api = Api(app.test_client())
     api.make_dataset(budget={"epsilon": 1})
     assert api.charge(epsilon=0.6).status_code == 201

@@ -19,8 +19,9 @@ PARTITIONS = ["a", "b", "c", "d"]
 _names = itertools.count()
 
 
-def reference_loss(charges: list[tuple[Fraction, list[str], str]], unit: str,
-                   k: int | None) -> Fraction:
+def reference_loss(
+    charges: list[tuple[Fraction, list[str], str]], unit: str, k: int | None
+) -> Fraction:
     spend = {p: Fraction(0) for p in PARTITIONS}
     total = Fraction(0)
     for cost, partitions, release in charges:
@@ -44,15 +45,22 @@ charge = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(unit=st.sampled_from(["record", "partition", "user"]),
-       k=st.one_of(st.none(), st.integers(1, 3)),
-       partition_limit=st.sampled_from([None, Fraction(1, 2)]),
-       sequence=st.lists(charge, min_size=1, max_size=12))
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    unit=st.sampled_from(["record", "partition", "user"]),
+    k=st.one_of(st.none(), st.integers(1, 3)),
+    partition_limit=st.sampled_from([None, Fraction(1, 2)]),
+    sequence=st.lists(charge, min_size=1, max_size=12),
+)
 def test_grants_and_loss_match_the_reference(
-        api: Api, unit: str, k: int | None, partition_limit: Fraction | None,
-        sequence: list[tuple[Fraction, list[str], str]]) -> None:
+    api: Api,
+    unit: str,
+    k: int | None,
+    partition_limit: Fraction | None,
+    sequence: list[tuple[Fraction, list[str], str]],
+) -> None:
     name = f"prop{next(_names)}"
     fields: dict[str, object] = {"privacy_unit": unit, "budget": {"epsilon": 1}}
     if unit == "user":
@@ -66,9 +74,15 @@ def test_grants_and_loss_match_the_reference(
         after = [*granted, (cost, partitions, release)]
         spends = {p: sum((c for c, ps, _ in after if p in ps), Fraction(0)) for p in partitions}
         fits = reference_loss(after, unit, k) <= 1 and (
-            partition_limit is None or max(spends.values()) <= partition_limit)
-        response = api.charge(dataset=name, partitions=partitions, release=release,
-                              epsilon=float(cost), input={"values": [1.0] * len(partitions)})
+            partition_limit is None or max(spends.values()) <= partition_limit
+        )
+        response = api.charge(
+            dataset=name,
+            partitions=partitions,
+            release=release,
+            epsilon=float(cost),
+            input={"values": [1.0] * len(partitions)},
+        )
         assert response.status_code == (201 if fits else 409), (after, response.get_json())
         if fits:
             granted = after

@@ -21,11 +21,12 @@ import requests
 from tests.conftest import ADMIN_KEY
 from tests.server import Server, free_port, running_service, wait_ready
 
-NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists()
-                                  else None)
+NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 CONF = Path(__file__).resolve().parent.parent / "deploy" / "nginx.conf"
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(NGINX is None, reason="needs nginx (Debian's package)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(NGINX is None, reason="needs nginx (Debian's package)"),
+]
 HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 SLOW_CLIENTS = 100
 
@@ -34,10 +35,13 @@ SLOW_CLIENTS = 100
 def service(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[Server]:
     if database_url.startswith("postgresql"):
         pytest.skip("the proxy does not depend on the database")
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY}
-    with running_service(env, tmp_path / "serve.log", "--workers", "2",
-                         "--threads", "4") as server:
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+    }
+    with running_service(env, tmp_path / "serve.log", "--workers", "2", "--threads", "4") as server:
         yield server
 
 
@@ -54,9 +58,18 @@ def proxy(service: Server, tmp_path: Path) -> Iterator[str]:
     (prefix / "nginx.conf").write_text(text)
     user = "user root; " if os.geteuid() == 0 else ""  # its files live in the test's folder
     process = subprocess.Popen(
-        [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf"), "-g",
-         f"daemon off; {user}pid {prefix / 'nginx.pid'}; error_log {prefix / 'error.log'};"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            NGINX,
+            "-p",
+            str(prefix),
+            "-c",
+            str(prefix / "nginx.conf"),
+            "-g",
+            f"daemon off; {user}pid {prefix / 'nginx.pid'}; error_log {prefix / 'error.log'};",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_ready(f"http://127.0.0.1:{port}", "/healthz")
         yield f"http://127.0.0.1:{port}"

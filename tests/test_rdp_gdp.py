@@ -33,8 +33,12 @@ from tests.test_gaussian_privacy import _grid_gaussian, discrete_gaussian_delta
 NAMES = itertools.count()
 
 
-def charged_until_refused(api: Api, name: str, mechanism: str, params: dict[str, float],
-                          ) -> tuple[int, int]:
+def charged_until_refused(
+    api: Api,
+    name: str,
+    mechanism: str,
+    params: dict[str, float],
+) -> tuple[int, int]:
     granted = 0
     while (reply := api.charge(name, mechanism=mechanism, params=params)).status_code == 201:
         granted += 1
@@ -44,12 +48,12 @@ def charged_until_refused(api: Api, name: str, mechanism: str, params: dict[str,
 
 # --- rdp -------------------------------------------------------------------------------
 
+
 def test_the_order_is_fixed_at_creation_and_shown(api: Api) -> None:
     made = api.make_dataset(accounting="rdp", budget={"epsilon": 1, "delta": 1e-6})
     assert made["rdp_order"] == 21.98  # argmax B(alpha)/alpha for (1, 1e-6), 4 digits
     assert "rdp" in made["budget"] and made["budget"]["epsilon"] == 1
-    api.make_dataset("given", accounting="rdp", rdp_order=8,
-                     budget={"epsilon": 1, "delta": 1e-6})
+    api.make_dataset("given", accounting="rdp", rdp_order=8, budget={"epsilon": 1, "delta": 1e-6})
     assert api.get("/v1/datasets/given").get_json()["rdp_order"] == 8
     # a limit change keeps the order
     assert api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2}}).status_code == 200
@@ -58,11 +62,20 @@ def test_the_order_is_fixed_at_creation_and_shown(api: Api) -> None:
     assert set(report["limit"]) == {"rdp", "order", "epsilon", "delta"}
     assert report["limit"]["order"] == 21.98 and report["limit"]["epsilon"] == 2
     # the order belongs to rdp alone, and must exceed 1
-    for body, field in (({"accounting": "zcdp", "rdp_order": 8}, "rdp_order"),
-                        ({"accounting": "rdp", "rdp_order": 1}, "rdp_order"),
-                        ({"accounting": "rdp", "budget": {"epsilon": 1}}, "budget.delta")):
-        reply = api.post("/v1/datasets", {"name": "bad", "privacy_unit": "record",
-                                          "budget": {"epsilon": 1, "delta": 1e-6}, **body})
+    for body, field in (
+        ({"accounting": "zcdp", "rdp_order": 8}, "rdp_order"),
+        ({"accounting": "rdp", "rdp_order": 1}, "rdp_order"),
+        ({"accounting": "rdp", "budget": {"epsilon": 1}}, "budget.delta"),
+    ):
+        reply = api.post(
+            "/v1/datasets",
+            {
+                "name": "bad",
+                "privacy_unit": "record",
+                "budget": {"epsilon": 1, "delta": 1e-6},
+                **body,
+            },
+        )
         assert reply.status_code == 400, reply.get_json()
         assert field in str(reply.get_json()), reply.get_json()
 
@@ -70,8 +83,10 @@ def test_the_order_is_fixed_at_creation_and_shown(api: Api) -> None:
 def test_gaussians_fit_until_b_of_the_order(api: Api) -> None:
     """(1, 1e-6), Gaussians of sigma 100: 487 fit, as on zcdp."""
     api.make_dataset(accounting="rdp", budget={"epsilon": 1, "delta": 1e-6})
-    assert charged_until_refused(api, "clicks", "gaussian",
-                                 {"sigma": 100, "sensitivity": 1}) == (487, 409)
+    assert charged_until_refused(api, "clicks", "gaussian", {"sigma": 100, "sensitivity": 1}) == (
+        487,
+        409,
+    )
     loss = api.budget()["loss"]
     assert loss["epsilon"] <= 1 and loss["order"] == 21.98
 
@@ -81,14 +96,15 @@ def test_laplace_is_charged_the_epsilon_dp_bound(api: Api) -> None:
     Laplace on a grid, so it is charged the bound of every epsilon-DP mechanism (Bun and
     Steinke 2016, Proposition 3.3), not the continuous Laplace's closed form (492 would fit)."""
     api.make_dataset(accounting="rdp", budget={"epsilon": 1, "delta": 1e-6})
-    assert charged_until_refused(api, "clicks", "laplace",
-                                 {"epsilon": 0.01, "sensitivity": 1}) == (490, 409)
+    assert charged_until_refused(api, "clicks", "laplace", {"epsilon": 0.01, "sensitivity": 1}) == (
+        490,
+        409,
+    )
 
 
 @pytest.mark.parametrize("epsilon", ["0.001", "0.01", "0.5", "1", "3", "40"])
 @pytest.mark.parametrize("order", ["1.5", "2", "21.98", "300"])
-def test_the_epsilon_dp_bound_is_randomized_responses_divergence(epsilon: str,
-                                                                 order: str) -> None:
+def test_the_epsilon_dp_bound_is_randomized_responses_divergence(epsilon: str, order: str) -> None:
     """The bound equals the Renyi divergence of binary randomized response, computed here
     from its two distributions, and is at least the continuous Laplace's (dp_accounting)."""
     eps, alpha = float(epsilon), float(order)
@@ -104,24 +120,39 @@ def test_the_epsilon_dp_bound_is_randomized_responses_divergence(epsilon: str,
     assert bound >= laplace._rdp[0] - 1e-12
 
 
-@settings(max_examples=6, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(workload=st.lists(st.one_of(
-    st.tuples(st.just("laplace"), st.sampled_from([0.05, 0.1, 0.3])),
-    st.tuples(st.just("gaussian"), st.sampled_from([5, 10, 30]))), min_size=1, max_size=12))
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    workload=st.lists(
+        st.one_of(
+            st.tuples(st.just("laplace"), st.sampled_from([0.05, 0.1, 0.3])),
+            st.tuples(st.just("gaussian"), st.sampled_from([5, 10, 30])),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_rdp_never_reports_less_than_the_references(
-        api: Api, workload: list[tuple[str, float]]) -> None:
+    api: Api, workload: list[tuple[str, float]]
+) -> None:
     """The reported epsilon is at least dp_accounting's PLD epsilon (the exact loss of the
     continuous mechanisms) and its RDP epsilon at the dataset's order."""
     name = f"mix{next(NAMES)}"
     made = api.make_dataset(name, accounting="rdp", budget={"epsilon": 50, "delta": 1e-6})
     exact, at_order = pld.PLDAccountant(), rdp.RdpAccountant(orders=[made["rdp_order"]])
     for mechanism, value in workload:
-        params = ({"epsilon": value, "sensitivity": 1} if mechanism == "laplace"
-                  else {"sigma": value, "sensitivity": 1})
+        params = (
+            {"epsilon": value, "sensitivity": 1}
+            if mechanism == "laplace"
+            else {"sigma": value, "sensitivity": 1}
+        )
         assert api.charge(name, mechanism=mechanism, params=params).status_code == 201
-        event = (dp_accounting.LaplaceDpEvent(1 / value) if mechanism == "laplace"
-                 else dp_accounting.GaussianDpEvent(value))
+        event = (
+            dp_accounting.LaplaceDpEvent(1 / value)
+            if mechanism == "laplace"
+            else dp_accounting.GaussianDpEvent(value)
+        )
         exact.compose(event)
         at_order.compose(event)
     reported = api.budget(name)["loss"]["epsilon"]
@@ -129,8 +160,7 @@ def test_rdp_never_reports_less_than_the_references(
     assert reported >= at_order.get_epsilon(1e-6) - 1e-9
 
 
-@pytest.mark.parametrize(("epsilon", "delta"), [("1", "1e-6"), ("10", "1e-6"),
-                                                 ("0.5", "1e-9")])
+@pytest.mark.parametrize(("epsilon", "delta"), [("1", "1e-6"), ("10", "1e-6"), ("0.5", "1e-9")])
 def test_the_rdp_limit_converts_back_within_the_budget(epsilon: str, delta: str) -> None:
     order = rdp_order(Decimal(epsilon), Decimal(delta))
     units = rdp_limit(Decimal(epsilon), Decimal(delta), order)
@@ -143,20 +173,24 @@ def test_the_rdp_limit_converts_back_within_the_budget(epsilon: str, delta: str)
 
 # --- gdp -------------------------------------------------------------------------------
 
+
 def mu_star(epsilon: float, delta: float) -> float:
     """mu* solved here with scipy in binary64 (independently of the service)."""
+
     def excess(mu: float) -> float:
-        return float(stats.norm.cdf(-epsilon / mu + mu / 2)
-                     - math.exp(epsilon) * stats.norm.cdf(-epsilon / mu - mu / 2) - delta)
+        return float(
+            stats.norm.cdf(-epsilon / mu + mu / 2)
+            - math.exp(epsilon) * stats.norm.cdf(-epsilon / mu - mu / 2)
+            - delta
+        )
+
     return float(optimize.brentq(excess, 1e-3, 50, xtol=1e-14))
 
 
-@pytest.mark.parametrize(("epsilon", "delta"), [("1", "1e-6"), ("10", "1e-6"),
-                                                 ("0.5", "1e-5")])
+@pytest.mark.parametrize(("epsilon", "delta"), [("1", "1e-6"), ("10", "1e-6"), ("0.5", "1e-5")])
 def test_the_gdp_limit_is_mu_star_squared(epsilon: str, delta: str) -> None:
     units = mu_limit(Decimal(epsilon), Decimal(delta))
-    assert units / RHO.scale == pytest.approx(mu_star(float(epsilon), float(delta)) ** 2,
-                                              rel=1e-8)
+    assert units / RHO.scale == pytest.approx(mu_star(float(epsilon), float(delta)) ** 2, rel=1e-8)
     with mpmath.workdps(60):  # rounded down: the limit's delta stays within delta
         mu = mpmath.sqrt(mpmath.mpf(units) / RHO.scale)
         assert gdp_delta(mpmath.mpf(epsilon), mu) <= mpmath.mpf(delta)
@@ -165,12 +199,20 @@ def test_the_gdp_limit_is_mu_star_squared(epsilon: str, delta: str) -> None:
 def test_gaussians_fit_until_mu_star(api: Api) -> None:
     """(1, 1e-6): 560 Gaussians of sigma 100 fit; (10, 1e-6): 341 of sigma 10."""
     api.make_dataset(accounting="gdp", budget={"epsilon": 1, "delta": 1e-6})
-    assert charged_until_refused(api, "clicks", "gaussian",
-                                 {"sigma": 100, "sensitivity": 1}) == (560, 409)
+    assert charged_until_refused(api, "clicks", "gaussian", {"sigma": 100, "sensitivity": 1}) == (
+        560,
+        409,
+    )
     api.make_dataset("ten", accounting="gdp", budget={"epsilon": 10, "delta": 1e-6})
-    plan = api.post("/v1/charges/plan", {
-        "dataset": "ten", "partitions": ["p1"], "mechanism": "gaussian",
-        "params": {"sigma": 10, "sensitivity": 1}}).get_json()
+    plan = api.post(
+        "/v1/charges/plan",
+        {
+            "dataset": "ten",
+            "partitions": ["p1"],
+            "mechanism": "gaussian",
+            "params": {"sigma": 10, "sensitivity": 1},
+        },
+    ).get_json()
     assert plan["fits"] == 341
 
 
@@ -179,8 +221,10 @@ def test_the_reported_gdp_loss_matches_the_pld(api: Api) -> None:
     (exact for this composition), never below it."""
     api.make_dataset(accounting="gdp", budget={"epsilon": 10, "delta": 1e-6})
     for _ in range(100):
-        assert api.charge(mechanism="gaussian",
-                          params={"sigma": 10, "sensitivity": 1}).status_code == 201
+        assert (
+            api.charge(mechanism="gaussian", params={"sigma": 10, "sensitivity": 1}).status_code
+            == 201
+        )
     loss = api.budget()["loss"]
     reference = pld.PLDAccountant()
     reference.compose(dp_accounting.GaussianDpEvent(10.0), 100)
@@ -192,21 +236,25 @@ def test_the_reported_gdp_loss_matches_the_pld(api: Api) -> None:
 
 def test_gdp_refuses_mechanisms_without_a_gaussian_dp_cost(api: Api) -> None:
     api.make_dataset(accounting="gdp", budget={"epsilon": 1, "delta": 1e-6})
-    for mechanism, params in (("laplace", {"epsilon": 0.1, "sensitivity": 1}),
-                              ("discrete_gaussian", {"sigma": 10, "sensitivity": 1})):
+    for mechanism, params in (
+        ("laplace", {"epsilon": 0.1, "sensitivity": 1}),
+        ("discrete_gaussian", {"sigma": 10, "sensitivity": 1}),
+    ):
         reply = api.charge(mechanism=mechanism, params=params, input={"values": [10]})
         assert reply.status_code == 400, reply.get_json()
         body = reply.get_json()
         assert "gdp" in body["detail"] and "approx" in body["detail"], body
     assert api.ledger() == []
-    listed = {m["name"]: m["accounting"] for m in api.get("/v1/mechanisms").get_json()[
-        "mechanisms"]}
+    listed = {
+        m["name"]: m["accounting"] for m in api.get("/v1/mechanisms").get_json()["mechanisms"]
+    }
     assert "gdp" in listed["gaussian"] and "gdp" not in listed["laplace"]
     assert "rdp" in listed["laplace"] and "rdp" in listed["exponential"]
 
 
-@settings(max_examples=6, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(sigmas=st.lists(st.sampled_from([3, 10, 30]), min_size=1, max_size=10))
 def test_gdp_never_reports_less_than_the_pld(api: Api, sigmas: list[float]) -> None:
     name = f"g{next(NAMES)}"
@@ -215,8 +263,12 @@ def test_gdp_never_reports_less_than_the_pld(api: Api, sigmas: list[float]) -> N
     # the exact figure by up to about its interval) is the tolerance
     exact = pld.PLDAccountant(value_discretization_interval=1e-4)
     for sigma in sigmas:
-        assert api.charge(name, mechanism="gaussian",
-                          params={"sigma": sigma, "sensitivity": 1}).status_code == 201
+        assert (
+            api.charge(
+                name, mechanism="gaussian", params={"sigma": sigma, "sensitivity": 1}
+            ).status_code
+            == 201
+        )
         exact.compose(dp_accounting.GaussianDpEvent(sigma))
     reported, reference = api.budget(name)["loss"]["epsilon"], exact.get_epsilon(1e-6)
     assert reported >= reference - 2e-4
@@ -230,8 +282,9 @@ def test_epsilon_of_mu_inverts_the_profile() -> None:
             mu = mpmath.sqrt(mpmath.mpf(mu2) / RHO.scale)
             at = gdp_delta(mpmath.mpf(str(epsilon)), mu)
             assert at <= mpmath.mpf("1e-6")  # rounded up: delta at the reported epsilon
-            assert gdp_delta(mpmath.mpf(str(epsilon)) - mpmath.mpf("1e-7"), mu) > \
-                mpmath.mpf("1e-6") * (1 - mpmath.mpf("1e-4"))
+            assert gdp_delta(mpmath.mpf(str(epsilon)) - mpmath.mpf("1e-7"), mu) > mpmath.mpf(
+                "1e-6"
+            ) * (1 - mpmath.mpf("1e-4"))
 
 
 # The charged mu dominates the implemented sampler's privacy profile: the real-valued
@@ -250,7 +303,8 @@ def test_the_charged_mu_dominates_the_grid_sampler(sigma: str) -> None:
             e = mpmath.mpf(epsilon.numerator) / epsilon.denominator
             for moved in (shift, shift - 1):
                 assert discrete_gaussian_delta(sigma2, moved, e) <= gdp_delta(
-                    e, mu * moved / shift), (moved, float(e))
+                    e, mu * moved / shift
+                ), (moved, float(e))
 
 
 def test_a_small_discrete_gaussian_exceeds_its_continuous_profile() -> None:
@@ -264,8 +318,11 @@ def test_a_small_discrete_gaussian_exceeds_its_continuous_profile() -> None:
 def test_quotas_are_named_in_their_datasets_measure(api: Api) -> None:
     api.make_dataset("renyi", accounting="rdp", budget={"epsilon": 1, "delta": 1e-6})
     api.make_dataset("gauss", accounting="gdp", budget={"epsilon": 1, "delta": 1e-6})
-    api.make_consumer("svc", datasets=["renyi", "gauss"],
-                      quotas={"renyi": {"epsilon": 0.5}, "gauss": {"epsilon": 0.5}})
+    api.make_consumer(
+        "svc",
+        datasets=["renyi", "gauss"],
+        quotas={"renyi": {"epsilon": 0.5}, "gauss": {"epsilon": 0.5}},
+    )
     listed = {c["name"]: c for c in api.get("/v1/consumers").get_json()["consumers"]}
     quotas = listed["svc"]["quotas"]
     assert set(quotas["renyi"]) == {"epsilon", "rdp"} and set(quotas["gauss"]) == {"epsilon", "mu"}

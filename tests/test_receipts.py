@@ -8,6 +8,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -21,7 +22,7 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _verify_offline(token: str, jwks: dict) -> dict:  # type: ignore[type-arg]
+def _verify_offline(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
     """What any holder of the public key can do, with no code from the service."""
     header_b64, claims_b64, signature_b64 = token.split(".")
     header = json.loads(_unb64(header_b64))
@@ -29,7 +30,8 @@ def _verify_offline(token: str, jwks: dict) -> dict:  # type: ignore[type-arg]
     jwk = next(k for k in jwks["keys"] if k["kid"] == header["kid"])
     public = Ed25519PublicKey.from_public_bytes(_unb64(jwk["x"]))
     public.verify(_unb64(signature_b64), f"{header_b64}.{claims_b64}".encode())
-    return json.loads(_unb64(claims_b64))  # type: ignore[no-any-return]
+    claims: dict[str, Any] = json.loads(_unb64(claims_b64))
+    return claims
 
 
 def test_a_receipt_verifies_offline_and_binds_the_output(api: Api, client: FlaskClient) -> None:
@@ -41,8 +43,9 @@ def test_a_receipt_verifies_offline_and_binds_the_output(api: Api, client: Flask
     assert claims["charge_id"] == body["charge_id"]
     assert claims["dataset"] == "clicks" and claims["partitions"] == ["a", "b"]
     assert claims["mechanism"] == "laplace" and claims["cost"]["epsilon"] == 0.25
-    digest = hashlib.sha256(json.dumps(body["output"], sort_keys=True,
-                                       separators=(",", ":")).encode()).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps(body["output"], sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
     assert claims["output_sha256"] == digest
     online = api.post("/v1/receipts/verify", {"receipt": body["receipt"]}).get_json()
     assert online["valid"] is True and online["charge_id"] == body["charge_id"]
@@ -60,7 +63,8 @@ def test_a_tampered_receipt_is_invalid(api: Api) -> None:
 
 
 def test_the_key_file_is_private_and_old_receipts_verify_after_rotation(
-        api: Api, database_url: str, signing_key_file: str) -> None:
+    api: Api, database_url: str, signing_key_file: str
+) -> None:
     api.make_dataset()
     old_receipt = api.charge().get_json()["receipt"]
     assert stat.S_IMODE(os.stat(signing_key_file).st_mode) == 0o600
@@ -74,41 +78,60 @@ def test_the_key_file_is_private_and_old_receipts_verify_after_rotation(
         assert new_api.post("/v1/receipts/verify", {"receipt": token}).get_json()["valid"]
 
 
-def test_the_output_hash_is_the_documented_one_for_non_ascii_outputs(api: Api,
-                                                                    client: FlaskClient) -> None:
+def test_the_output_hash_is_the_documented_one_for_non_ascii_outputs(
+    api: Api, client: FlaskClient
+) -> None:
     """README: sha256 of json.dumps(output, sort_keys=True, separators=(",", ":")), whose
     default escapes non-ASCII characters."""
     api.make_dataset()
-    body = api.charge(mechanism="randomized_response", params={"epsilon": 1},
-                      input={"values": ["é", "ß"], "categories": ["é", "ß", "日本"]}).get_json()
+    body = api.charge(
+        mechanism="randomized_response",
+        params={"epsilon": 1},
+        input={"values": ["é", "ß"], "categories": ["é", "ß", "日本"]},
+    ).get_json()
     claims = _verify_offline(body["receipt"], client.get("/v1/receipts/public-key").get_json())
-    digest = hashlib.sha256(json.dumps(body["output"], sort_keys=True,
-                                       separators=(",", ":")).encode()).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps(body["output"], sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
     assert claims["output_sha256"] == digest
 
 
 def test_a_key_first_used_before_it_could_be_published_still_verifies_after_rotation(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The service starts while the database cannot take the key (no schema yet); the first
     charge publishes it in its own transaction, so its receipts verify after a rotation."""
     from accountant.migrate import upgrade
 
     url = f"sqlite:///{tmp_path / 'late.db'}"
-    early = create_app({"database_url": url, "admin_key": ADMIN_KEY,
-                        "signing_key_file": str(tmp_path / "first.pem")})
+    early = create_app(
+        {
+            "database_url": url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": str(tmp_path / "first.pem"),
+        }
+    )
     upgrade(url)
     bootstrap_admin(early, ADMIN_KEY)  # the admin only: the key stays unpublished
     api = Api(early.test_client())
     assert api.get("/v1/receipts/public-key").status_code == 200
     assert api.make_dataset()
     receipt = api.charge().get_json()["receipt"]
-    rotated = Api(create_app({"database_url": url, "admin_key": ADMIN_KEY,
-                              "signing_key_file": str(tmp_path / "second.pem")}).test_client())
+    rotated = Api(
+        create_app(
+            {
+                "database_url": url,
+                "admin_key": ADMIN_KEY,
+                "signing_key_file": str(tmp_path / "second.pem"),
+            }
+        ).test_client()
+    )
     assert rotated.post("/v1/receipts/verify", {"receipt": receipt}).get_json()["valid"] is True
 
 
 def test_a_secret_file_others_can_read_is_warned_about(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     settings = {"database_url": url, "signing_key_file": str(tmp_path / "signing.pem")}
     create_app(settings)
@@ -121,13 +144,20 @@ def test_a_secret_file_others_can_read_is_warned_about(
 
 
 def test_the_response_and_the_receipt_state_multiplicity_and_the_amount_charged(
-        api: Api, client: FlaskClient) -> None:
+    api: Api, client: FlaskClient
+) -> None:
     """A parallel release over 3 partitions of a user dataset (at most 2 per user) costs 0.1
     per release and grows the running total by 0.2: both figures are stated and signed."""
-    api.make_dataset("people", privacy_unit="user", max_partitions_per_user=2,
-                     budget={"epsilon": 10})
-    body = api.charge(dataset="people", partitions=["a", "b", "c"], release="parallel",
-                      epsilon=0.1, input={"values": [1.0, 2.0, 3.0]}).get_json()
+    api.make_dataset(
+        "people", privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 10}
+    )
+    body = api.charge(
+        dataset="people",
+        partitions=["a", "b", "c"],
+        release="parallel",
+        epsilon=0.1,
+        input={"values": [1.0, 2.0, 3.0]},
+    ).get_json()
     assert body["cost"]["epsilon"] == 0.1 and body["multiplicity"] == 2
     assert body["charged"]["epsilon"] == 0.2 == api.budget("people")["loss"]["epsilon"]
     claims = _verify_offline(body["receipt"], client.get("/v1/receipts/public-key").get_json())

@@ -36,11 +36,17 @@ def _exact(client: FlaskClient, path: str) -> Any:
     return json.loads(response.get_data(as_text=True), parse_float=Decimal)
 
 
-def test_ten_thousand_mixed_charges_reconcile(api: Api, client: FlaskClient,
-                                              database_url: str) -> None:
-    api.make_dataset("mixed", privacy_unit="user", accounting="approx",
-                     max_partitions_per_user=K, budget={"epsilon": 8, "delta": 1e-3},
-                     partition_budget={"epsilon": 3, "delta": 1e-4})
+def test_ten_thousand_mixed_charges_reconcile(
+    api: Api, client: FlaskClient, database_url: str
+) -> None:
+    api.make_dataset(
+        "mixed",
+        privacy_unit="user",
+        accounting="approx",
+        max_partitions_per_user=K,
+        budget={"epsilon": 8, "delta": 1e-3},
+        partition_budget={"epsilon": 3, "delta": 1e-4},
+    )
     other = api.as_key(api.make_consumer("reports", datasets=["mixed"]))
     rng = random.Random(20261123)
     keys = [f"region-{i:02d}" for i in range(60)]
@@ -48,34 +54,48 @@ def test_ten_thousand_mixed_charges_reconcile(api: Api, client: FlaskClient,
     outcomes: Counter[int] = Counter()
     for index in range(CHARGES):
         if index == CHARGES // 2:
-            assert api.patch("/v1/datasets/mixed", {"budget": {"epsilon": 8.5},
-                                                    "reason": "half-year"}).status_code == 200
+            assert (
+                api.patch(
+                    "/v1/datasets/mixed", {"budget": {"epsilon": 8.5}, "reason": "half-year"}
+                ).status_code
+                == 200
+            )
         partitions = sorted(set(rng.choices(keys, weights, k=rng.choice([1, 1, 1, 2, 3, 5]))))
         if rng.random() < 0.6:
             mechanism, params = "laplace", {"epsilon": rng.choice([0.01, 0.02, 0.05])}
         else:
             mechanism, params = "gaussian", {"epsilon": 0.04, "delta": 1e-7}
-        body = {"dataset": "mixed", "partitions": partitions, "mechanism": mechanism,
-                "release": "parallel" if rng.random() < 0.5 else "joint",
-                "params": {**params, "sensitivity": 1}, "input": {"size": 1}}
+        body = {
+            "dataset": "mixed",
+            "partitions": partitions,
+            "mechanism": mechanism,
+            "release": "parallel" if rng.random() < 0.5 else "joint",
+            "params": {**params, "sensitivity": 1},
+            "input": {"size": 1},
+        }
         caller = other if index % 3 == 0 else api
         outcomes[caller.post("/v1/charges", body).status_code] += 1
     assert outcomes[201] > 3_000 and outcomes[409] > 1_000, outcomes
 
-    lines = client.get("/v1/ledger/export?format=jsonl&dataset=mixed",
-                       headers={"Authorization": f"Bearer {ADMIN_KEY}"}).get_data(as_text=True)
+    lines = client.get(
+        "/v1/ledger/export?format=jsonl&dataset=mixed",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+    ).get_data(as_text=True)
     entries = [json.loads(line, parse_float=Decimal) for line in lines.splitlines()]
     charges = [e for e in entries if e["kind"] == "charge"]
     assert len(charges) == CHARGES and len(entries) == CHARGES + 1
 
     # the sum of charged is the running total T
-    charged = {name: sum((e["charged"][name] for e in charges), Decimal(0))
-               for name in ("epsilon", "delta")}
+    charged = {
+        name: sum((e["charged"][name] for e in charges), Decimal(0))
+        for name in ("epsilon", "delta")
+    }
     [(t_epsilon, t_delta)] = run_sql(
-        database_url, "SELECT total_epsilon, total_delta FROM tallies t JOIN datasets d "
-                      "ON d.id = t.dataset_id WHERE d.name = 'mixed' AND t.kind = 'lifetime'")
-    assert charged == {"epsilon": EPSILON.to_decimal(t_epsilon),
-                       "delta": DELTA.to_decimal(t_delta)}
+        database_url,
+        "SELECT total_epsilon, total_delta FROM tallies t JOIN datasets d "
+        "ON d.id = t.dataset_id WHERE d.name = 'mixed' AND t.kind = 'lifetime'",
+    )
+    assert charged == {"epsilon": EPSILON.to_decimal(t_epsilon), "delta": DELTA.to_decimal(t_delta)}
 
     # the loss, recomputed from the export by the rule, is the ledger's and the report's
     spends: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -89,8 +109,10 @@ def test_ten_thousand_mixed_charges_reconcile(api: Api, client: FlaskClient,
             spends[key][1] += delta
         total[0] += epsilon * entry["multiplicity"]
         total[1] += delta * entry["multiplicity"]
-    loss = [min(total[i], sum(sorted((s[i] for s in spends.values()), reverse=True)[:K]))
-            for i in range(2)]
+    loss = [
+        min(total[i], sum(sorted((s[i] for s in spends.values()), reverse=True)[:K]))
+        for i in range(2)
+    ]
     recomputed = {"epsilon": EPSILON.to_decimal(loss[0]), "delta": DELTA.to_decimal(loss[1])}
     assert {k: entries[-1]["loss_after"][k] for k in recomputed} == recomputed
     budget = _exact(client, "/v1/datasets/mixed/budget")
@@ -99,9 +121,14 @@ def test_ten_thousand_mixed_charges_reconcile(api: Api, client: FlaskClient,
     # denials say who denied them
     denials = [e for e in charges if e["status"] == "denied"]
     assert {e["detail"]["scope"] for e in denials} == {"dataset", "partition"}
-    assert all(e["detail"]["partition"] in e["partitions"] for e in denials
-               if e["detail"]["scope"] == "partition")
+    assert all(
+        e["detail"]["partition"] in e["partitions"]
+        for e in denials
+        if e["detail"]["scope"] == "partition"
+    )
     assert all(sum(e["charged"].values()) == 0 for e in denials)
-    print(f"{CHARGES} charges: {outcomes[201]} granted, {outcomes[409]} denied "
-          f"({Counter(e['detail']['scope'] for e in denials)}); sum of charged {charged} = T; "
-          f"loss {recomputed}")
+    print(
+        f"{CHARGES} charges: {outcomes[201]} granted, {outcomes[409]} denied "
+        f"({Counter(e['detail']['scope'] for e in denials)}); sum of charged {charged} = T; "
+        f"loss {recomputed}"
+    )

@@ -27,15 +27,29 @@ from accountant.randomness import RandomSource
 from accountant_plugins.laplace import LAPLACE
 from tests.conftest import ADMIN_KEY, Api, run_sql
 
-CHARGE: dict[str, Any] = {"input": {"values": [10.0, 20.0]},
-                          "headers": {"Idempotency-Key": "retry-me"}}
+CHARGE: dict[str, Any] = {
+    "input": {"values": [10.0, 20.0]},
+    "headers": {"Idempotency-Key": "retry-me"},
+}
 
 
-def _app(database_url: str, folder: Path, *, key: str = "signing-key.pem",
-         secret: str = "noise-secret", **extra: Any) -> Any:
-    return create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                       "signing_key_file": str(folder / key),
-                       "noise_secret_file": str(folder / secret)}, **extra)
+def _app(
+    database_url: str,
+    folder: Path,
+    *,
+    key: str = "signing-key.pem",
+    secret: str = "noise-secret",
+    **extra: Any,
+) -> Any:
+    return create_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": str(folder / key),
+            "noise_secret_file": str(folder / secret),
+        },
+        **extra,
+    )
 
 
 def _first(database_url: str, tmp_path: Path) -> tuple[Api, Any]:
@@ -46,8 +60,9 @@ def _first(database_url: str, tmp_path: Path) -> tuple[Api, Any]:
     return api, first
 
 
-def test_rotating_the_signing_key_changes_no_replayed_byte(database_url: str,
-                                                          tmp_path: Path) -> None:
+def test_rotating_the_signing_key_changes_no_replayed_byte(
+    database_url: str, tmp_path: Path
+) -> None:
     _, first = _first(database_url, tmp_path)
     rotated = Api(_app(database_url, tmp_path, key="rotated.pem").test_client())
     again = rotated.charge(**CHARGE)
@@ -60,25 +75,30 @@ def test_rotating_the_signing_key_changes_no_replayed_byte(database_url: str,
     assert len(rotated.ledger()) == 2
 
 
-def test_a_host_with_another_noise_secret_refuses_to_start(database_url: str,
-                                                          tmp_path: Path) -> None:
+def test_a_host_with_another_noise_secret_refuses_to_start(
+    database_url: str, tmp_path: Path
+) -> None:
     _first(database_url, tmp_path)
     with pytest.raises(noise.NoiseSecretMismatch, match="noise secret"):
         _app(database_url, tmp_path, secret="other-secret")
-    env = {"ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
-           "ACCOUNTANT_NOISE_SECRET_FILE": str(tmp_path / "other-secret")}
+    env = {
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
+        "ACCOUNTANT_NOISE_SECRET_FILE": str(tmp_path / "other-secret"),
+    }
     result = CliRunner().invoke(main, ["serve", "--port", "1"], env=env)
-    assert result.exit_code != 0 and "is not the one this database is served with" in \
-        result.output
+    assert result.exit_code != 0 and "is not the one this database is served with" in result.output
 
 
 def test_after_the_secret_is_replaced_a_replay_is_refused_and_releases_nothing(
-        database_url: str, tmp_path: Path) -> None:
+    database_url: str, tmp_path: Path
+) -> None:
     api, first = _first(database_url, tmp_path)
-    env = {"ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
-           "ACCOUNTANT_NOISE_SECRET_FILE": str(tmp_path / "new-secret")}
+    env = {
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": str(tmp_path / "signing-key.pem"),
+        "ACCOUNTANT_NOISE_SECRET_FILE": str(tmp_path / "new-secret"),
+    }
     adopted = CliRunner().invoke(main, ["noise-secret", "adopt", "--yes"], env=env)
     assert adopted.exit_code == 0, adopted.output
     replaced = Api(_app(database_url, tmp_path, secret="new-secret").test_client())
@@ -110,11 +130,16 @@ class _Plugin:
 
 
 def _upgraded(database_url: str, tmp_path: Path, mechanism: Mechanism) -> Api:
-    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY,
-                      "signing_key_file": str(tmp_path / "signing-key.pem"),
-                      "noise_secret_file": str(tmp_path / "noise-secret"),
-                      "disabled_plugins": ("laplace",)},
-                     extra_plugins=[("laplace", _Plugin(mechanism))])
+    app = create_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": str(tmp_path / "signing-key.pem"),
+            "noise_secret_file": str(tmp_path / "noise-secret"),
+            "disabled_plugins": ("laplace",),
+        },
+        extra_plugins=[("laplace", _Plugin(mechanism))],
+    )
     return Api(app.test_client())
 
 
@@ -129,11 +154,13 @@ def test_a_new_mechanism_version_refuses_the_replay(database_url: str, tmp_path:
 
 
 def test_a_changed_sampler_without_a_new_version_is_caught_by_the_output_hash(
-        database_url: str, tmp_path: Path) -> None:
+    database_url: str, tmp_path: Path
+) -> None:
     _first(database_url, tmp_path)
 
-    def shifted(params: Mapping[str, Any], data: Mapping[str, Any],
-                source: RandomSource) -> dict[str, Any]:
+    def shifted(
+        params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
+    ) -> dict[str, Any]:
         out = LAPLACE.run(params, data, source)
         return {"values": [v + 1.0 for v in out["values"]]}
 
@@ -143,15 +170,20 @@ def test_a_changed_sampler_without_a_new_version_is_caught_by_the_output_hash(
     assert "output" not in refused.get_json()
 
 
-def test_a_charge_recorded_without_provenance_is_not_replayed(database_url: str,
-                                                             tmp_path: Path) -> None:
+def test_a_charge_recorded_without_provenance_is_not_replayed(
+    database_url: str, tmp_path: Path
+) -> None:
     api, _ = _first(database_url, tmp_path)
-    body = json.loads(run_sql(database_url, "SELECT body FROM idempotency_keys")[0][0]) \
-        if database_url.startswith("sqlite") else \
-        run_sql(database_url, "SELECT body FROM idempotency_keys")[0][0]
+    body = (
+        json.loads(run_sql(database_url, "SELECT body FROM idempotency_keys")[0][0])
+        if database_url.startswith("sqlite")
+        else run_sql(database_url, "SELECT body FROM idempotency_keys")[0][0]
+    )
     body.pop("output_sha256")
-    run_sql(database_url, "UPDATE idempotency_keys SET body = '"
-            + json.dumps(body).replace("'", "''") + "'")
+    run_sql(
+        database_url,
+        "UPDATE idempotency_keys SET body = '" + json.dumps(body).replace("'", "''") + "'",
+    )
     refused = api.charge(**CHARGE)
     assert refused.status_code == 409 and "output" not in refused.get_json()
 
@@ -170,18 +202,32 @@ def test_the_ledger_records_what_produced_each_output(api: Api) -> None:
 #: of a sampler that changes these outputs needs a new version (``_common.SAMPLERS_VERSION`` or
 #: the mechanism's own): replays of charges made before it are then refused, not re-noised.
 GOLDEN: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
-    "laplace": ({"epsilon": "0.5", "sensitivity": "1"}, {"values": [1.5, 2.5, 1e6]},
-                "2+samplers.2"),
-    "discrete_laplace": ({"epsilon": "0.5", "sensitivity": "1"}, {"values": [3, 4]},
-                         "2+samplers.2"),
-    "gaussian": ({"epsilon": "0.5", "delta": "1e-6", "sensitivity": "1"}, {"size": 40},
-                 "2+samplers.2"),
-    "discrete_gaussian": ({"sigma": "4000", "sensitivity": "1"}, {"values": [3] * 40},
-                          "2+samplers.2"),
-    "exponential": ({"epsilon": "1e-9", "sensitivity": "1"}, {"utilities": [1, 5, 2]},
-                    "2+samplers.2"),
-    "randomized_response": ({"epsilon": "0.5"}, {"values": [True, None, False]},
-                            "2+samplers.2"),
+    "laplace": (
+        {"epsilon": "0.5", "sensitivity": "1"},
+        {"values": [1.5, 2.5, 1e6]},
+        "2+samplers.2",
+    ),
+    "discrete_laplace": (
+        {"epsilon": "0.5", "sensitivity": "1"},
+        {"values": [3, 4]},
+        "2+samplers.2",
+    ),
+    "gaussian": (
+        {"epsilon": "0.5", "delta": "1e-6", "sensitivity": "1"},
+        {"size": 40},
+        "2+samplers.2",
+    ),
+    "discrete_gaussian": (
+        {"sigma": "4000", "sensitivity": "1"},
+        {"values": [3] * 40},
+        "2+samplers.2",
+    ),
+    "exponential": (
+        {"epsilon": "1e-9", "sensitivity": "1"},
+        {"utilities": [1, 5, 2]},
+        "2+samplers.2",
+    ),
+    "randomized_response": ({"epsilon": "0.5"}, {"values": [True, None, False]}, "2+samplers.2"),
 }
 GOLDEN_SHA256 = {
     "laplace": "4fed705d09214cbd82fdf2bd48b6ba281fcd95a604b7251021f58e2110c9448d",
@@ -202,8 +248,12 @@ def test_each_builtin_version_reproduces_its_outputs(name: str) -> None:
     params, data, version = GOLDEN[name]
     assert mechanism.version == version, "a new version: update GOLDEN and GOLDEN_SHA256"
     secret = noise.from_bytes(bytes(range(32)))
-    output = mechanism.run({k: Decimal(v) for k, v in params.items()}, data,
-                           secret.source_for("00000000-0000-4000-8000-000000000000"))
+    output = mechanism.run(
+        {k: Decimal(v) for k, v in params.items()},
+        data,
+        secret.source_for("00000000-0000-4000-8000-000000000000"),
+    )
     digest = hashlib.sha256(json.dumps(output, sort_keys=True).encode()).hexdigest()
     assert digest == GOLDEN_SHA256[name], (
-        f"{name} {version} no longer reproduces its outputs: give it a new version")
+        f"{name} {version} no longer reproduces its outputs: give it a new version"
+    )

@@ -34,13 +34,18 @@ def _normalised(weights: dict[int, float]) -> dict[int, float]:
     return {k: w / total for k, w in weights.items()}
 
 
-@pytest.mark.parametrize(("gamma", "seed"), [(Fraction(0), 1), (Fraction(1, 3), 2),
-                                             (Fraction(1), 3), (Fraction(7, 2), 4)])
+@pytest.mark.parametrize(
+    ("gamma", "seed"),
+    [(Fraction(0), 1), (Fraction(1, 3), 2), (Fraction(1), 3), (Fraction(7, 2), 4)],
+)
 def test_bernoulli_exp_is_exact(gamma: Fraction, seed: int) -> None:
     source = SeededRandomSource(seed)
     n = 200_000
-    draws = _exact.bernoulli_exp(source, np.full(n, gamma.numerator, dtype=np.int64),
-                                 np.full(n, gamma.denominator, dtype=np.int64))
+    draws = _exact.bernoulli_exp(
+        source,
+        np.full(n, gamma.numerator, dtype=np.int64),
+        np.full(n, gamma.denominator, dtype=np.int64),
+    )
     p = math.exp(-gamma)
     assert stats.binomtest(int(draws.sum()), n, p).pvalue > ALPHA
 
@@ -54,8 +59,7 @@ def test_discrete_laplace_follows_its_law(s: int, t: int, seed: int) -> None:
     assert abs(samples.mean()) < 0.05 * t / s + 0.01
 
 
-@pytest.mark.parametrize(("p", "q", "seed"), [(1, 1, 9), (9, 4, 10), (100, 1, 11),
-                                              (2000, 3, 12)])
+@pytest.mark.parametrize(("p", "q", "seed"), [(1, 1, 9), (9, 4, 10), (100, 1, 11), (2000, 3, 12)])
 def test_discrete_gaussian_follows_its_law(p: int, q: int, seed: int) -> None:
     assert _exact.fits_exactly(p, q)
     sigma2 = p / q

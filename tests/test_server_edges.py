@@ -22,9 +22,13 @@ HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[Server]:
     if database_url.startswith("postgresql"):
         pytest.skip("gunicorn answers these before any database is involved")
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-           "ACCOUNTANT_MAX_BODY_BYTES": str(1024 * 1024)}
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_MAX_BODY_BYTES": str(1024 * 1024),
+    }
     with running_service(env, tmp_path / "serve.log", "--workers", "1") as running:
         yield running
 
@@ -43,14 +47,23 @@ def _raw(server: Server, request: bytes) -> tuple[int, dict[str, str], bytes]:
     return int(status_line.split()[1]), headers, body
 
 
-@pytest.mark.parametrize("request_bytes, status", [
-    (b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431),
-    (b"GET /v1/" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
-    (b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\n" + b"".join(
-        b"X-H%d: 1\r\n" % n for n in range(150)) + b"\r\n", 431),
-], ids=["long-header", "long-url", "many-headers"])
+@pytest.mark.parametrize(
+    "request_bytes, status",
+    [
+        (b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431),
+        (b"GET /v1/" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+        (
+            b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\n"
+            + b"".join(b"X-H%d: 1\r\n" % n for n in range(150))
+            + b"\r\n",
+            431,
+        ),
+    ],
+    ids=["long-header", "long-url", "many-headers"],
+)
 def test_requests_gunicorn_refuses_are_answered_with_problem_json(
-        server: Server, request_bytes: bytes, status: int) -> None:
+    server: Server, request_bytes: bytes, status: int
+) -> None:
     code, headers, body = _raw(server, request_bytes)
     assert code in (400, status)
     assert headers["content-type"] == "application/problem+json"
@@ -59,9 +72,16 @@ def test_requests_gunicorn_refuses_are_answered_with_problem_json(
 
 
 def test_a_chunked_body_over_the_limit_is_a_413_and_charges_nothing(server: Server) -> None:
-    created = requests.post(f"{server.base}/v1/datasets", headers=HEADERS, json={
-        "name": "big", "privacy_unit": "record", "accounting": "pure",
-        "budget": {"epsilon": 1}})
+    created = requests.post(
+        f"{server.base}/v1/datasets",
+        headers=HEADERS,
+        json={
+            "name": "big",
+            "privacy_unit": "record",
+            "accounting": "pure",
+            "budget": {"epsilon": 1},
+        },
+    )
     assert created.status_code == 201
 
     def chunks() -> Iterator[bytes]:
@@ -71,8 +91,12 @@ def test_a_chunked_body_over_the_limit_is_a_413_and_charges_nothing(server: Serv
             yield b"1.0," * 256
         yield b"1.0]}}"
 
-    reply = requests.post(f"{server.base}/v1/charges", data=chunks(), headers={
-        **HEADERS, "Content-Type": "application/json"}, timeout=60)
+    reply = requests.post(
+        f"{server.base}/v1/charges",
+        data=chunks(),
+        headers={**HEADERS, "Content-Type": "application/json"},
+        timeout=60,
+    )
     assert reply.status_code == 413
     assert reply.headers["Content-Type"] == "application/problem+json"
     assert "1048576 bytes" in reply.json()["detail"]
@@ -80,12 +104,15 @@ def test_a_chunked_body_over_the_limit_is_a_413_and_charges_nothing(server: Serv
     assert budget["loss"]["epsilon"] == 0
 
 
-def test_every_log_line_is_json(database_url: str, signing_key_file: str,
-                                tmp_path: Path) -> None:
+def test_every_log_line_is_json(database_url: str, signing_key_file: str, tmp_path: Path) -> None:
     if database_url.startswith("postgresql"):
         pytest.skip("the log format does not depend on the database")
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY}
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+    }
     log = tmp_path / "serve.log"
     with running_service(env, log, "--workers", "1") as running:
         _raw(running, b"GET /v1/" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")

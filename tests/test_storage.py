@@ -27,8 +27,9 @@ def test_amounts_are_integers_in_the_database(api: Api, database_url: str) -> No
     for _ in range(10):
         api.charge(epsilon=0.1)
     spends = run_sql(database_url, "SELECT epsilon FROM tally_spends")
-    costs = run_sql(database_url, "SELECT cost_epsilon FROM ledger_entries "
-                                  "WHERE status = 'granted'")
+    costs = run_sql(
+        database_url, "SELECT cost_epsilon FROM ledger_entries WHERE status = 'granted'"
+    )
     assert all(type(row[0]) is int for row in spends + costs)
     assert sum(row[0] for row in spends) == 2 * 10**9  # lifetime and consumer scopes, 1.0 each
     assert sum(row[0] for row in costs) == 10**9
@@ -42,9 +43,19 @@ def _tables(url: str) -> set[str]:
 
 
 def test_migrations_downgrade_to_empty_and_upgrade_again(database_url: str) -> None:
-    assert {"datasets", "partitions", "tallies", "tally_spends", "ledger_entries",
-            "consumers", "api_keys", "grants", "window_budgets", "signing_keys",
-            "idempotency_keys"} <= _tables(database_url)
+    assert {
+        "datasets",
+        "partitions",
+        "tallies",
+        "tally_spends",
+        "ledger_entries",
+        "consumers",
+        "api_keys",
+        "grants",
+        "window_budgets",
+        "signing_keys",
+        "idempotency_keys",
+    } <= _tables(database_url)
     downgrade(database_url, "base")
     assert _tables(database_url) == {"alembic_version"}
     upgrade(database_url)

@@ -21,9 +21,13 @@ TUTORIAL = Path(__file__).parent.parent / "docs" / "tutorial.md"
 
 @pytest.fixture
 def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
-    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url,
-           "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file, "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-           "ACCOUNTANT_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_LOG_LEVEL": "WARNING",
+    }
     with running_service(env, tmp_path / "serve.log") as running:
         yield running.base
 
@@ -33,9 +37,13 @@ def test_the_tutorial_runs(server: str, tmp_path: Path) -> None:
     assert len(blocks) == 7
     program = tmp_path / "tutorial.py"
     program.write_text("\n".join(blocks))
-    run = subprocess.run([sys.executable, str(program)], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "ACCOUNTANT_URL": server,
-                                           "ACCOUNTANT_KEY": ADMIN_KEY})
+    run = subprocess.run(
+        [sys.executable, str(program)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ACCOUNTANT_URL": server, "ACCOUNTANT_KEY": ADMIN_KEY},
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     out = run.stdout
     assert "refreshes that fit today: 10 limited by window" in out

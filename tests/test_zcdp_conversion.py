@@ -35,17 +35,26 @@ def rdp_epsilon(rho: float, delta: float) -> float:
 
 def cks_rho_star(epsilon: float, delta: float) -> float:
     """max over alpha > 1 of B(alpha) / alpha, by scipy (independently of the service)."""
+
     def minus(x: float) -> float:
         alpha = 1 + math.exp(x)
-        b = epsilon + math.log(alpha / (alpha - 1)) - (math.log(1 / delta) - math.log(alpha)) \
-            / (alpha - 1)
+        b = (
+            epsilon
+            + math.log(alpha / (alpha - 1))
+            - (math.log(1 / delta) - math.log(alpha)) / (alpha - 1)
+        )
         return -b / alpha
-    return float(-optimize.minimize_scalar(minus, bounds=(-12, 40), method="bounded",
-                                           options={"xatol": 1e-12}).fun)
+
+    return float(
+        -optimize.minimize_scalar(
+            minus, bounds=(-12, 40), method="bounded", options={"xatol": 1e-12}
+        ).fun
+    )
 
 
-@pytest.mark.parametrize(("epsilon", "delta"), [("1", "1e-6"), ("10", "1e-6"),
-                                                 ("0.5", "1e-9"), ("3", "1e-12")])
+@pytest.mark.parametrize(
+    ("epsilon", "delta"), [("1", "1e-6"), ("10", "1e-6"), ("0.5", "1e-9"), ("3", "1e-12")]
+)
 def test_the_rho_limit_is_the_cks_optimum_and_sound(epsilon: str, delta: str) -> None:
     units = rho_limit(Decimal(epsilon), Decimal(delta))
     rho = units / RHO.scale
@@ -63,7 +72,7 @@ def test_the_rho_limit_is_the_cks_optimum_and_sound(epsilon: str, delta: str) ->
 @settings(max_examples=60, deadline=None)
 @given(rho=st.floats(1e-6, 50), delta_exp=st.integers(3, 15))
 def test_the_reported_epsilon_is_never_below_the_reference(rho: float, delta_exp: int) -> None:
-    delta = 10.0 ** -delta_exp
+    delta = 10.0**-delta_exp
     rho_units = RHO.cost_units(Decimal(repr(rho)))
     reported = float(epsilon_of_rho(rho_units, DELTA.limit_units(Decimal(repr(delta)))))
     reference = rdp_epsilon(rho_units / RHO.scale, delta)
@@ -75,8 +84,9 @@ def test_gaussians_fit_until_the_cks_limit(api: Api) -> None:
     """(1, 1e-6): 487 Gaussians of sigma 100 fit, where the classic conversion fit 349."""
     api.make_dataset(accounting="zcdp", budget={"epsilon": 1, "delta": 1e-6})
     granted = 0
-    while (reply := api.charge(mechanism="gaussian", params={"sigma": 100, "sensitivity": 1})
-           ).status_code == 201:
+    while (
+        reply := api.charge(mechanism="gaussian", params={"sigma": 100, "sensitivity": 1})
+    ).status_code == 201:
         granted += 1
         assert granted < 1000
     assert reply.status_code == 409
@@ -88,8 +98,10 @@ def test_the_reported_loss_matches_the_references(api: Api) -> None:
     never below its PLD figure (the exact loss of this composition)."""
     api.make_dataset(accounting="zcdp", budget={"epsilon": 10, "delta": 1e-6})
     for _ in range(100):
-        assert api.charge(mechanism="gaussian",
-                          params={"sigma": 10, "sensitivity": 1}).status_code == 201
+        assert (
+            api.charge(mechanism="gaussian", params={"sigma": 10, "sensitivity": 1}).status_code
+            == 201
+        )
     loss = api.budget()["loss"]
     assert loss["rho"] == 0.5
     pld_accountant = pld.PLDAccountant()
@@ -101,27 +113,43 @@ def test_the_reported_loss_matches_the_references(api: Api) -> None:
     assert loss["epsilon"] >= exact
 
 
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(workload=st.lists(st.one_of(
-    st.tuples(st.just("laplace"), st.sampled_from([0.05, 0.1, 0.3])),
-    st.tuples(st.just("gaussian"), st.sampled_from([5, 10, 30]))), min_size=1, max_size=12))
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    workload=st.lists(
+        st.one_of(
+            st.tuples(st.just("laplace"), st.sampled_from([0.05, 0.1, 0.3])),
+            st.tuples(st.just("gaussian"), st.sampled_from([5, 10, 30])),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_mixed_workloads_never_report_less_than_their_exact_loss(
-        api: Api, workload: list[tuple[str, float]]) -> None:
+    api: Api, workload: list[tuple[str, float]]
+) -> None:
     name = f"mix{abs(hash(tuple(workload))) % 10**9}"
     api.make_dataset(name, accounting="zcdp", budget={"epsilon": 50, "delta": 1e-6})
     exact = pld.PLDAccountant()
     for mechanism, value in workload:
-        params = ({"epsilon": value, "sensitivity": 1} if mechanism == "laplace"
-                  else {"sigma": value, "sensitivity": 1})
+        params = (
+            {"epsilon": value, "sensitivity": 1}
+            if mechanism == "laplace"
+            else {"sigma": value, "sensitivity": 1}
+        )
         assert api.charge(name, mechanism=mechanism, params=params).status_code == 201
-        exact.compose(dp_accounting.LaplaceDpEvent(1 / value) if mechanism == "laplace"
-                      else dp_accounting.GaussianDpEvent(value))
+        exact.compose(
+            dp_accounting.LaplaceDpEvent(1 / value)
+            if mechanism == "laplace"
+            else dp_accounting.GaussianDpEvent(value)
+        )
     assert api.budget(name)["loss"]["epsilon"] >= exact.get_epsilon(1e-6)
 
 
 def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
-        api: Api, database_url: str) -> None:
+    api: Api, database_url: str
+) -> None:
     from sqlalchemy import create_engine, select
     from sqlalchemy.orm import Session
 
@@ -129,10 +157,14 @@ def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
     from accountant.models import Dataset
     from accountant.services import terms
 
-    api.make_dataset(accounting="zcdp", budget={"epsilon": 1, "delta": 1e-6},
-                     windows=[{"period": "1d", "epsilon": 0.5}])
-    assert api.charge(mechanism="gaussian", params={"sigma": 100, "sensitivity": 1}
-                      ).status_code == 201
+    api.make_dataset(
+        accounting="zcdp",
+        budget={"epsilon": 1, "delta": 1e-6},
+        windows=[{"period": "1d", "epsilon": 0.5}],
+    )
+    assert (
+        api.charge(mechanism="gaussian", params={"sigma": 100, "sensitivity": 1}).status_code == 201
+    )
     classic = rho_by_bun_steinke(Decimal(1), Decimal("1e-6"))
     engine = create_engine(database_url)
     with Session(engine) as session:  # the dataset as an older service left it
@@ -146,8 +178,10 @@ def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
     upgrade(database_url)
     budget = api.budget()
     assert budget["limit"]["rho"] == rho_limit(Decimal(1), Decimal("1e-6")) / RHO.scale
-    assert budget["windows"][0]["limit"]["rho"] == \
-        rho_limit(Decimal("0.5"), Decimal("1e-6")) / RHO.scale
+    assert (
+        budget["windows"][0]["limit"]["rho"]
+        == rho_limit(Decimal("0.5"), Decimal("1e-6")) / RHO.scale
+    )
     changes = [e for e in api.ledger() if e["kind"] == "limit_change"]
     assert [c["detail"]["scope"] for c in changes] == ["dataset", "window:1d"]
     assert all("Canonne" in c["detail"]["reason"] for c in changes)

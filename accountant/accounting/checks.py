@@ -43,17 +43,35 @@ class Denial:
     window: Window | None = None
 
 
-def scope_check(scope: str, limit: Limit, rule: LossRule, state: ScopeState, cost: Amount,
-                m: int, names: tuple[ComponentName, ...], *,
-                window: Window | None = None) -> ScopeCheck:
+def scope_check(
+    scope: str,
+    limit: Limit,
+    rule: LossRule,
+    state: ScopeState,
+    cost: Amount,
+    m: int,
+    names: tuple[ComponentName, ...],
+    *,
+    window: Window | None = None,
+) -> ScopeCheck:
     """A scope's loss now and after a charge of per-release ``cost`` and multiplicity ``m``."""
-    return ScopeCheck(scope, limit, loss_after(rule, state, Amount(), 0, names),
-                      loss_after(rule, state, cost, m, names), window=window)
+    return ScopeCheck(
+        scope,
+        limit,
+        loss_after(rule, state, Amount(), 0, names),
+        loss_after(rule, state, cost, m, names),
+        window=window,
+    )
 
 
-def partition_check(limit: Limit, lifetime: ScopeState, cost: Amount,
-                    names: tuple[ComponentName, ...], keys: list[str],
-                    spends_of: Callable[[], Mapping[str, Amount]]) -> ScopeCheck:
+def partition_check(
+    limit: Limit,
+    lifetime: ScopeState,
+    cost: Amount,
+    names: tuple[ComponentName, ...],
+    keys: list[str],
+    spends_of: Callable[[], Mapping[str, Amount]],
+) -> ScopeCheck:
     """The per-partition limit: every charged partition's s(p) plus the cost stays within it.
     The largest old s(p) among them (``lifetime.max_touched``) decides; on a denial the
     first partition in request order that goes over is named, from ``spends_of()`` (the
@@ -68,8 +86,9 @@ def partition_check(limit: Limit, lifetime: ScopeState, cost: Amount,
     return ScopeCheck("partition", limit, lifetime.max_touched, after, partition=keys[0])
 
 
-def first_denial(checks: list[ScopeCheck], cost: Amount,
-                 names: tuple[ComponentName, ...]) -> Denial | None:
+def first_denial(
+    checks: list[ScopeCheck], cost: Amount, names: tuple[ComponentName, ...]
+) -> Denial | None:
     """The first scope, in contract order, that the charge would take above its limit.
 
     Window scopes come last, so a charge that breaks a window and any other
@@ -79,18 +98,21 @@ def first_denial(checks: list[ScopeCheck], cost: Amount,
     ordered = sorted(checks, key=lambda check: SCOPE_ORDER.index(check.scope))
     for check in ordered:
         if check.limit.is_exceeded_by(check.after, names):
-            return Denial(check.scope, check.limit, check.spent, cost, check.partition,
-                          check.window)
+            return Denial(
+                check.scope, check.limit, check.spent, cost, check.partition, check.window
+            )
     return None
 
 
-def never_fits(denial: Denial, rule: LossRule, cost: Amount, m: int,
-               names: tuple[ComponentName, ...]) -> bool:
+def never_fits(
+    denial: Denial, rule: LossRule, cost: Amount, m: int, names: tuple[ComponentName, ...]
+) -> bool:
     """Whether the denied charge would exceed the denying limit even on a fresh scope."""
     return denial.limit.is_exceeded_by(loss_after(rule, ScopeState(), cost, m, names), names)
 
 
 def remaining(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> Amount:
     """What is left of ``limit`` after ``loss``, in the limited components."""
-    return Amount(**{name: max(0, bound - loss[name]) for name in names
-                     if (bound := limit[name]) is not None})
+    return Amount(
+        **{name: max(0, bound - loss[name]) for name in names if (bound := limit[name]) is not None}
+    )

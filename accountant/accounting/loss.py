@@ -142,8 +142,9 @@ class ScopeBooks:
     @property
     def max_spend(self) -> Amount:
         """The largest s(p) per component (each may come from another partition)."""
-        return Amount(*(max((a[name] for a in self.spends.values()), default=0)
-                        for name in COMPONENTS))
+        return Amount(
+            *(max((a[name] for a in self.spends.values()), default=0) for name in COMPONENTS)
+        )
 
     def state(self, k: int | None) -> ScopeState:
         """The scope as ``loss_now`` reads it, with the k largest s(p) when k is given."""

@@ -97,8 +97,10 @@ class Mode:
             return Amount(rho=self._renyi_units(cost))
         if self.name == "gdp":
             if cost.mu is None:
-                raise UnsupportedCost("this mechanism declares no Gaussian-DP cost, so a gdp "
-                                      "dataset cannot account it; use a Gaussian mechanism")
+                raise UnsupportedCost(
+                    "this mechanism declares no Gaussian-DP cost, so a gdp "
+                    "dataset cannot account it; use a Gaussian mechanism"
+                )
             return Amount(rho=RHO.cost_units(cost.mu**2))
         if cost.rho is not None:
             return Amount(rho=RHO.cost_units(cost.rho))
@@ -121,24 +123,35 @@ class Mode:
             return RHO.cost_units(cost.rho * Fraction(order))
         if cost.delta == 0:
             return RHO.cost_units(renyi_of_pure(cost.epsilon, order))
-        raise UnsupportedCost("this mechanism has delta > 0 and no Renyi divergence, so an rdp "
-                              "dataset cannot account it; state its noise as sigma or rho")
+        raise UnsupportedCost(
+            "this mechanism has delta > 0 and no Renyi divergence, so an rdp "
+            "dataset cannot account it; state its noise as sigma or rho"
+        )
 
     def report(self, amount: Amount, dataset_delta: int) -> dict[str, Decimal]:
         """An amount as the API shows it (API.md: zcdp amounts carry rho, epsilon, delta;
         rdp amounts rdp, order, epsilon, delta; gdp amounts mu, epsilon, delta)."""
         delta = DELTA.to_decimal(dataset_delta)
         if self.name == "zcdp":
-            return {"rho": RHO.to_decimal(amount.rho),
-                    "epsilon": epsilon_of_rho(amount.rho, dataset_delta), "delta": delta}
+            return {
+                "rho": RHO.to_decimal(amount.rho),
+                "epsilon": epsilon_of_rho(amount.rho, dataset_delta),
+                "delta": delta,
+            }
         if self.name == "rdp":
             assert self.order is not None
-            return {"rdp": RHO.to_decimal(amount.rho), "order": self.order,
-                    "epsilon": epsilon_of_rdp(amount.rho, dataset_delta, self.order),
-                    "delta": delta}
+            return {
+                "rdp": RHO.to_decimal(amount.rho),
+                "order": self.order,
+                "epsilon": epsilon_of_rdp(amount.rho, dataset_delta, self.order),
+                "delta": delta,
+            }
         if self.name == "gdp":
-            return {"mu": mu_of(amount.rho), "epsilon": epsilon_of_mu2(amount.rho, dataset_delta),
-                    "delta": delta}
+            return {
+                "mu": mu_of(amount.rho),
+                "epsilon": epsilon_of_mu2(amount.rho, dataset_delta),
+                "delta": delta,
+            }
         return {
             "epsilon": EPSILON.to_decimal(amount.epsilon),
             "delta": DELTA.to_decimal(amount.delta),
@@ -220,7 +233,8 @@ def _renyi_of_pure(epsilon: Fraction, order: Decimal) -> Decimal:
         # in log space: sinh(a e) = e^(a e) (1 - e^(-2 a e)) / 2, and large a e overflows
         log_top = alpha * eps + mpmath.log(
             -mpmath.expm1(-2 * alpha * eps)
-            - mpmath.exp(-eps) * (-mpmath.expm1(-2 * (alpha - 1) * eps)))
+            - mpmath.exp(-eps) * (-mpmath.expm1(-2 * (alpha - 1) * eps))
+        )
         log_bottom = eps + mpmath.log(-mpmath.expm1(-2 * eps))
         value = (log_top - log_bottom) / (alpha - 1)
         bound = min(value, eps)  # (alpha, eps)-RDP holds for every epsilon-DP mechanism
@@ -251,15 +265,17 @@ def epsilon_of_rdp(rdp_units: int, delta_units: int, order: Decimal) -> Decimal:
         return Decimal(0)
     with decimal.localcontext(_CONTEXT):
         epsilon = RHO.to_decimal(rdp_units) + _conversion_decimal(
-            DELTA.to_decimal(delta_units), order)
+            DELTA.to_decimal(delta_units), order
+        )
         return EPSILON.to_decimal(EPSILON.cost_units(max(Decimal(0), epsilon) + _GUARD))
 
 
 def gdp_delta(epsilon: mpmath.mpf, mu: mpmath.mpf) -> mpmath.mpf:
     """delta(epsilon) of mu-Gaussian DP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
     (Dong, Roth and Su 2022, Corollary 2.13), at the working precision."""
-    return (mpmath.ncdf(-epsilon / mu + mu / 2)
-            - mpmath.exp(epsilon) * mpmath.ncdf(-epsilon / mu - mu / 2))
+    return mpmath.ncdf(-epsilon / mu + mu / 2) - mpmath.exp(epsilon) * mpmath.ncdf(
+        -epsilon / mu - mu / 2
+    )
 
 
 def mu_limit(epsilon: Decimal, delta: Decimal) -> int:
@@ -336,7 +352,7 @@ def _b_float(epsilon: float, delta: float, alpha: float) -> float:
 
 def _conversion_float(delta: float, alpha: float) -> float:
     """ln((alpha-1)/alpha) - (ln delta + ln alpha)/(alpha-1), in floating point."""
-    return (math.log1p(-1 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1))
+    return math.log1p(-1 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1)
 
 
 def _b_decimal(epsilon: Decimal, delta: Decimal, alpha: Decimal) -> Decimal:
@@ -391,7 +407,8 @@ def limit_of(
     if not mode.converts:
         return Limit(
             epsilon=None if epsilon is None else EPSILON.limit_units(epsilon),
-            delta=(0 if mode.name == "pure" else None) if delta is None
+            delta=(0 if mode.name == "pure" else None)
+            if delta is None
             else DELTA.limit_units(delta),
         )
     if rho is not None and mode.name == "zcdp":
@@ -399,8 +416,10 @@ def limit_of(
     else:
         at_delta = delta if delta is not None else dataset_delta
         if epsilon is None or at_delta is None:
-            raise ValueError(f"a {mode.name} budget needs epsilon with the dataset's delta"
-                             + (", or rho" if mode.name == "zcdp" else ""))
+            raise ValueError(
+                f"a {mode.name} budget needs epsilon with the dataset's delta"
+                + (", or rho" if mode.name == "zcdp" else "")
+            )
         measure = _converted(mode, epsilon, at_delta)
     return Limit(
         epsilon=None if epsilon is None else EPSILON.limit_units(epsilon),

@@ -40,45 +40,67 @@ def record_factor(rule: LossRule, max_records: int | None, release: str, n: int)
     the charged partitions).
     """
     if rule.privacy_unit != "user":
-        raise PricingError("sensitivity_unit 'record' applies only to datasets whose privacy "
-                           "unit is user; state the sensitivity at the dataset's unit",
-                           "params.sensitivity_unit")
+        raise PricingError(
+            "sensitivity_unit 'record' applies only to datasets whose privacy "
+            "unit is user; state the sensitivity at the dataset's unit",
+            "params.sensitivity_unit",
+        )
     if max_records is None:
-        raise PricingError("sensitivity_unit 'record' needs the dataset's max_records_per_user; "
-                           "set it or state a user-level sensitivity", "params.sensitivity_unit")
+        raise PricingError(
+            "sensitivity_unit 'record' needs the dataset's max_records_per_user; "
+            "set it or state a user-level sensitivity",
+            "params.sensitivity_unit",
+        )
     if release == "parallel":
         return max_records
     k = rule.max_partitions_per_user
     return max_records * (n if k is None else min(k, n))
 
 
-def price(mechanism: Mechanism, params: Mapping[str, Any], sensitivity_unit: str | None,
-          mode: Mode, rule: LossRule, max_records: int | None, release: str, n: int) -> Priced:
+def price(
+    mechanism: Mechanism,
+    params: Mapping[str, Any],
+    sensitivity_unit: str | None,
+    mode: Mode,
+    rule: LossRule,
+    max_records: int | None,
+    release: str,
+    n: int,
+) -> Priced:
     """Call the mechanism's cost declaration and turn it into an exact amount."""
     if mode.name not in mechanism.accounting:
-        raise PricingError(f"mechanism {mechanism.name!r} supports accounting "
-                           f"{list(mechanism.accounting)}, not {mode.name!r}", "mechanism")
+        raise PricingError(
+            f"mechanism {mechanism.name!r} supports accounting "
+            f"{list(mechanism.accounting)}, not {mode.name!r}",
+            "mechanism",
+        )
     factor = 1 if sensitivity_unit is None else record_factor(rule, max_records, release, n)
     run_params = dict(params)
     if factor > 1 and mechanism.has_sensitivity:
         run_params["sensitivity"] = Decimal(params["sensitivity"]) * factor
     try:
-        declared = mechanism.cost(run_params,
-                                  PrivacyContext(rule.privacy_unit, mode.name, mode.order))
+        declared = mechanism.cost(
+            run_params, PrivacyContext(rule.privacy_unit, mode.name, mode.order)
+        )
     except (ValueError, ArithmeticError, KeyError, TypeError) as error:
-        raise PricingError(f"mechanism {mechanism.name!r} refused these parameters: "
-                           f"{error}") from None
+        raise PricingError(
+            f"mechanism {mechanism.name!r} refused these parameters: {error}"
+        ) from None
     stated = _stated(declared, mechanism.name)
     if factor > 1 and not mechanism.has_sensitivity:
-        stated = (_compose(stated, factor, mode.order) if mechanism.independent_values
-                  else _group(stated, factor, mechanism.name))
+        stated = (
+            _compose(stated, factor, mode.order)
+            if mechanism.independent_values
+            else _group(stated, factor, mechanism.name)
+        )
     try:
         cost = mode.amount_of(stated)
     except UnsupportedCost as error:
         raise PricingError(str(error), "mechanism") from None
     if cost == Amount():
-        raise PricingError(f"mechanism {mechanism.name!r} declared a zero cost; every release "
-                           "must cost something")
+        raise PricingError(
+            f"mechanism {mechanism.name!r} declared a zero cost; every release must cost something"
+        )
     return Priced(cost, rule.multiplicity(release, n), run_params)
 
 
@@ -86,14 +108,23 @@ def _stated(declared: object, name: str) -> StatedCost:
     if not isinstance(declared, Cost):
         raise PricingError(f"mechanism {name!r} did not declare a Cost")
     try:
-        values = [None if v is None else Fraction(v) for v in (
-            declared.epsilon, declared.delta, declared.rho, declared.rdp, declared.mu)]
+        values = [
+            None if v is None else Fraction(v)
+            for v in (declared.epsilon, declared.delta, declared.rho, declared.rdp, declared.mu)
+        ]
     except (ValueError, TypeError, OverflowError):
-        raise PricingError(f"mechanism {name!r} declared a cost that is not a finite number") \
-            from None
+        raise PricingError(
+            f"mechanism {name!r} declared a cost that is not a finite number"
+        ) from None
     epsilon, delta, rho, rdp, mu = values
-    if epsilon is None or delta is None or epsilon < 0 or delta < 0 or delta >= 1 or any(
-            v is not None and v < 0 for v in (rho, rdp, mu)):
+    if (
+        epsilon is None
+        or delta is None
+        or epsilon < 0
+        or delta < 0
+        or delta >= 1
+        or any(v is not None and v < 0 for v in (rho, rdp, mu))
+    ):
         raise PricingError(f"mechanism {name!r} declared an invalid cost {declared}")
     return StatedCost(epsilon, delta, rho, rdp, mu)
 
@@ -104,8 +135,10 @@ def _group(stated: StatedCost, factor: int, name: str) -> StatedCost:
     and Su 2022, Theorem 2.14). A declared Renyi divergence is dropped: an rdp dataset then
     charges the scaled rho or the scaled epsilon's bound."""
     if stated.delta > 0:
-        raise PricingError(f"mechanism {name!r} has delta > 0 and no sensitivity parameter, "
-                           "so it cannot be scaled to record-level contributions")
+        raise PricingError(
+            f"mechanism {name!r} has delta > 0 and no sensitivity parameter, "
+            "so it cannot be scaled to record-level contributions"
+        )
     rho = None if stated.rho is None else stated.rho * factor * factor
     mu = None if stated.mu is None else stated.mu * factor
     return StatedCost(stated.epsilon * factor, Fraction(0), rho, None, mu)
@@ -123,6 +156,10 @@ def _compose(stated: StatedCost, factor: int, order: Decimal | None) -> StatedCo
     if rdp is None and stated.rho is None and stated.delta == 0 and order is not None:
         rdp = Fraction(renyi_of_pure(stated.epsilon, order))
     mu = None if stated.mu is None else sqrt_up(stated.mu**2 * factor)
-    return StatedCost(stated.epsilon * factor, stated.delta * factor,
-                      None if rho is None else rho * factor,
-                      None if rdp is None else rdp * factor, mu)
+    return StatedCost(
+        stated.epsilon * factor,
+        stated.delta * factor,
+        None if rho is None else rho * factor,
+        None if rdp is None else rdp * factor,
+        mu,
+    )

@@ -28,8 +28,10 @@ def _mechanism(body: dict[str, Any]) -> Mechanism:
     mechanism = runtime().registry.get(body["mechanism"])
     if mechanism is None:
         known = [m.name for m in runtime().registry.all()]
-        raise field_error("mechanism", f"unknown mechanism {body['mechanism']!r}; "
-                                       f"registered: {known} (GET /v1/mechanisms)")
+        raise field_error(
+            "mechanism",
+            f"unknown mechanism {body['mechanism']!r}; registered: {known} (GET /v1/mechanisms)",
+        )
     return mechanism
 
 
@@ -53,10 +55,21 @@ def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
     partitions = body["partitions"]
     limit = runtime().settings.max_partitions_per_charge
     if isinstance(partitions, list) and len(partitions) > limit:
-        raise field_error("partitions", f"at most {limit} partition keys per charge; "
-                                        "charge '*' or split the release")
-    return ChargeRequest(body["dataset"], partitions, body.get("release", "joint"), mechanism,
-                         params, unit, caller, data, runtime().charging.noise.id)
+        raise field_error(
+            "partitions",
+            f"at most {limit} partition keys per charge; charge '*' or split the release",
+        )
+    return ChargeRequest(
+        body["dataset"],
+        partitions,
+        body.get("release", "joint"),
+        mechanism,
+        params,
+        unit,
+        caller,
+        data,
+        runtime().charging.noise.id,
+    )
 
 
 def _check_vector_limits(data: dict[str, Any]) -> None:
@@ -73,8 +86,9 @@ def create() -> Any:
     caller = principal("admin", "service")
     body = json_body(schemas.CHARGE)
     key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
-    charge_request = replace(_request(body, caller), key=key,
-                             fingerprint=idempotency.fingerprint(body))
+    charge_request = replace(
+        _request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
+    )
     done = charges.submit(driver(), charge_request, runtime().charging)
     if isinstance(done, charges.Denied):
         return _render(done.response, None)
@@ -85,16 +99,31 @@ def _render(outcome: idempotency.Outcome, output: dict[str, Any] | None) -> Resp
     """The response of a charge, first time or replay alike, from what is remembered."""
     stored = outcome.body
     if outcome.status != 201:
-        response = Response(dumps(stored), status=outcome.status,
-                            mimetype="application/problem+json")
+        response = Response(
+            dumps(stored), status=outcome.status, mimetype="application/problem+json"
+        )
     else:
         # multiplicity and charged are remembered since they were added, so a replay of an
         # older charge stays identical
-        shown = ("charge_id", "dataset", "mechanism", "release", "partitions", "cost",
-                 "multiplicity", "charged")
+        shown = (
+            "charge_id",
+            "dataset",
+            "mechanism",
+            "release",
+            "partitions",
+            "cost",
+            "multiplicity",
+            "charged",
+        )
         body: dict[str, Any] = {k: stored[k] for k in shown if k in stored}
-        body.update({"output": output, "remaining": stored["remaining"],
-                     "receipt": stored["receipt"], "created_at": stored["created_at"]})
+        body.update(
+            {
+                "output": output,
+                "remaining": stored["remaining"],
+                "receipt": stored["receipt"],
+                "created_at": stored["created_at"],
+            }
+        )
         if "ledger" in stored:  # the charge's ledger entry, remembered since it was added
             body["ledger"] = stored["ledger"]
         response = Response(dumps(body), status=201, mimetype="application/json")
@@ -132,11 +161,11 @@ def plan() -> Any:
     evaluated, limited_by = found.evaluation, found.limited_by
     return {
         "fits": found.fits,
-        "limited_by": {"scope": limited_by.scope,
-                       "partition": limited_by.partition if limited_by.scope == "partition"
-                       else None}
-                      | ({} if limited_by.window is None
-                         else {"resets_at": isoformat(limited_by.window.end)}),
+        "limited_by": {
+            "scope": limited_by.scope,
+            "partition": limited_by.partition if limited_by.scope == "partition" else None,
+        }
+        | ({} if limited_by.window is None else {"resets_at": isoformat(limited_by.window.end)}),
         "dataset": evaluated.dataset.name,
         "partitions": evaluated.partitions,
         "cost": report(evaluated, evaluated.priced.cost),
@@ -149,24 +178,43 @@ def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
     identical charges fit."""
     mechanism = _mechanism(body)
     params = body["params"]
-    name = next((name for name in plans.NOISE_PARAMETERS if name not in params
-                 and schemas.is_valid(mechanism.params_schema,
-                                      {**params, name: Decimal(1)})), None)
+    name = next(
+        (
+            name
+            for name in plans.NOISE_PARAMETERS
+            if name not in params
+            and schemas.is_valid(mechanism.params_schema, {**params, name: Decimal(1)})
+        ),
+        None,
+    )
     if name is None:
-        raise field_error("params", "with count, leave out the noise parameter to solve for "
-                                    f"(one of {sorted(plans.NOISE_PARAMETERS)})")
+        raise field_error(
+            "params",
+            "with count, leave out the noise parameter to solve for "
+            f"(one of {sorted(plans.NOISE_PARAMETERS)})",
+        )
     charge_request = _request({**body, "params": {**params, name: Decimal(1)}}, caller)
     try:
-        solved = plans.solve(driver(), replace(charge_request, params={
-            k: v for k, v in charge_request.params.items() if k != name}), name,
-            body["count"], runtime().clock.now_us())
+        solved = plans.solve(
+            driver(),
+            replace(
+                charge_request, params={k: v for k, v in charge_request.params.items() if k != name}
+            ),
+            name,
+            body["count"],
+            runtime().clock.now_us(),
+        )
     except plans.NothingFits as error:
         raise field_error("count", f"{error}; ask for fewer charges") from None
     evaluated = solved.evaluation
-    return {"params": {name: solved.value}, "count": body["count"],
-            "dataset": evaluated.dataset.name, "partitions": evaluated.partitions,
-            "cost": report(evaluated, evaluated.priced.cost),
-            "multiplicity": evaluated.priced.multiplicity}
+    return {
+        "params": {name: solved.value},
+        "count": body["count"],
+        "dataset": evaluated.dataset.name,
+        "partitions": evaluated.partitions,
+        "cost": report(evaluated, evaluated.priced.cost),
+        "multiplicity": evaluated.priced.multiplicity,
+    }
 
 
 @bp.get("/v1/charges/<uuid:charge_uuid>")

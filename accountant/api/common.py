@@ -89,16 +89,16 @@ def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
     raw = _body_bytes()
     if not raw.strip():
         if not empty_ok:
-            raise InvalidRequest("the request needs a JSON body",
-                                    errors=[{"field": "", "message": "empty body"}])
+            raise InvalidRequest(
+                "the request needs a JSON body", errors=[{"field": "", "message": "empty body"}]
+            )
         raw = b"{}"
     try:
         body = loads(raw)
     except RefusedValue as error:
         raise field_error(error.field, error.message) from None
     except JSONInputError as error:
-        raise InvalidRequest(str(error), errors=[{"field": "", "message": str(error)}]) \
-            from None
+        raise InvalidRequest(str(error), errors=[{"field": "", "message": str(error)}]) from None
     schemas.validate(schema, body)
     return body
 

@@ -40,8 +40,7 @@ def create() -> Any:
     body = json_body(schemas.CONSUMER_CREATE)
     session = db()
     begin_write(session)
-    consumer, key = consumers.create_consumer(session, body, now_us(),
-                                                runtime().key_hasher)
+    consumer, key = consumers.create_consumer(session, body, now_us(), runtime().key_hasher)
     session.commit()
     view = consumers.describe_consumer(consumer, _dataset_names())
     return {**view, "api_key": key, "key_id": consumer.keys[0].id}, 201
@@ -51,8 +50,9 @@ def create() -> Any:
 def list_consumers() -> Any:
     principal("admin", "auditor")
     names = _dataset_names()
-    return {"consumers": [consumers.describe_consumer(c, names)
-                          for c in consumers.all_consumers(db())]}
+    return {
+        "consumers": [consumers.describe_consumer(c, names) for c in consumers.all_consumers(db())]
+    }
 
 
 @bp.patch("/v1/consumers/<consumer_name:name>")
@@ -82,8 +82,13 @@ def create_key(name: str) -> Any:
     consumer = consumers.find_consumer(session, name)
     row, key = consumers.issue_key(session, consumer, now_us(), runtime().key_hasher)
     session.commit()
-    return {"id": row.id, "prefix": row.prefix, "consumer": name, "api_key": key,
-            "created_at": isoformat(row.created_at / 1e6)}, 201
+    return {
+        "id": row.id,
+        "prefix": row.prefix,
+        "consumer": name,
+        "api_key": key,
+        "created_at": isoformat(row.created_at / 1e6),
+    }, 201
 
 
 @bp.delete("/v1/keys/<key_id>")

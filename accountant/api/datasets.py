@@ -41,8 +41,11 @@ def create() -> Any:
 @bp.get("/v1/datasets")
 def list_datasets() -> Any:
     caller = principal(*READERS)
-    return {"datasets": [datasets.describe(d) for d in datasets.all_datasets(db())
-                         if caller.may_read(d.id)]}
+    return {
+        "datasets": [
+            datasets.describe(d) for d in datasets.all_datasets(db()) if caller.may_read(d.id)
+        ]
+    }
 
 
 @bp.get("/v1/datasets/<name>")
@@ -57,8 +60,7 @@ def patch(name: str) -> Any:
     session = db()
     begin_write(session)
     dataset = datasets.find(session, name, lock=True)
-    datasets.update_limits(session, dataset, body, Actor(caller.consumer_id, caller.name),
-                           now_us())
+    datasets.update_limits(session, dataset, body, Actor(caller.consumer_id, caller.name), now_us())
     session.commit()
     return datasets.describe(dataset)
 

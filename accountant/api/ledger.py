@@ -40,10 +40,10 @@ def _moment(args: Mapping[str, str], name: str) -> int | None:
     return int(moment.timestamp() * 1_000_000)
 
 
-def parse_filter(args: Mapping[str, str], default_limit: int = 100,
-                 max_limit: int = 1000) -> ledger.LedgerFilter:
-    dataset_id, consumer_id = ledger_reads.ids_of(db(), args.get("dataset"),
-                                                  args.get("consumer"))
+def parse_filter(
+    args: Mapping[str, str], default_limit: int = 100, max_limit: int = 1000
+) -> ledger.LedgerFilter:
+    dataset_id, consumer_id = ledger_reads.ids_of(db(), args.get("dataset"), args.get("consumer"))
     status = args.get("status")
     if status not in (None, "granted", "denied"):
         raise field_error("status", "must be granted or denied")
@@ -54,8 +54,15 @@ def parse_filter(args: Mapping[str, str], default_limit: int = 100,
         raise field_error("limit", f"must be an integer from 1 to {max_limit}")
     if not _digits(cursor_raw) or len(cursor_raw) > 18:
         raise field_error("cursor", "must be a next_cursor from an earlier page")
-    return ledger.LedgerFilter(dataset_id, consumer_id, status, _moment(args, "since"),
-                               _moment(args, "until"), int(cursor_raw), int(limit_raw))
+    return ledger.LedgerFilter(
+        dataset_id,
+        consumer_id,
+        status,
+        _moment(args, "since"),
+        _moment(args, "until"),
+        int(cursor_raw),
+        int(limit_raw),
+    )
 
 
 def _digits(raw: str) -> bool:
@@ -75,10 +82,31 @@ def verify() -> Any:
     return ledger_reads.verification(db())
 
 
-EXPORT_FIELDS = ["id", "seq", "kind", "charge_id", "dataset", "consumer", "status", "mechanism",
-                 "release", "partitions", "cost", "detail", "created_at", "noise_secret",
-                 "implementation", "prev_hash", "hash", "params", "multiplicity", "cost_units",
-                 "created_at_us", "charged", "loss_after"]
+EXPORT_FIELDS = [
+    "id",
+    "seq",
+    "kind",
+    "charge_id",
+    "dataset",
+    "consumer",
+    "status",
+    "mechanism",
+    "release",
+    "partitions",
+    "cost",
+    "detail",
+    "created_at",
+    "noise_secret",
+    "implementation",
+    "prev_hash",
+    "hash",
+    "params",
+    "multiplicity",
+    "cost_units",
+    "created_at_us",
+    "charged",
+    "loss_after",
+]
 
 
 #: What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
@@ -107,10 +135,16 @@ def stream_export(args: Mapping[str, str]) -> Response:
     filters = parse_filter(args, default_limit=2**62, max_limit=2**62)
     through, heads = ledger_reads.export_end(db(), filters.dataset_id)
     filters = replace(filters, through_id=through)
-    signature = sign(runtime().signer, {
-        "kind": "ledger-export", "through_id": through, "heads": heads,
-        "filters": {k: v for k, v in args.items() if k not in ("format", "cursor")},
-        "iat": runtime().clock.now_us() // 1_000_000})
+    signature = sign(
+        runtime().signer,
+        {
+            "kind": "ledger-export",
+            "through_id": through,
+            "heads": heads,
+            "filters": {k: v for k, v in args.items() if k not in ("format", "cursor")},
+            "iat": runtime().clock.now_us() // 1_000_000,
+        },
+    )
 
     def rows() -> Iterator[dict[str, Any]]:
         return ledger_reads.export_rows(db(), filters)
@@ -124,8 +158,12 @@ def stream_export(args: Mapping[str, str]) -> Response:
         writer = csv.DictWriter(buffer, fieldnames=EXPORT_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for row in rows():
-            writer.writerow({k: _cell(json.dumps(v, default=float) if isinstance(v, dict | list)
-                                      else v) for k, v in row.items()})
+            writer.writerow(
+                {
+                    k: _cell(json.dumps(v, default=float) if isinstance(v, dict | list) else v)
+                    for k, v in row.items()
+                }
+            )
             yield buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()

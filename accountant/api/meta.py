@@ -27,11 +27,15 @@ def readyz() -> Any:
     try:
         current = ledger_reads.schema_revision(db())
     except Exception as error:  # any database failure means "not ready"
-        raise Unavailable(f"the database does not answer or has no schema: "
-                          f"{type(error).__name__}; run 'accountant db upgrade'") from None
+        raise Unavailable(
+            f"the database does not answer or has no schema: "
+            f"{type(error).__name__}; run 'accountant db upgrade'"
+        ) from None
     if current != runtime().head_revision:
-        raise Unavailable(f"the schema is at {current!r}, not {runtime().head_revision!r}; "
-                          "run 'accountant db upgrade'")
+        raise Unavailable(
+            f"the schema is at {current!r}, not {runtime().head_revision!r}; "
+            "run 'accountant db upgrade'"
+        )
     return {"status": "ready", "schema": current}
 
 
@@ -41,7 +45,7 @@ def published_params_schema(schema: Any) -> dict[str, Any]:
     published.setdefault("properties", {})["sensitivity_unit"] = {
         "enum": ["record"],
         "description": "state a record-level sensitivity on a user dataset; the accountant "
-                       "scales it by the contribution bounds",
+        "scales it by the contribution bounds",
     }
     return published
 
@@ -49,13 +53,19 @@ def published_params_schema(schema: Any) -> dict[str, Any]:
 @bp.get("/v1/mechanisms")
 def mechanisms() -> Any:
     principal("admin", "service", "auditor")
-    return {"mechanisms": [
-        {"name": m.name, "description": m.description,
-         "params_schema": published_params_schema(m.params_schema),
-         "input_schema": dict(m.input_schema), "accounting": list(m.accounting),
-         "plugin": m.plugin}
-        for m in runtime().registry.all()
-    ]}
+    return {
+        "mechanisms": [
+            {
+                "name": m.name,
+                "description": m.description,
+                "params_schema": published_params_schema(m.params_schema),
+                "input_schema": dict(m.input_schema),
+                "accounting": list(m.accounting),
+                "plugin": m.plugin,
+            }
+            for m in runtime().registry.all()
+        ]
+    }
 
 
 def _label(value: str | None) -> str:
@@ -70,14 +80,20 @@ def metrics() -> Any:
     a request that sends that key as a bearer token is answered."""
     _check_metrics_key()
     rows = ledger_reads.charge_counts(db())
-    lines = ["# HELP accountant_charges_total Charges by dataset, mechanism and outcome.",
-             "# TYPE accountant_charges_total counter"]
+    lines = [
+        "# HELP accountant_charges_total Charges by dataset, mechanism and outcome.",
+        "# TYPE accountant_charges_total counter",
+    ]
     for dataset, mechanism, outcome, count in sorted(rows, key=lambda r: tuple(map(str, r))):
-        lines.append(f'accountant_charges_total{{dataset="{_label(dataset)}",'
-                     f'mechanism="{_label(mechanism)}",outcome="{_label(outcome)}"}} {count}')
-    lines += ["# HELP accountant_mechanisms Registered mechanisms.",
-              "# TYPE accountant_mechanisms gauge",
-              f"accountant_mechanisms {len(runtime().registry.all())}"]
+        lines.append(
+            f'accountant_charges_total{{dataset="{_label(dataset)}",'
+            f'mechanism="{_label(mechanism)}",outcome="{_label(outcome)}"}} {count}'
+        )
+    lines += [
+        "# HELP accountant_mechanisms Registered mechanisms.",
+        "# TYPE accountant_mechanisms gauge",
+        f"accountant_mechanisms {len(runtime().registry.all())}",
+    ]
     lines += _utilisation_lines()
     text = "\n".join(lines) + "\n" + process_metrics().decode()
     return Response(text, mimetype="text/plain; version=0.0.4")
@@ -89,29 +105,36 @@ def _check_metrics_key() -> None:
         return
     sent = request.headers.get("Authorization", "")
     if not hmac.compare_digest(sent.encode(), f"Bearer {expected}".encode()):
-        raise Unauthorized("/metrics needs the key set in ACCOUNTANT_METRICS_KEY: send "
-                           "'Authorization: Bearer <that key>' (Prometheus: "
-                           "authorization.credentials in the scrape config)")
+        raise Unauthorized(
+            "/metrics needs the key set in ACCOUNTANT_METRICS_KEY: send "
+            "'Authorization: Bearer <that key>' (Prometheus: "
+            "authorization.credentials in the scrape config)"
+        )
 
 
 def _utilisation_lines() -> list[str]:
     """Loss over limit for each dataset's lifetime, largest partition and current windows."""
-    lines = ["# HELP accountant_budget_utilisation Loss divided by limit (1 is exhausted).",
-             "# TYPE accountant_budget_utilisation gauge"]
+    lines = [
+        "# HELP accountant_budget_utilisation Loss divided by limit (1 is exhausted).",
+        "# TYPE accountant_budget_utilisation gauge",
+    ]
     now = runtime().clock.now_us() / 1e6
     for dataset in datasets.all_datasets(db()):
         report = datasets.budget_report(db(), dataset, now, history=False)
         measure = dataset.mode.measure
         scopes = [("dataset", report["loss"], report["limit"])]
         if "partition_limit" in report:
-            scopes.append(("partition", report["partitions"]["max_spent"],
-                           report["partition_limit"]))
+            scopes.append(
+                ("partition", report["partitions"]["max_spent"], report["partition_limit"])
+            )
         scopes += [(f"window_{w['period']}", w["loss"], w["limit"]) for w in report["windows"]]
         for scope, loss, limit in scopes:
             if measure not in limit:
                 continue
             bound = float(limit[measure])
             ratio = float(loss[measure]) / bound if bound > 0 else float(loss[measure] > 0)
-            lines.append(f'accountant_budget_utilisation{{dataset="{_label(dataset.name)}",'
-                         f'scope="{scope}"}} {ratio:.6g}')
+            lines.append(
+                f'accountant_budget_utilisation{{dataset="{_label(dataset.name)}",'
+                f'scope="{scope}"}} {ratio:.6g}'
+            )
     return lines

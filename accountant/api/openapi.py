@@ -18,46 +18,94 @@ _OBJECT: dict[str, Any] = {"type": "object"}
 #: (method, path) -> (summary, request schema or None, success status, error statuses)
 OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[int]]] = {
     ("GET", "/healthz"): ("Liveness", None, 200, []),
-    ("GET", "/readyz"): ("Readiness: the database answers and the schema is current",
-                         None, 200, [503]),
+    ("GET", "/readyz"): (
+        "Readiness: the database answers and the schema is current",
+        None,
+        200,
+        [503],
+    ),
     ("GET", "/openapi.json"): ("This document", None, 200, []),
     ("GET", "/metrics"): ("Prometheus metrics", None, 200, []),
     ("GET", "/v1/mechanisms"): ("Registered mechanisms", None, 200, [401]),
-    ("POST", "/v1/datasets"): ("Register a dataset", schemas.DATASET_CREATE, 201,
-                               [400, 401, 403, 409, 413]),
+    ("POST", "/v1/datasets"): (
+        "Register a dataset",
+        schemas.DATASET_CREATE,
+        201,
+        [400, 401, 403, 409, 413],
+    ),
     ("GET", "/v1/datasets"): ("Datasets visible to the caller", None, 200, [401]),
     ("GET", "/v1/datasets/{name}"): ("One dataset", None, 200, [401, 403, 404]),
-    ("PATCH", "/v1/datasets/{name}"): ("Change limits (ledgered)", schemas.DATASET_PATCH, 200,
-                                       [400, 401, 403, 404, 413]),
-    ("POST", "/v1/datasets/{name}/partitions"): ("Declare partitions",
-                                                 schemas.PARTITIONS_DECLARE, 201,
-                                                 [400, 401, 403, 404, 413]),
-    ("GET", "/v1/datasets/{name}/budget"): ("Loss, limits and remaining budget", None, 200,
-                                            [401, 403, 404]),
-    ("GET", "/v1/datasets/{name}/partitions"): ("Partitions and their spend", None, 200,
-                                                [400, 401, 403, 404]),
-    ("POST", "/v1/consumers"): ("Create a consumer and its first key", schemas.CONSUMER_CREATE,
-                                201, [400, 401, 403, 404, 409, 413]),
+    ("PATCH", "/v1/datasets/{name}"): (
+        "Change limits (ledgered)",
+        schemas.DATASET_PATCH,
+        200,
+        [400, 401, 403, 404, 413],
+    ),
+    ("POST", "/v1/datasets/{name}/partitions"): (
+        "Declare partitions",
+        schemas.PARTITIONS_DECLARE,
+        201,
+        [400, 401, 403, 404, 413],
+    ),
+    ("GET", "/v1/datasets/{name}/budget"): (
+        "Loss, limits and remaining budget",
+        None,
+        200,
+        [401, 403, 404],
+    ),
+    ("GET", "/v1/datasets/{name}/partitions"): (
+        "Partitions and their spend",
+        None,
+        200,
+        [400, 401, 403, 404],
+    ),
+    ("POST", "/v1/consumers"): (
+        "Create a consumer and its first key",
+        schemas.CONSUMER_CREATE,
+        201,
+        [400, 401, 403, 404, 409, 413],
+    ),
     ("GET", "/v1/consumers"): ("Consumers, without keys", None, 200, [401, 403]),
-    ("PATCH", "/v1/consumers/{name}"): ("Change grants and quotas (ledgered)",
-                                        schemas.CONSUMER_PATCH, 200,
-                                        [400, 401, 403, 404, 413]),
-    ("GET", "/v1/consumers/me"): ("The caller's consumer, quotas and their use", None, 200,
-                                  [401]),
-    ("POST", "/v1/consumers/{name}/keys"): ("Issue a key", schemas.KEY_CREATE, 201,
-                                            [400, 401, 403, 404]),
+    ("PATCH", "/v1/consumers/{name}"): (
+        "Change grants and quotas (ledgered)",
+        schemas.CONSUMER_PATCH,
+        200,
+        [400, 401, 403, 404, 413],
+    ),
+    ("GET", "/v1/consumers/me"): ("The caller's consumer, quotas and their use", None, 200, [401]),
+    ("POST", "/v1/consumers/{name}/keys"): (
+        "Issue a key",
+        schemas.KEY_CREATE,
+        201,
+        [400, 401, 403, 404],
+    ),
     ("DELETE", "/v1/keys/{key_id}"): ("Revoke a key", None, 204, [401, 403, 404]),
-    ("POST", "/v1/charges"): ("Charge the budgets and run the mechanism", schemas.CHARGE, 201,
-                              [400, 401, 403, 404, 409, 413, 422, 429, 503]),
-    ("POST", "/v1/charges/preview"): ("Price and check without charging", schemas.PREVIEW, 200,
-                                      [400, 401, 403, 404, 413]),
-    ("POST", "/v1/charges/plan"): ("How many more identical charges fit, or the least-noise "
-                                   "parameter for count of them", schemas.PLAN, 200,
-                                   [400, 401, 403, 404, 413]),
+    ("POST", "/v1/charges"): (
+        "Charge the budgets and run the mechanism",
+        schemas.CHARGE,
+        201,
+        [400, 401, 403, 404, 409, 413, 422, 429, 503],
+    ),
+    ("POST", "/v1/charges/preview"): (
+        "Price and check without charging",
+        schemas.PREVIEW,
+        200,
+        [400, 401, 403, 404, 413],
+    ),
+    ("POST", "/v1/charges/plan"): (
+        "How many more identical charges fit, or the least-noise parameter for count of them",
+        schemas.PLAN,
+        200,
+        [400, 401, 403, 404, 413],
+    ),
     ("GET", "/v1/charges/{charge_id}"): ("One charge as recorded", None, 200, [401, 403, 404]),
     ("GET", "/v1/ledger"): ("Ledger entries, oldest first", None, 200, [400, 401, 403, 404]),
-    ("GET", "/v1/ledger/export"): ("The filtered entries as CSV or JSON Lines", None, 200,
-                                   [400, 401, 403, 404]),
+    ("GET", "/v1/ledger/export"): (
+        "The filtered entries as CSV or JSON Lines",
+        None,
+        200,
+        [400, 401, 403, 404],
+    ),
     ("GET", "/v1/ledger/verify"): ("Recompute the hash chains", None, 200, [401, 403]),
     ("GET", "/v1/receipts/public-key"): ("Receipt verification keys (JWK set)", None, 200, []),
     ("POST", "/v1/receipts/verify"): ("Verify a receipt", VERIFY, 200, [400, 401, 413]),
@@ -94,30 +142,53 @@ ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("POST", "/v1/receipts/verify"): ("verifyReceipt", "ReceiptVerification"),
 }
 
-_TAGS = [("/v1/charges", "charges"), ("/v1/datasets", "datasets"),
-         ("/v1/consumers", "consumers"), ("/v1/keys", "consumers"), ("/v1/ledger", "ledger"),
-         ("/v1/receipts", "receipts"), ("/v1/mechanisms", "mechanisms"), ("/", "service")]
+_TAGS = [
+    ("/v1/charges", "charges"),
+    ("/v1/datasets", "datasets"),
+    ("/v1/consumers", "consumers"),
+    ("/v1/keys", "consumers"),
+    ("/v1/ledger", "ledger"),
+    ("/v1/receipts", "receipts"),
+    ("/v1/mechanisms", "mechanisms"),
+    ("/", "service"),
+]
 
-_RETRY_AFTER = {"Retry-After": {"description": "seconds until a retry may succeed (429: until "
-                                               "the window resets)",
-                                "schema": {"type": "integer"}}}
-_IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
-                    "description": "a unique string per logical charge: a retry with the same "
-                                   "key and body returns the first answer, charged once",
-                    "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "seconds until a retry may succeed (429: until the window resets)",
+        "schema": {"type": "integer"},
+    }
+}
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "a unique string per logical charge: a retry with the same "
+    "key and body returns the first answer, charged once",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+}
 
 _SLUG_QUERY: dict[str, Any] = {"type": "string", "pattern": schemas.SLUG}
 _TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _CURSOR: dict[str, Any] = {"type": "string", "pattern": "^[0-9]{1,18}$"}
-_FILTERS = [("dataset", _SLUG_QUERY), ("consumer", _SLUG_QUERY),
-            ("status", {"enum": ["granted", "denied"]}), ("since", _TIME), ("until", _TIME)]
+_FILTERS = [
+    ("dataset", _SLUG_QUERY),
+    ("consumer", _SLUG_QUERY),
+    ("status", {"enum": ["granted", "denied"]}),
+    ("since", _TIME),
+    ("until", _TIME),
+]
 _QUERY: dict[str, list[tuple[str, dict[str, Any]]]] = {
-    "/v1/ledger": [*_FILTERS, ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-                   ("cursor", _CURSOR)],
+    "/v1/ledger": [
+        *_FILTERS,
+        ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+        ("cursor", _CURSOR),
+    ],
     "/v1/ledger/export": [("format", {"enum": ["csv", "jsonl"]}), *_FILTERS],
     "/v1/datasets/{name}/partitions": [
         ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-        ("cursor", {"type": "string", "pattern": "^[0-9]{1,9}$"})],
+        ("cursor", {"type": "string", "pattern": "^[0-9]{1,9}$"}),
+    ],
 }
 _CONTENT: dict[str, list[str]] = {
     "/metrics": ["text/plain"],
@@ -140,31 +211,46 @@ def document(server: str | None = None) -> dict[str, Any]:
             "summary": summary,
             "operationId": operation_id,
             "tags": [next(tag for prefix, tag in _TAGS if path.startswith(prefix))],
-            "responses": {str(success): {"description": "success"} if success == 204 else {
-                "description": "success",
-                "content": {kind: {"schema": answer_schema if kind.endswith("json") else
-                                   {"type": "string"}}
-                            for kind in _CONTENT.get(path, ["application/json"])}}},
+            "responses": {
+                str(success): {"description": "success"}
+                if success == 204
+                else {
+                    "description": "success",
+                    "content": {
+                        kind: {
+                            "schema": answer_schema if kind.endswith("json") else {"type": "string"}
+                        }
+                        for kind in _CONTENT.get(path, ["application/json"])
+                    },
+                }
+            },
         }
         for status in errors:
             operation["responses"][str(status)] = {
-                "description": "problem", "content": {"application/problem+json": {
-                    "schema": _PROBLEM}}}
+                "description": "problem",
+                "content": {"application/problem+json": {"schema": _PROBLEM}},
+            }
             if status in (429, 503):
                 operation["responses"][str(status)]["headers"] = copy.deepcopy(_RETRY_AFTER)
-        parameters = [{"name": name.strip("{}"), "in": "path", "required": True,
-                       "schema": {"type": "string"}}
-                      for name in path.split("/") if name.startswith("{")]
-        parameters += [{"name": name, "in": "query", "required": False, "schema": schema}
-                       for name, schema in _QUERY.get(path, []) if method == "GET"]
+        parameters = [
+            {"name": name.strip("{}"), "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in path.split("/")
+            if name.startswith("{")
+        ]
+        parameters += [
+            {"name": name, "in": "query", "required": False, "schema": schema}
+            for name, schema in _QUERY.get(path, [])
+            if method == "GET"
+        ]
         if (method, path) == ("POST", "/v1/charges"):
             parameters.append(copy.deepcopy(_IDEMPOTENCY_KEY))
         if parameters:
             operation["parameters"] = parameters
         if request_schema is not None:
-            operation["requestBody"] = {"required": method != "POST" or "keys" not in path,
-                                        "content": {"application/json": {
-                                            "schema": copy.deepcopy(request_schema)}}}
+            operation["requestBody"] = {
+                "required": method != "POST" or "keys" not in path,
+                "content": {"application/json": {"schema": copy.deepcopy(request_schema)}},
+            }
         if path.startswith("/v1/") and path != "/v1/receipts/public-key":
             operation["security"] = [{"bearer": []}]
         paths.setdefault(path, {})[method.lower()] = operation

@@ -29,8 +29,20 @@ from typing import Any
 Check = Callable[[Any], bool]
 
 #: Keywords that never change validity.
-_ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "title", "description", "default",
-                          "examples", "deprecated", "readOnly", "writeOnly"})
+_ANNOTATIONS = frozenset(
+    {
+        "$schema",
+        "$id",
+        "$comment",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    }
+)
 _EXACT_TYPES: dict[str, Check] = {
     "string": lambda x: isinstance(x, str),
     "object": lambda x: isinstance(x, dict),
@@ -191,6 +203,7 @@ Compiler = Callable[[Any, Mapping[str, Any]], tuple[Check, bool]]
 def _length(kind: type[Sized], compare: Callable[[int, int], bool]) -> Compiler:
     def compiler(value: int, _schema: Mapping[str, Any]) -> tuple[Check, bool]:
         return (lambda x: not isinstance(x, kind) or compare(len(x), value)), True
+
     return compiler
 
 
@@ -206,6 +219,7 @@ def _bound(compare: Callable[[Any, Any], bool]) -> Compiler:
             return isinstance(x, bool) or not isinstance(x, numbers.Number)
 
         return check, False
+
     return compiler
 
 

@@ -14,8 +14,10 @@ from accountant.signing import ReceiptError, verify
 bp = Blueprint("receipts", __name__)
 
 VERIFY: dict[str, Any] = {
-    "type": "object", "properties": {"receipt": {"type": "string", "maxLength": 100_000}},
-    "required": ["receipt"], "additionalProperties": False,
+    "type": "object",
+    "properties": {"receipt": {"type": "string", "maxLength": 100_000}},
+    "required": ["receipt"],
+    "additionalProperties": False,
 }
 
 
@@ -33,15 +35,20 @@ def verify_receipt() -> Any:
         claims = verify(body["receipt"], receipts.jwks(db(), runtime().signer))
     except ReceiptError as error:
         return {"valid": False, "reason": str(error)}
-    verdict: dict[str, Any] = {"valid": True, "charge_id": claims.get("charge_id"),
-                               "claims": claims}
+    verdict: dict[str, Any] = {
+        "valid": True,
+        "charge_id": claims.get("charge_id"),
+        "claims": claims,
+    }
     present = receipts.in_ledger(db(), claims)
     if present is not None:
         verdict["in_ledger"] = present
         if not present:
-            verdict["reason"] = ("the signature is valid, but the charge's ledger entry (seq "
-                                 f"{claims['ledger'].get('seq')} of dataset "
-                                 f"{claims.get('dataset')!r}) is not in the ledger as "
-                                 "signed: the ledger was cut back or rewritten; run "
-                                 "accountant ledger verify and compare with earlier exports")
+            verdict["reason"] = (
+                "the signature is valid, but the charge's ledger entry (seq "
+                f"{claims['ledger'].get('seq')} of dataset "
+                f"{claims.get('dataset')!r}) is not in the ledger as "
+                "signed: the ledger was cut back or rewritten; run "
+                "accountant ledger verify and compare with earlier exports"
+            )
     return verdict

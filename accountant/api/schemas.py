@@ -14,24 +14,34 @@ from accountant.errors import InvalidRequest
 from accountant.exact import MAX_EPSILON, MAX_RHO
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-EPSILON: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0,
-                           "maximum": int(MAX_EPSILON)}
+EPSILON: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": int(MAX_EPSILON)}
 DELTA: dict[str, Any] = {"type": "number", "minimum": 0, "exclusiveMaximum": 1}
 RHO: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": int(MAX_RHO)}
 
 
 def _amount(required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": {"epsilon": EPSILON, "delta": DELTA, "rho": RHO},
-            "required": required, "additionalProperties": False, "minProperties": 1}
+    return {
+        "type": "object",
+        "properties": {"epsilon": EPSILON, "delta": DELTA, "rho": RHO},
+        "required": required,
+        "additionalProperties": False,
+        "minProperties": 1,
+    }
 
 
 BUDGET = _amount(["epsilon"])
 SUB_BUDGET = _amount([])
 WINDOW: dict[str, Any] = {
     "type": "object",
-    "properties": {"period": {"enum": sorted(PERIODS, key=PERIODS.__getitem__)},
-                   "epsilon": EPSILON, "delta": DELTA, "rho": RHO},
-    "required": ["period"], "additionalProperties": False, "minProperties": 2,
+    "properties": {
+        "period": {"enum": sorted(PERIODS, key=PERIODS.__getitem__)},
+        "epsilon": EPSILON,
+        "delta": DELTA,
+        "rho": RHO,
+    },
+    "required": ["period"],
+    "additionalProperties": False,
+    "minProperties": 2,
 }
 BOUND: dict[str, Any] = {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000_000}
 
@@ -43,9 +53,13 @@ DATASET_CREATE: dict[str, Any] = {
         "max_partitions_per_user": BOUND,
         "max_records_per_user": BOUND,
         "accounting": {"enum": ["pure", "approx", "zcdp", "rdp", "gdp"]},
-        "rdp_order": {"type": "number", "exclusiveMinimum": 1, "maximum": 1000000,
-                      "description": "the Renyi order of an rdp dataset, fixed for life; "
-                                     "by default the best for its budget"},
+        "rdp_order": {
+            "type": "number",
+            "exclusiveMinimum": 1,
+            "maximum": 1000000,
+            "description": "the Renyi order of an rdp dataset, fixed for life; "
+            "by default the best for its budget",
+        },
         "budget": BUDGET,
         "partition_budget": {"anyOf": [SUB_BUDGET, {"type": "null"}]},
         "windows": {"type": "array", "items": WINDOW, "maxItems": len(PERIODS)},
@@ -81,8 +95,11 @@ CONSUMER_CREATE: dict[str, Any] = {
     "properties": {
         "name": {"type": "string", "pattern": SLUG},
         "role": {"enum": ["admin", "service", "auditor"]},
-        "datasets": {"type": "array", "items": {"type": "string", "pattern": SLUG},
-                     "uniqueItems": True},
+        "datasets": {
+            "type": "array",
+            "items": {"type": "string", "pattern": SLUG},
+            "uniqueItems": True,
+        },
         "quotas": {"type": "object", "additionalProperties": SUB_BUDGET},
     },
     "required": ["name", "role"],
@@ -93,8 +110,10 @@ CONSUMER_PATCH: dict[str, Any] = {
     "type": "object",
     "properties": {
         "datasets": CONSUMER_CREATE["properties"]["datasets"],
-        "quotas": {"type": "object",
-                   "additionalProperties": {"oneOf": [SUB_BUDGET, {"type": "null"}]}},
+        "quotas": {
+            "type": "object",
+            "additionalProperties": {"oneOf": [SUB_BUDGET, {"type": "null"}]},
+        },
         "reason": {"type": "string", "maxLength": 1000},
     },
     "additionalProperties": False,
@@ -107,10 +126,12 @@ CHARGE: dict[str, Any] = {
     "type": "object",
     "properties": {
         "dataset": {"type": "string", "minLength": 1, "maxLength": 63},
-        "partitions": {"anyOf": [  # the list first: generated clients try the forms in order
-            {"type": "array", "items": PARTITION_KEY, "minItems": 1},
-            {"const": "*"},
-        ]},
+        "partitions": {
+            "anyOf": [  # the list first: generated clients try the forms in order
+                {"type": "array", "items": PARTITION_KEY, "minItems": 1},
+                {"const": "*"},
+            ]
+        },
         "release": {"enum": ["joint", "parallel"]},
         "mechanism": {"type": "string", "minLength": 1, "maxLength": 63},
         "params": {"type": "object"},
@@ -121,8 +142,13 @@ CHARGE: dict[str, Any] = {
     "additionalProperties": False,
 }
 PREVIEW: dict[str, Any] = {**CHARGE, "required": ["dataset", "partitions", "mechanism", "params"]}
-PLAN: dict[str, Any] = {**PREVIEW, "properties": {
-    **CHARGE["properties"], "count": {"type": "integer", "minimum": 1, "maximum": 10**9}}}
+PLAN: dict[str, Any] = {
+    **PREVIEW,
+    "properties": {
+        **CHARGE["properties"],
+        "count": {"type": "integer", "minimum": 1, "maximum": 10**9},
+    },
+}
 
 #: Compiled validators by schema object. The entry keeps its schema alive and is used only
 #: for that very object, so an id can never be reused by another schema.
@@ -146,8 +172,11 @@ def validate(schema: Mapping[str, Any], instance: Any, prefix: str = "") -> None
     """
     entry = _VALIDATORS.get(id(schema))
     if entry is None or entry[0] is not schema:
-        entry = _VALIDATORS[id(schema)] = (schema, Draft202012Validator(schema),
-                                           compile_check(schema))
+        entry = _VALIDATORS[id(schema)] = (
+            schema,
+            Draft202012Validator(schema),
+            compile_check(schema),
+        )
     _, validator, quick = entry
     if quick is not None and quick(instance):
         return

@@ -20,23 +20,31 @@ def bars(points: list[tuple[str, float]], title: str) -> Markup:
     ticks = nice_ticks(max([v for _, v in points] + [1e-12]) * 1.05)
     top, left = ticks[-1], PAD + 28
     width = (WIDTH - left - PAD) / max(1, len(points))
-    parts = [f'<svg class="chart" role="img" aria-label="{escape(title)}" '
-             f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}">',
-             f"<title>{escape(title)}</title>"]
+    parts = [
+        f'<svg class="chart" role="img" aria-label="{escape(title)}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}">',
+        f"<title>{escape(title)}</title>",
+    ]
     for value in ticks:
         y = _scale(value, top)
-        parts.append(f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{WIDTH - PAD}" '
-                     f'y2="{y:.1f}"/><text class="tick" x="{left - 6}" y="{y + 4:.1f}" '
-                     f'text-anchor="end">{value:g}</text>')
+        parts.append(
+            f'<line class="grid" x1="{left}" y1="{y:.1f}" x2="{WIDTH - PAD}" '
+            f'y2="{y:.1f}"/><text class="tick" x="{left - 6}" y="{y + 4:.1f}" '
+            f'text-anchor="end">{value:g}</text>'
+        )
     for i, (label, value) in enumerate(points):
         y = _scale(value, top)
-        parts.append(f'<rect class="bar" x="{left + i * width + 1:.1f}" y="{y:.1f}" '
-                     f'width="{max(1.0, width - 2):.1f}" height="{HEIGHT - PAD - y:.1f}">'
-                     f"<title>{escape(label)}: {value:g}</title></rect>")
+        parts.append(
+            f'<rect class="bar" x="{left + i * width + 1:.1f}" y="{y:.1f}" '
+            f'width="{max(1.0, width - 2):.1f}" height="{HEIGHT - PAD - y:.1f}">'
+            f"<title>{escape(label)}: {value:g}</title></rect>"
+        )
     if points:
-        parts.append(f'<text x="{left}" y="{HEIGHT - 8}">{escape(points[0][0])}</text>'
-                     f'<text x="{WIDTH - PAD}" y="{HEIGHT - 8}" text-anchor="end">'
-                     f"{escape(points[-1][0])}</text>")
+        parts.append(
+            f'<text x="{left}" y="{HEIGHT - 8}">{escape(points[0][0])}</text>'
+            f'<text x="{WIDTH - PAD}" y="{HEIGHT - 8}" text-anchor="end">'
+            f"{escape(points[-1][0])}</text>"
+        )
     parts.append("</svg>")
     return Markup("".join(parts))
 
@@ -53,12 +61,18 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
 
 def _when(seconds: float, span: float) -> str:
     moment = datetime.fromtimestamp(seconds, UTC)
-    return moment.strftime("%Y-%m-%d" if span > 2 * 86_400 else "%m-%d %H:%M"
-                           if span > 3_600 else "%H:%M:%S")
+    return moment.strftime(
+        "%Y-%m-%d" if span > 2 * 86_400 else "%m-%d %H:%M" if span > 3_600 else "%H:%M:%S"
+    )
 
 
-def loss_over_time(points: list[tuple[float, float]], limits: list[tuple[float, float]],
-                   start: float, end: float, unit: str) -> Markup:
+def loss_over_time(
+    points: list[tuple[float, float]],
+    limits: list[tuple[float, float]],
+    start: float,
+    end: float,
+    unit: str,
+) -> Markup:
     """Lifetime loss after each charge (seconds, loss) drawn as steps from ``start`` to
     ``end``, against the limit's history drawn as dashed steps, with ticked axes in ``unit``
     and UTC time. The final value is written at the line's end."""
@@ -84,36 +98,47 @@ def loss_over_time(points: list[tuple[float, float]], limits: list[tuple[float, 
         return " ".join(coords)
 
     title = f"privacy loss over time ({unit}) against the limit"
-    parts = [f'<svg class="chart loss-chart" role="img" aria-label="{escape(title)}" '
-             f'viewBox="0 0 {width} {height}" data-y-top="{y_top!r}" '
-             f'data-plot-top="{top_pad}" data-plot-bottom="{height - bottom}">',
-             f"<title>{escape(title)}</title>",
-             f'<line class="axis" x1="{left}" y1="{height - bottom}" x2="{width - right}" '
-             f'y2="{height - bottom}"/>',
-             f'<line class="axis" x1="{left}" y1="{top_pad}" x2="{left}" '
-             f'y2="{height - bottom}"/>']
+    parts = [
+        f'<svg class="chart loss-chart" role="img" aria-label="{escape(title)}" '
+        f'viewBox="0 0 {width} {height}" data-y-top="{y_top!r}" '
+        f'data-plot-top="{top_pad}" data-plot-bottom="{height - bottom}">',
+        f"<title>{escape(title)}</title>",
+        f'<line class="axis" x1="{left}" y1="{height - bottom}" x2="{width - right}" '
+        f'y2="{height - bottom}"/>',
+        f'<line class="axis" x1="{left}" y1="{top_pad}" x2="{left}" y2="{height - bottom}"/>',
+    ]
     for value in ticks:
-        parts.append(f'<line class="grid" x1="{left}" y1="{y(value):.1f}" x2="{width - right}" '
-                     f'y2="{y(value):.1f}"/><text class="tick" x="{left - 6}" '
-                     f'y="{y(value) + 4:.1f}" text-anchor="end">{value:g}</text>')
+        parts.append(
+            f'<line class="grid" x1="{left}" y1="{y(value):.1f}" x2="{width - right}" '
+            f'y2="{y(value):.1f}"/><text class="tick" x="{left - 6}" '
+            f'y="{y(value) + 4:.1f}" text-anchor="end">{value:g}</text>'
+        )
     for i in range(5):
         t = start + span * i / 4
         anchor = "start" if i == 0 else "end" if i == 4 else "middle"
-        parts.append(f'<line class="axis" x1="{x(t):.1f}" y1="{height - bottom}" '
-                     f'x2="{x(t):.1f}" y2="{height - bottom + 4}"/><text class="tick" '
-                     f'x="{x(t):.1f}" y="{height - bottom + 16}" text-anchor="{anchor}">'
-                     f"{escape(_when(t, span))}</text>")
-    parts.append(f'<text class="unit" x="{left - 6}" y="{top_pad - 4}" text-anchor="end">'
-                 f"{escape(unit)}</text><text class=\"unit\" x=\"{width - right}\" "
-                 f'y="{height - 4}" text-anchor="end">time (UTC)</text>')
+        parts.append(
+            f'<line class="axis" x1="{x(t):.1f}" y1="{height - bottom}" '
+            f'x2="{x(t):.1f}" y2="{height - bottom + 4}"/><text class="tick" '
+            f'x="{x(t):.1f}" y="{height - bottom + 16}" text-anchor="{anchor}">'
+            f"{escape(_when(t, span))}</text>"
+        )
+    parts.append(
+        f'<text class="unit" x="{left - 6}" y="{top_pad - 4}" text-anchor="end">'
+        f'{escape(unit)}</text><text class="unit" x="{width - right}" '
+        f'y="{height - 4}" text-anchor="end">time (UTC)</text>'
+    )
     if limits:
-        parts.append(f'<polyline class="limit" points="{stairs(limits[1:], limits[0][1])}"/>'
-                     f'<text class="limit-label" x="{width - right}" '
-                     f'y="{y(limits[-1][1]) - 4:.1f}" text-anchor="end">'
-                     f"limit {limits[-1][1]:g}</text>")
+        parts.append(
+            f'<polyline class="limit" points="{stairs(limits[1:], limits[0][1])}"/>'
+            f'<text class="limit-label" x="{width - right}" '
+            f'y="{y(limits[-1][1]) - 4:.1f}" text-anchor="end">'
+            f"limit {limits[-1][1]:g}</text>"
+        )
     final = points[-1][1] if points else 0.0
-    parts.append(f'<polyline class="series" points="{stairs(points, 0.0)}"/>'
-                 f'<text class="final-loss" x="{x(end) - 4:.1f}" y="{y(final) + 14:.1f}" '
-                 f'text-anchor="end">loss {final:g}</text>')
+    parts.append(
+        f'<polyline class="series" points="{stairs(points, 0.0)}"/>'
+        f'<text class="final-loss" x="{x(end) - 4:.1f}" y="{y(final) + 14:.1f}" '
+        f'text-anchor="end">loss {final:g}</text>'
+    )
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -84,10 +84,12 @@ def check_csrf() -> None:
 
 def signed_in(view: F) -> F:
     """Redirect to the sign-in page unless an auditor or admin is signed in."""
+
     @wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         who = current()
         if who is None:
             return redirect(url_for("dashboard.sign_in_page", next=request.path), code=303)
         return view(who, *args, **kwargs)
+
     return cast(F, wrapper)

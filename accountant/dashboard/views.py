@@ -23,15 +23,19 @@ from accountant.services import ledger as ledger_service
 from accountant.services.consumers import Principal
 from accountant.services.dashboard_reads import DAY_US
 
-bp = Blueprint("dashboard", __name__, url_prefix="/dashboard",
-               template_folder=str(Path(__file__).parent / "templates"),
-               static_folder=str(Path(__file__).parent / "static"))
+bp = Blueprint(
+    "dashboard",
+    __name__,
+    url_prefix="/dashboard",
+    template_folder=str(Path(__file__).parent / "templates"),
+    static_folder=str(Path(__file__).parent / "static"),
+)
 
 
 #: The dashboard runs no script and loads nothing from another host; no page may be framed.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; "
-                               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
@@ -80,8 +84,7 @@ def sign_in_submit() -> Any:
     who, error = sign_in(request.form.get("api_key", ""))
     if who is None:
         status = 403 if error and "auditor" in error else 401
-        return _page("sign_in.html", None, error=error,
-                     next=request.form.get("next", "")), status
+        return _page("sign_in.html", None, error=error, next=request.form.get("next", "")), status
     target = request.form.get("next", "")
     if not _PLAIN_DASHBOARD_PATH.fullmatch(target) or ".." in target:
         target = url_for("dashboard.overview")  # never another site, never a header break
@@ -107,33 +110,61 @@ def _bound(dataset: Dataset) -> tuple[str, ...]:
 
 def _used(dataset: Dataset, loss: dict[str, Any], limit: dict[str, Any]) -> float:
     """The largest share of a limit used, in percent, over the figures it binds."""
-    shares = [_pct(float(loss.get(name, 0)), float(limit[name]))
-              for name in _bound(dataset) if name in limit]
+    shares = [
+        _pct(float(loss.get(name, 0)), float(limit[name]))
+        for name in _bound(dataset)
+        if name in limit
+    ]
     return max(shares, default=0.0)
 
 
 def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
     """Every scope that bounds or allocates the dataset's loss, with its use: the lifetime
     limit, the partition limit (with the partitions at it), each window and each quota."""
-    scopes = [{"scope": "lifetime", "kind": "privacy bound", "used_pct":
-               _used(dataset, report["loss"], report["limit"]),
-               "loss": report["loss"], "limit": report["limit"]}]
+    scopes = [
+        {
+            "scope": "lifetime",
+            "kind": "privacy bound",
+            "used_pct": _used(dataset, report["loss"], report["limit"]),
+            "loss": report["loss"],
+            "limit": report["limit"],
+        }
+    ]
     if "partition_limit" in report:
         full = dashboard_reads.partitions_at_limit(db(), dataset)
-        scopes.append({"scope": "partition", "kind": "privacy bound",
-                       "used_pct": 100.0 if full else _used(
-                           dataset, report["partitions"]["max_spent"], report["partition_limit"]),
-                       "loss": report["partitions"]["max_spent"],
-                       "limit": report["partition_limit"], "at_limit": full})
+        scopes.append(
+            {
+                "scope": "partition",
+                "kind": "privacy bound",
+                "used_pct": 100.0
+                if full
+                else _used(dataset, report["partitions"]["max_spent"], report["partition_limit"]),
+                "loss": report["partitions"]["max_spent"],
+                "limit": report["partition_limit"],
+                "at_limit": full,
+            }
+        )
     for window in report["windows"]:
-        scopes.append({"scope": f"window {window['period']}", "kind": "allocation",
-                       "used_pct": _used(dataset, window["loss"], window["limit"]),
-                       "loss": window["loss"], "limit": window["limit"],
-                       "resets_at": window["end"]})
+        scopes.append(
+            {
+                "scope": f"window {window['period']}",
+                "kind": "allocation",
+                "used_pct": _used(dataset, window["loss"], window["limit"]),
+                "loss": window["loss"],
+                "limit": window["limit"],
+                "resets_at": window["end"],
+            }
+        )
     for consumer, use in dashboard_reads.quotas(db(), dataset):
-        scopes.append({"scope": f"quota of {consumer}", "kind": "allocation",
-                       "used_pct": _used(dataset, use["loss"], use["quota"]),
-                       "loss": use["loss"], "limit": use["quota"]})
+        scopes.append(
+            {
+                "scope": f"quota of {consumer}",
+                "kind": "allocation",
+                "used_pct": _used(dataset, use["loss"], use["quota"]),
+                "loss": use["loss"],
+                "limit": use["quota"],
+            }
+        )
     for scope in scopes:
         scope["state"] = _state(scope["used_pct"])
     return scopes
@@ -145,12 +176,22 @@ def _marks(scopes: list[dict[str, Any]]) -> list[dict[str, str]]:
     for scope in scopes:
         if scope.get("at_limit"):
             count = len(scope["at_limit"])
-            marks.append({"state": "exhausted", "text": f"{count}{'+' if count >= 20 else ''} "
-                          f"partition{'s' if count > 1 else ''} at limit"})
+            marks.append(
+                {
+                    "state": "exhausted",
+                    "text": f"{count}{'+' if count >= 20 else ''} "
+                    f"partition{'s' if count > 1 else ''} at limit",
+                }
+            )
         elif scope["state"] != "ok":
-            marks.append({"state": scope["state"], "text": f"{scope['scope']} at "
-                          f"{scope['used_pct']:g}%: " + ("exhausted" if scope["state"] ==
-                                                          "exhausted" else "above 80%")})
+            marks.append(
+                {
+                    "state": scope["state"],
+                    "text": f"{scope['scope']} at "
+                    f"{scope['used_pct']:g}%: "
+                    + ("exhausted" if scope["state"] == "exhausted" else "above 80%"),
+                }
+            )
     return marks
 
 
@@ -164,17 +205,31 @@ def overview(who: Principal) -> Any:
         report = datasets.budget_report(db(), dataset, now)
         measure = _measure(dataset)
         scopes = _scopes(dataset, report)
-        windows = [{"period": s["scope"].removeprefix("window "),
-                    "loss": _figure(s["loss"].get(measure, Decimal(0))),
-                    "limit": _figure(s["limit"].get(measure, Decimal(0))),
-                    "used_pct": s["used_pct"]} for s in scopes if s["scope"].startswith("window")]
+        windows = [
+            {
+                "period": s["scope"].removeprefix("window "),
+                "loss": _figure(s["loss"].get(measure, Decimal(0))),
+                "limit": _figure(s["limit"].get(measure, Decimal(0))),
+                "used_pct": s["used_pct"],
+            }
+            for s in scopes
+            if s["scope"].startswith("window")
+        ]
         marks = _marks(scopes)
-        rows.append({"name": dataset.name, "unit": dataset.privacy_unit,
-                     "accounting": dataset.accounting,
-                     "loss": _figure(report["loss"][measure]),
-                     "limit": _figure(report["limit"][measure]), "measure": measure,
-                     "used_pct": scopes[0]["used_pct"], "windows": windows, "marks": marks,
-                     "state": max((s["state"] for s in scopes), key=_STATES.index)})
+        rows.append(
+            {
+                "name": dataset.name,
+                "unit": dataset.privacy_unit,
+                "accounting": dataset.accounting,
+                "loss": _figure(report["loss"][measure]),
+                "limit": _figure(report["limit"][measure]),
+                "measure": measure,
+                "used_pct": scopes[0]["used_pct"],
+                "windows": windows,
+                "marks": marks,
+                "state": max((s["state"] for s in scopes), key=_STATES.index),
+            }
+        )
     return _page("overview.html", who, rows=rows)
 
 
@@ -193,45 +248,72 @@ def dataset(who: Principal, name: str) -> Any:
     measure = _measure(found)
     column, stored = _column(found)
     unit = COMPONENTS[column]
-    seen = dashboard_reads.activity(db(), found, column,
-                                    by_key=request.args.get("sort") == "key")
+    seen = dashboard_reads.activity(db(), found, column, by_key=request.args.get("sort") == "key")
     first_day = now_us // DAY_US - 29
-    daily_map = {bucket: float(unit.to_decimal(total))
-                 for bucket, total in seen.charged_per_day.items()}
-    daily = [(isoformat((first_day + i) * 86_400)[:10], daily_map.get(first_day + i, 0.0))
-             for i in range(30)]
+    daily_map = {
+        bucket: float(unit.to_decimal(total)) for bucket, total in seen.charged_per_day.items()
+    }
+    daily = [
+        (isoformat((first_day + i) * 86_400)[:10], daily_map.get(first_day + i, 0.0))
+        for i in range(30)
+    ]
     delta = found.limit_delta or 0
-    history = [(at / 1e6, float(found.mode.report(amount, delta)[measure]))
-               for at, amount in dashboard_reads.loss_history(db(), found, now_us)]
+    history = [
+        (at / 1e6, float(found.mode.report(amount, delta)[measure]))
+        for at, amount in dashboard_reads.loss_history(db(), found, now_us)
+    ]
     loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
     scopes = _scopes(found, report)
     whole = sum(total for _, total in seen.consumer_totals) or 1
     used = scopes[0]["used_pct"]
     return _page(
-        "dataset.html", who, name=name, report=report, measure=measure, stored=stored,
-        loss=_figure(report["loss"][measure]), limit=_figure(report["limit"][measure]),
-        used_pct=used, state=_state(used), scopes=scopes, converts=found.mode.converts,
+        "dataset.html",
+        who,
+        name=name,
+        report=report,
+        measure=measure,
+        stored=stored,
+        loss=_figure(report["loss"][measure]),
+        limit=_figure(report["limit"][measure]),
+        used_pct=used,
+        state=_state(used),
+        scopes=scopes,
+        converts=found.mode.converts,
         delta=report["loss"].get("delta") if found.mode.converts else None,
         loss_chart=charts.loss_over_time(
-            history, _limit_steps(found, report, measure, limit),
-            found.created_at / 1e6, now_us / 1e6, measure),
+            history,
+            _limit_steps(found, report, measure, limit),
+            found.created_at / 1e6,
+            now_us / 1e6,
+            measure,
+        ),
         final_loss=loss,
         daily=charts.bars(daily, f"charged {stored} per day (cost × multiplicity)"),
-        partitions=[{"key": key, "spent": _units(unit, value)}
-                    for key, value in seen.top_partitions],
-        consumers=[{"name": consumer, "total": _units(unit, total),
-                    "share": round(100 * total / whole, 1)}
-                   for consumer, total in seen.consumer_totals],
-        recent=[_row(entry) for entry in seen.recent])
+        partitions=[
+            {"key": key, "spent": _units(unit, value)} for key, value in seen.top_partitions
+        ],
+        consumers=[
+            {"name": consumer, "total": _units(unit, total), "share": round(100 * total / whole, 1)}
+            for consumer, total in seen.consumer_totals
+        ],
+        recent=[_row(entry) for entry in seen.recent],
+    )
 
 
-def _limit_steps(dataset: Dataset, report: dict[str, Any], measure: str,
-                 limit: float) -> list[tuple[float, float]]:
+def _limit_steps(
+    dataset: Dataset, report: dict[str, Any], measure: str, limit: float
+) -> list[tuple[float, float]]:
     """The lifetime limit's history as (seconds, limit) steps, from the dataset's creation:
     the first change's old limit (or today's, if it never changed), then each new one."""
-    changes = [c for c in report["limit_history"] if c["scope"] == "dataset"
-               and isinstance(c["old"], dict) and measure in c["old"]
-               and isinstance(c["new"], dict) and measure in c["new"]]
+    changes = [
+        c
+        for c in report["limit_history"]
+        if c["scope"] == "dataset"
+        and isinstance(c["old"], dict)
+        and measure in c["old"]
+        and isinstance(c["new"], dict)
+        and measure in c["new"]
+    ]
     steps = [(dataset.created_at / 1e6, float(changes[0]["old"][measure]) if changes else limit)]
     steps += [(_seconds(c["at"]), float(c["new"][measure])) for c in changes]
     return steps
@@ -260,22 +342,36 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
         scope = detail.get("scope", "")
         if scope == "consumer":
             scope = f"quota of {detail.get('consumer', '')}"
-        return {**entry, "cost": f"{scope}: {_limits(detail.get('old'))} → "
-                                 f"{_limits(detail.get('new'))}", "charged": "",
-                "multiplicity": "", "loss_after": loss_after, "denied_by": "",
-                "outcome": "limit change", "badge": "change"}
+        return {
+            **entry,
+            "cost": f"{scope}: {_limits(detail.get('old'))} → {_limits(detail.get('new'))}",
+            "charged": "",
+            "multiplicity": "",
+            "loss_after": loss_after,
+            "denied_by": "",
+            "outcome": "limit change",
+            "badge": "change",
+        }
     denied_by = ""
     if entry["status"] == "denied":
         denied_by = str(detail.get("scope", ""))
         if detail.get("partition") is not None:
-            denied_by += (f" {detail['partition']}" if denied_by == "partition"
-                          else f" (partition {detail['partition']})")
+            denied_by += (
+                f" {detail['partition']}"
+                if denied_by == "partition"
+                else f" (partition {detail['partition']})"
+            )
         if detail.get("period"):
             denied_by += f" ({detail['period']})"
-    return {**entry, "cost": _figure(_lead(entry["cost"])),
-            "charged": _figure(_lead(entry["charged"])) if entry["charged"] else "",
-            "loss_after": loss_after, "denied_by": denied_by, "outcome": entry["status"],
-            "badge": "denied" if entry["status"] == "denied" else "ok"}
+    return {
+        **entry,
+        "cost": _figure(_lead(entry["cost"])),
+        "charged": _figure(_lead(entry["charged"])) if entry["charged"] else "",
+        "loss_after": loss_after,
+        "denied_by": denied_by,
+        "outcome": entry["status"],
+        "badge": "denied" if entry["status"] == "denied" else "ok",
+    }
 
 
 def _lead(amount: dict[str, Decimal]) -> Decimal:
@@ -296,8 +392,11 @@ def _limits(stated: Any) -> str:
 
 
 def _filters() -> dict[str, str]:
-    return {k: v for k in ("dataset", "consumer", "status", "since", "until")
-            if (v := request.args.get(k, ""))}
+    return {
+        k: v
+        for k in ("dataset", "consumer", "status", "since", "until")
+        if (v := request.args.get(k, ""))
+    }
 
 
 @bp.get("/ledger", endpoint="ledger")
@@ -308,21 +407,32 @@ def ledger_page(who: Principal) -> Any:
     try:
         parsed = ledger_api.parse_filter(filters, default_limit=50)
         view = dashboard_reads.ledger_view(
-            db(), parsed, before=_position("before"), after=_position("after"),
-            oldest=request.args.get("oldest") == "1")
+            db(),
+            parsed,
+            before=_position("before"),
+            after=_position("after"),
+            oldest=request.args.get("oldest") == "1",
+        )
     except AccountantError as problem:
         error = problem.detail
     # Verifying reads every entry, so it runs when asked, not on every page view.
     verification = {"ok": None, "entries": 0, "reason": ""}
     if request.args.get("verify"):
         result = ledger_service.verify(db())
-        verification = {"ok": result.ok, "entries": result.entries,
-                        "reason": result.reason or ""}
+        verification = {"ok": result.ok, "entries": result.entries, "reason": result.reason or ""}
     dataset_names, consumer_names = dashboard_reads.names(db())
-    return _page("ledger.html", who, entries=[_row(entry) for entry in view.entries],
-                 view=view, args=request.args, filters=filters, error=error,
-                 verification=verification, dataset_names=dataset_names,
-                 consumer_names=consumer_names)
+    return _page(
+        "ledger.html",
+        who,
+        entries=[_row(entry) for entry in view.entries],
+        view=view,
+        args=request.args,
+        filters=filters,
+        error=error,
+        verification=verification,
+        dataset_names=dataset_names,
+        consumer_names=consumer_names,
+    )
 
 
 def _position(name: str) -> int | None:

@@ -13,7 +13,8 @@ class ChargeCount(Base):
     __tablename__ = "charge_counts"
 
     dataset_id: Mapped[int] = mapped_column(
-        ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True)
+        ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
+    )
     mechanism: Mapped[str] = mapped_column(String(63), primary_key=True)
     outcome: Mapped[str] = mapped_column(String(16), primary_key=True)  # granted or denied
     count: Mapped[int] = mapped_column(BigInteger, server_default="0")

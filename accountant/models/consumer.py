@@ -17,10 +17,12 @@ class Consumer(Base):
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[Microseconds]
 
-    grants: Mapped[list[Grant]] = relationship(back_populates="consumer",
-                                               cascade="all, delete-orphan")
-    keys: Mapped[list[ApiKey]] = relationship(back_populates="consumer",
-                                              cascade="all, delete-orphan")
+    grants: Mapped[list[Grant]] = relationship(
+        back_populates="consumer", cascade="all, delete-orphan"
+    )
+    keys: Mapped[list[ApiKey]] = relationship(
+        back_populates="consumer", cascade="all, delete-orphan"
+    )
 
 
 class ApiKey(Base):

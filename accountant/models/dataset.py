@@ -44,7 +44,8 @@ class Dataset(Base):
     created_at: Mapped[Microseconds]
 
     windows: Mapped[list[WindowBudget]] = relationship(
-        back_populates="dataset", order_by="WindowBudget.period_seconds",
+        back_populates="dataset",
+        order_by="WindowBudget.period_seconds",
         cascade="all, delete-orphan",
     )
 
@@ -60,8 +61,9 @@ class Dataset(Base):
     def partition_limit(self) -> Limit | None:
         if not self.has_partition_limit:
             return None
-        return Limit(self.partition_limit_epsilon, self.partition_limit_delta,
-                     self.partition_limit_rho)
+        return Limit(
+            self.partition_limit_epsilon, self.partition_limit_delta, self.partition_limit_rho
+        )
 
 
 class WindowBudget(Base):

@@ -23,13 +23,15 @@ class LedgerEntry(Base):
 
     # INTEGER on SQLite, where only that type is an auto-incrementing rowid alias.
     id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True)
+        BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    )
     seq: Mapped[int] = mapped_column(BigInteger)
     kind: Mapped[str] = mapped_column(String(16))
     charge_id: Mapped[str | None] = mapped_column(String(36), unique=True, nullable=True)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
     consumer_id: Mapped[int | None] = mapped_column(
-        ForeignKey("consumers.id", ondelete="SET NULL"), nullable=True)
+        ForeignKey("consumers.id", ondelete="SET NULL"), nullable=True
+    )
     status: Mapped[str] = mapped_column(String(16))
     mechanism: Mapped[str | None] = mapped_column(String(63), nullable=True)
     release: Mapped[str | None] = mapped_column(String(16), nullable=True)
@@ -61,5 +63,4 @@ class LedgerEntry(Base):
     def loss_after(self) -> Amount | None:
         if self.loss_after_epsilon is None:
             return None
-        return Amount(self.loss_after_epsilon, self.loss_after_delta or 0,
-                      self.loss_after_rho or 0)
+        return Amount(self.loss_after_epsilon, self.loss_after_delta or 0, self.loss_after_rho or 0)

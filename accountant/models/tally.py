@@ -53,9 +53,11 @@ class TallySpend(Base):
     )
 
     tally_id: Mapped[int] = mapped_column(
-        ForeignKey("tallies.id", ondelete="CASCADE"), primary_key=True)
+        ForeignKey("tallies.id", ondelete="CASCADE"), primary_key=True
+    )
     partition_id: Mapped[int] = mapped_column(
-        ForeignKey("partitions.id", ondelete="CASCADE"), primary_key=True)
+        ForeignKey("partitions.id", ondelete="CASCADE"), primary_key=True
+    )
     epsilon: Mapped[Units]
     delta: Mapped[Units]
     rho: Mapped[Units]

@@ -19,7 +19,8 @@ def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, A
         select(LedgerEntry, Dataset, Consumer.name)
         .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
         .outerjoin(Consumer, Consumer.id == LedgerEntry.consumer_id)
-        .where(LedgerEntry.charge_id == charge_id)).first()
+        .where(LedgerEntry.charge_id == charge_id)
+    ).first()
     if row is None:
         raise NotFound(f"no charge with id {charge_id!r}")
     entry, dataset, consumer = row
@@ -37,6 +38,7 @@ def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, A
         "cost": dataset.mode.report(entry.cost, dataset.limit_delta or 0),
         "multiplicity": entry.multiplicity,
         "denial": {k: v for k, v in (entry.detail or {}).items() if k != "terms_sha256"}
-        if entry.status == "denied" else None,
+        if entry.status == "denied"
+        else None,
         "created_at": isoformat(entry.created_at / 1e6),
     }

@@ -22,47 +22,70 @@ from accountant.services import idempotency, ledger, receipts
 from accountant.services.evaluation import ChargeRequest, Evaluation
 
 
-def granted(evaluation: Evaluation, request: ChargeRequest, charge_id: str, created_at: int,
-            output_sha256: str, head: ledger.ChainHead,
-            signer: Ed25519PrivateKey) -> idempotency.Outcome:
+def granted(
+    evaluation: Evaluation,
+    request: ChargeRequest,
+    charge_id: str,
+    created_at: int,
+    output_sha256: str,
+    head: ledger.ChainHead,
+    signer: Ed25519PrivateKey,
+) -> idempotency.Outcome:
     """A grant's 201 as remembered: everything but the output, with its signed receipt. Both
     carry the charge's ledger entry (its seq and hash, the dataset's chain head right after
     it), so that every receipt anchors the chain: a ledger cut back behind it shows."""
     priced = evaluation.priced
-    body = idempotency.decimals_as_floats({
-        "charge_id": charge_id,
-        "dataset": evaluation.dataset.name,
-        "mechanism": request.mechanism.name,
-        "release": request.release,
-        "partitions": evaluation.partitions,
-        "cost": report(evaluation, priced.cost),
-        "multiplicity": priced.multiplicity,
-        "charged": report(evaluation, evaluation.charged),
-        "remaining": report(evaluation, evaluation.remaining),
-        "created_at": isoformat(created_at / 1e6),
-        "run_params": idempotency.encode_params(priced.run_params),
-        "output_sha256": output_sha256,
-        "ledger": {"seq": head.seq, "hash": head.hash},
-    })
+    body = idempotency.decimals_as_floats(
+        {
+            "charge_id": charge_id,
+            "dataset": evaluation.dataset.name,
+            "mechanism": request.mechanism.name,
+            "release": request.release,
+            "partitions": evaluation.partitions,
+            "cost": report(evaluation, priced.cost),
+            "multiplicity": priced.multiplicity,
+            "charged": report(evaluation, evaluation.charged),
+            "remaining": report(evaluation, evaluation.remaining),
+            "created_at": isoformat(created_at / 1e6),
+            "run_params": idempotency.encode_params(priced.run_params),
+            "output_sha256": output_sha256,
+            "ledger": {"seq": head.seq, "hash": head.hash},
+        }
+    )
     body["receipt"] = receipts.receipt(
-        signer, charge_id=charge_id, dataset=body["dataset"], partitions=body["partitions"],
-        mechanism=body["mechanism"], cost=body["cost"], multiplicity=body["multiplicity"],
-        charged=body["charged"], output_sha256=output_sha256, ledger=body["ledger"],
-        issued_at=created_at // 1_000_000)
+        signer,
+        charge_id=charge_id,
+        dataset=body["dataset"],
+        partitions=body["partitions"],
+        mechanism=body["mechanism"],
+        cost=body["cost"],
+        multiplicity=body["multiplicity"],
+        charged=body["charged"],
+        output_sha256=output_sha256,
+        ledger=body["ledger"],
+        issued_at=created_at // 1_000_000,
+    )
     return idempotency.Outcome(request.fingerprint, charge_id, 201, body, {})
 
 
-def denied(evaluation: Evaluation, request: ChargeRequest, charge_id: str,
-           now_us: int) -> idempotency.Outcome:
+def denied(
+    evaluation: Evaluation, request: ChargeRequest, charge_id: str, now_us: int
+) -> idempotency.Outcome:
     """A denial's problem as remembered."""
     assert evaluation.denial is not None
     problem = problems.of(denial_error(evaluation, evaluation.denial, charge_id, now_us))
-    return idempotency.Outcome(request.fingerprint, charge_id, problem.status,
-                               idempotency.decimals_as_floats(problem.body), problem.headers)
+    return idempotency.Outcome(
+        request.fingerprint,
+        charge_id,
+        problem.status,
+        idempotency.decimals_as_floats(problem.body),
+        problem.headers,
+    )
 
 
-def denial_error(evaluation: Evaluation, denial: Denial, charge_id: str,
-                 now_us: int) -> BudgetExhausted:
+def denial_error(
+    evaluation: Evaluation, denial: Denial, charge_id: str, now_us: int
+) -> BudgetExhausted:
     """The domain error of a denial, with its facts; a window that will reset is a
     ``WindowExhausted`` that says when, unless the charge could never fit in it."""
     extra: dict[str, Any] = {
@@ -91,14 +114,18 @@ def report(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
 
 def reason(evaluation: Evaluation, denial: Denial) -> str:
     """One sentence: which scope, its limit, what is spent and what was asked for."""
-    where = {"dataset": "the dataset's lifetime budget",
-             "partition": f"the budget of partition {denial.partition!r}",
-             "consumer": "your quota on this dataset",
-             "window": "the current window budget"}[denial.scope]
-    text = (f"this charge would exceed {where}: limit "
-            f"{_text(_limit_report(evaluation, denial))}, spent "
-            f"{_text(report(evaluation, denial.spent))}, requested "
-            f"{_text(report(evaluation, denial.requested))}")
+    where = {
+        "dataset": "the dataset's lifetime budget",
+        "partition": f"the budget of partition {denial.partition!r}",
+        "consumer": "your quota on this dataset",
+        "window": "the current window budget",
+    }[denial.scope]
+    text = (
+        f"this charge would exceed {where}: limit "
+        f"{_text(_limit_report(evaluation, denial))}, spent "
+        f"{_text(report(evaluation, denial.spent))}, requested "
+        f"{_text(report(evaluation, denial.requested))}"
+    )
     if denial.window is not None:
         text += f"; the window resets at {isoformat(denial.window.end)}"
     return text
@@ -110,7 +137,7 @@ def _limit_report(evaluation: Evaluation, denial: Denial) -> dict[str, Any]:
     stated = report(evaluation, limited)
     if evaluation.mode.converts:
         return stated
-    return {k: v for k, v in stated.items() if denial.limit[k] is not None}  # type: ignore[index]
+    return {k: v for k, v in stated.items() if denial.limit[k] is not None}  # type: ignore[index]  # k is a component name
 
 
 def _text(amount: dict[str, Any]) -> str:

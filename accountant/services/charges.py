@@ -101,31 +101,42 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
     if isinstance(done, Granted):  # after the commit, never failing the charge
         context.signer_published[0] = True  # committed with the charge
         context.alerts.after_grant(
-            done.evaluation.checks, done.evaluation.mode.components, dataset=request.dataset,
-            consumer=request.principal.name, charge_id=done.response.charge_id,
-            at=context.clock.now_us() / 1e6)
+            done.evaluation.checks,
+            done.evaluation.mode.components,
+            dataset=request.dataset,
+            consumer=request.principal.name,
+            charge_id=done.response.charge_id,
+            at=context.clock.now_us() / 1e6,
+        )
     return done
 
 
-def _in_transaction(connection: Driver, request: ChargeRequest,
-                    context: ChargeContext) -> idempotency.Outcome | Granted | Denied:
+def _in_transaction(
+    connection: Driver, request: ChargeRequest, context: ChargeContext
+) -> idempotency.Outcome | Granted | Denied:
     consumer_id = request.principal.consumer_id
     reads = send_reads(connection, request, context.clock.now_us() / 1e6, lock=True)
     # Sent after the lock: a duplicate that waited for it sees the first one's row.
-    remembered = None if request.key is None else idempotency.find(
-        connection, consumer_id, request.key)
+    remembered = (
+        None if request.key is None else idempotency.find(connection, consumer_id, request.key)
+    )
     dataset = reads.dataset.result()  # no such dataset: a 404 before anything else
     if remembered is not None and (first := remembered.result()) is not None:
         if first.request_hash != request.fingerprint:
             raise IdempotencyKeyReused(
                 f"idempotency key {request.key!r} was first used with a different request; "
-                "use a new key for a new request")
+                "use a new key for a new request"
+            )
         return first
     # the grant as it stands under the lock: one revoked since the key was read is gone
-    if not (request.principal.role == "admin"
-            or (request.principal.role == "service" and dataset.granted)):
-        raise Forbidden(f"{request.principal.name!r} (role {request.principal.role}) may not "
-                        f"charge dataset {dataset.name!r}; ask an admin for a grant")
+    if not (
+        request.principal.role == "admin"
+        or (request.principal.role == "service" and dataset.granted)
+    ):
+        raise Forbidden(
+            f"{request.principal.name!r} (role {request.principal.role}) may not "
+            f"charge dataset {dataset.name!r}; ask an admin for a grant"
+        )
     now = context.clock.now_us()
     evaluation = evaluate(connection, reads, request, now / 1e6)
     charge_id = str(uuid.uuid4())
@@ -136,8 +147,9 @@ def _in_transaction(connection: Driver, request: ChargeRequest,
         head = charge_writes.record(connection, evaluation, request, charge_id, now)
         if not context.signer_published[0]:
             receipts.publish(connection, context.signer, now)
-        response = charge_responses.granted(evaluation, request, charge_id, now, digest,
-                                            head, context.signer)
+        response = charge_responses.granted(
+            evaluation, request, charge_id, now, digest, head, context.signer
+        )
         done = Granted(evaluation, response, output)
     else:
         charge_writes.record(connection, evaluation, request, charge_id, now)
@@ -147,20 +159,29 @@ def _in_transaction(connection: Driver, request: ChargeRequest,
     return done
 
 
-def _run(request: ChargeRequest, evaluation: Evaluation, charge_id: str,
-         noise: NoiseSecret) -> tuple[dict[str, Any], str]:
+def _run(
+    request: ChargeRequest, evaluation: Evaluation, charge_id: str, noise: NoiseSecret
+) -> tuple[dict[str, Any], str]:
     """Run the mechanism inside the charge's transaction: if it fails, nothing is charged.
     The output and its SHA-256."""
     mechanism = request.mechanism
     try:
-        output = mechanism.run(evaluation.priced.run_params, request.data or {},
-                               noise.source_for(charge_id))
+        output = mechanism.run(
+            evaluation.priced.run_params, request.data or {}, noise.source_for(charge_id)
+        )
         return output, receipts.output_sha256(output)
     except Exception as error:  # a plugin's run may raise anything
-        log.error("mechanism failed after its preparation passed; the charge is rolled back",
-                  extra={"mechanism": mechanism.name, "implementation": mechanism.implementation,
-                         "error": repr(error)[:500]}, exc_info=True)
+        log.error(
+            "mechanism failed after its preparation passed; the charge is rolled back",
+            extra={
+                "mechanism": mechanism.name,
+                "implementation": mechanism.implementation,
+                "error": repr(error)[:500],
+            },
+            exc_info=True,
+        )
         raise MechanismFailed(
             f"mechanism {mechanism.name!r} failed to run ({type(error).__name__}); nothing was "
             "charged. This is a bug of its plugin, and it has been logged; report it to the "
-            f"plugin's authors ({mechanism.implementation})") from None
+            f"plugin's authors ({mechanism.implementation})"
+        ) from None

@@ -48,7 +48,9 @@ def authenticate(driver: Driver, key: str, hasher: KeyHasher) -> Principal | Non
         "FROM api_keys AS k "
         "JOIN consumers AS c ON c.id = k.consumer_id "
         "LEFT JOIN grants AS g ON g.consumer_id = c.id "
-        "WHERE k.key_hash = :hash AND k.revoked_at IS NULL", {"hash": hasher(key)})
+        "WHERE k.key_hash = :hash AND k.revoked_at IS NULL",
+        {"hash": hasher(key)},
+    )
     if not rows:
         return None
     first = rows[0]
@@ -62,17 +64,24 @@ def principal_of_key_id(session: Session, key_id: str) -> Principal | None:
     row = session.execute(
         select(ApiKey.id, Consumer.id, Consumer.name, Consumer.role)
         .join(Consumer, Consumer.id == ApiKey.consumer_id)
-        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))).first()
+        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+    ).first()
     return None if row is None else Principal(row[1], row[2], row[3], row[0])
 
 
-def issue_key(session: Session, consumer: Consumer, now: int, hasher: KeyHasher,
-              key: str | None = None) -> tuple[ApiKey, str]:
+def issue_key(
+    session: Session, consumer: Consumer, now: int, hasher: KeyHasher, key: str | None = None
+) -> tuple[ApiKey, str]:
     """A new key for ``consumer``; the plaintext is returned once and never stored."""
     ensure_registered(session, hasher)  # before the first keyed hash this database holds
     plaintext = key if key is not None else KEY_PREFIX + secrets.token_urlsafe(32)
-    row = ApiKey(id=secrets.token_hex(8), consumer_id=consumer.id, key_hash=hasher(plaintext),
-                 prefix=display_prefix(plaintext), created_at=now)
+    row = ApiKey(
+        id=secrets.token_hex(8),
+        consumer_id=consumer.id,
+        key_hash=hasher(plaintext),
+        prefix=display_prefix(plaintext),
+        created_at=now,
+    )
     session.add(row)
     session.flush()
     return row, plaintext
@@ -91,33 +100,42 @@ def revoke_key(session: Session, key_id: str, now: int) -> None:
     row.revoked_at = now
 
 
-def create_consumer(session: Session, body: dict[str, Any], now: int,
-                    hasher: KeyHasher) -> tuple[Consumer, str]:
+def create_consumer(
+    session: Session, body: dict[str, Any], now: int, hasher: KeyHasher
+) -> tuple[Consumer, str]:
     """Create a consumer with its grants and quotas, and its first key."""
     if body["name"] == "me":
-        raise InvalidRequest("'me' is reserved: /v1/consumers/me is the caller's own record; "
-                             "choose another name",
-                             errors=[{"field": "name", "message": "reserved"}])
+        raise InvalidRequest(
+            "'me' is reserved: /v1/consumers/me is the caller's own record; choose another name",
+            errors=[{"field": "name", "message": "reserved"}],
+        )
     if session.execute(select(Consumer.id).where(Consumer.name == body["name"])).first():
-        raise Conflict(f"a consumer named {body['name']!r} exists; choose another name or "
-                       f"add a key with POST /v1/consumers/{body['name']}/keys")
+        raise Conflict(
+            f"a consumer named {body['name']!r} exists; choose another name or "
+            f"add a key with POST /v1/consumers/{body['name']}/keys"
+        )
     names = list(body.get("datasets", []))
     quotas = body.get("quotas", {})
     for name in quotas:
         if name not in names:
             raise InvalidRequest(
                 f"quota for {name!r}, which is not among the consumer's datasets",
-                errors=[{"field": f"quotas.{name}", "message": "not a granted dataset"}])
+                errors=[{"field": f"quotas.{name}", "message": "not a granted dataset"}],
+            )
     if body["role"] != "service" and names:
         raise InvalidRequest(
             "only service consumers take dataset grants; admins and auditors see every dataset",
-            errors=[{"field": "datasets", "message": "must be empty for this role"}])
-    datasets = {d.name: d for d in session.execute(
-        select(Dataset).where(Dataset.name.in_(names))).scalars()}
+            errors=[{"field": "datasets", "message": "must be empty for this role"}],
+        )
+    datasets = {
+        d.name: d for d in session.execute(select(Dataset).where(Dataset.name.in_(names))).scalars()
+    }
     missing = [name for name in names if name not in datasets]
     if missing:
-        raise NotFound(f"unknown dataset(s) {missing}; create them first with POST /v1/datasets",
-                       extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]})
+        raise NotFound(
+            f"unknown dataset(s) {missing}; create them first with POST /v1/datasets",
+            extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]},
+        )
     consumer = Consumer(name=body["name"], role=body["role"], created_at=now)
     for name in names:
         dataset = datasets[name]
@@ -139,8 +157,9 @@ def _set_quota(grant: Grant, dataset: Dataset, stated: dict[str, Any], field_nam
     try:
         quota = limit_of(mode, stated, DELTA.to_decimal(dataset.limit_delta or 0))
     except ValueError as error:
-        raise InvalidRequest(str(error), errors=[{"field": field_name,
-                                                     "message": str(error)}]) from None
+        raise InvalidRequest(
+            str(error), errors=[{"field": field_name, "message": str(error)}]
+        ) from None
     grant.has_quota = True
     grant.quota_epsilon, grant.quota_delta, grant.quota_rho = quota.epsilon, quota.delta, quota.rho
 
@@ -152,14 +171,17 @@ def describe_consumer(consumer: Consumer, dataset_names: dict[int, str]) -> dict
         quota = grant.quota
         if quota is not None:
             quotas[dataset_names[grant.dataset_id]] = describe_limit(
-                quota, modes.get(grant.dataset_id))
+                quota, modes.get(grant.dataset_id)
+            )
     return {
         "name": consumer.name,
         "role": consumer.role,
         "datasets": sorted(dataset_names[g.dataset_id] for g in consumer.grants),
         "quotas": quotas,
-        "keys": [{"id": k.id, "prefix": k.prefix, "revoked": k.revoked_at is not None}
-                 for k in sorted(consumer.keys, key=lambda k: k.created_at)],
+        "keys": [
+            {"id": k.id, "prefix": k.prefix, "revoked": k.revoked_at is not None}
+            for k in sorted(consumer.keys, key=lambda k: k.created_at)
+        ],
     }
 
 
@@ -185,8 +207,12 @@ def _modes_of_quotas(consumer: Consumer) -> dict[int, Mode]:
     session = object_session(consumer)
     if not ids or session is None:
         return {}
-    return {row.id: mode_of(row.accounting, row.rdp_order) for row in session.execute(
-        select(Dataset.id, Dataset.accounting, Dataset.rdp_order).where(Dataset.id.in_(ids)))}
+    return {
+        row.id: mode_of(row.accounting, row.rdp_order)
+        for row in session.execute(
+            select(Dataset.id, Dataset.accounting, Dataset.rdp_order).where(Dataset.id.in_(ids))
+        )
+    }
 
 
 def dataset_names(session: Session) -> dict[int, str]:
@@ -196,9 +222,13 @@ def dataset_names(session: Session) -> dict[int, str]:
 
 def all_consumers(session: Session) -> list[Consumer]:
     """Every consumer with its grants and keys, by name."""
-    return list(session.execute(select(Consumer).options(
-        selectinload(Consumer.grants), selectinload(Consumer.keys))
-        .order_by(Consumer.name)).scalars())
+    return list(
+        session.execute(
+            select(Consumer)
+            .options(selectinload(Consumer.grants), selectinload(Consumer.keys))
+            .order_by(Consumer.name)
+        ).scalars()
+    )
 
 
 def find_consumer(session: Session, name: str) -> Consumer:
@@ -211,9 +241,11 @@ def find_consumer(session: Session, name: str) -> Consumer:
 def describe_me(session: Session, principal: Principal) -> dict[str, Any]:
     """The caller's consumer with, per granted dataset, its loss in the consumer scope and,
     with a quota, the quota and what is left of it (allocation, not a privacy guarantee)."""
-    consumer = session.execute(select(Consumer).options(
-        selectinload(Consumer.grants), selectinload(Consumer.keys))
-        .where(Consumer.id == principal.consumer_id)).scalar_one()
+    consumer = session.execute(
+        select(Consumer)
+        .options(selectinload(Consumer.grants), selectinload(Consumer.keys))
+        .where(Consumer.id == principal.consumer_id)
+    ).scalar_one()
     view = describe_consumer(consumer, dataset_names(session))
     use: dict[str, Any] = {}
     for grant in consumer.grants:
@@ -233,9 +265,13 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
     from accountant.services.datasets import rule_of, tally_state
 
     mode, rule = dataset.mode, rule_of(dataset)
-    tally = session.execute(select(Tally).where(
-        Tally.dataset_id == dataset.id, Tally.kind == "consumer",
-        Tally.consumer_id == grant.consumer_id)).scalar_one_or_none()
+    tally = session.execute(
+        select(Tally).where(
+            Tally.dataset_id == dataset.id,
+            Tally.kind == "consumer",
+            Tally.consumer_id == grant.consumer_id,
+        )
+    ).scalar_one_or_none()
     loss = loss_now(rule, tally_state(session, tally, rule, mode.components), mode.components)
     delta = dataset.limit_delta or 0
     entry: dict[str, Any] = {"loss": mode.report(loss, delta)}
@@ -246,12 +282,14 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
 
 
 def grant_of(session: Session, consumer_id: int, dataset_id: int) -> Grant | None:
-    return session.execute(select(Grant).where(
-        Grant.consumer_id == consumer_id, Grant.dataset_id == dataset_id)).scalar_one_or_none()
+    return session.execute(
+        select(Grant).where(Grant.consumer_id == consumer_id, Grant.dataset_id == dataset_id)
+    ).scalar_one_or_none()
 
 
-def update_consumer(session: Session, name: str, body: dict[str, Any], actor: Principal,
-                    now: int) -> Consumer:
+def update_consumer(
+    session: Session, name: str, body: dict[str, Any], actor: Principal, now: int
+) -> Consumer:
     """Apply a PATCH of grants (``datasets``: the new set) and quotas (a limit, or null to
     remove one). Each dataset whose grant or quota changes gets a ledgered limit change on
     its own chain, under its lock, stating the old and new terms and who changed them."""
@@ -260,32 +298,46 @@ def update_consumer(session: Session, name: str, body: dict[str, Any], actor: Pr
     from accountant.services.datasets import lifetime_loss
 
     begin_write(session)
-    consumer = session.execute(select(Consumer).options(selectinload(Consumer.grants))
-                               .where(Consumer.name == name)).scalar_one_or_none()
+    consumer = session.execute(
+        select(Consumer).options(selectinload(Consumer.grants)).where(Consumer.name == name)
+    ).scalar_one_or_none()
     if consumer is None:
         raise NotFound(f"no consumer named {name!r}; create it with POST /v1/consumers")
     granted = {grant.dataset_id: grant for grant in consumer.grants}
     names = dataset_names(session)
-    wanted = set(body["datasets"]) if "datasets" in body else {
-        names[dataset_id] for dataset_id in granted}
+    wanted = (
+        set(body["datasets"])
+        if "datasets" in body
+        else {names[dataset_id] for dataset_id in granted}
+    )
     quotas = body.get("quotas", {})
     if (wanted or quotas) and consumer.role != "service":
         raise InvalidRequest(
             "only service consumers take dataset grants; admins and auditors see every dataset",
-            errors=[{"field": "datasets", "message": "must be empty for this role"}])
+            errors=[{"field": "datasets", "message": "must be empty for this role"}],
+        )
     for dataset_name in quotas:
         if dataset_name not in wanted:
             raise InvalidRequest(
                 f"quota for {dataset_name!r}, which is not among the consumer's datasets",
-                errors=[{"field": f"quotas.{dataset_name}", "message": "not a granted dataset"}])
+                errors=[{"field": f"quotas.{dataset_name}", "message": "not a granted dataset"}],
+            )
     touched = wanted | {names[dataset_id] for dataset_id in granted}
-    datasets = {d.name: d for d in session.execute(
-        select(Dataset).where(Dataset.name.in_(sorted(touched))).order_by(Dataset.id)
-        .with_for_update()).scalars()}
+    datasets = {
+        d.name: d
+        for d in session.execute(
+            select(Dataset)
+            .where(Dataset.name.in_(sorted(touched)))
+            .order_by(Dataset.id)
+            .with_for_update()
+        ).scalars()
+    }
     missing = sorted(wanted - set(datasets))
     if missing:
-        raise NotFound(f"unknown dataset(s) {missing}; create them first with POST /v1/datasets",
-                       extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]})
+        raise NotFound(
+            f"unknown dataset(s) {missing}; create them first with POST /v1/datasets",
+            extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]},
+        )
     actor_row = ledger.Actor(actor.consumer_id, actor.name)
     for dataset_name in sorted(touched):
         dataset = datasets[dataset_name]
@@ -310,12 +362,23 @@ def update_consumer(session: Session, name: str, body: dict[str, Any], actor: Pr
         if new == old:
             continue
         session.flush()
-        ledger.append(Driver.of(session), dataset, actor_row, kind="limit_change",
-                      status="granted", created_at=now,
-                      detail={"scope": "consumer", "consumer": consumer.name, "old": old,
-                              "new": new, "reason": body.get("reason"),
-                              "terms_sha256": dataset.terms_sha256},
-                      loss_after=lifetime_loss(session, dataset))
+        ledger.append(
+            Driver.of(session),
+            dataset,
+            actor_row,
+            kind="limit_change",
+            status="granted",
+            created_at=now,
+            detail={
+                "scope": "consumer",
+                "consumer": consumer.name,
+                "old": old,
+                "new": new,
+                "reason": body.get("reason"),
+                "terms_sha256": dataset.terms_sha256,
+            },
+            loss_after=lifetime_loss(session, dataset),
+        )
     session.flush()
     return consumer
 
@@ -323,6 +386,7 @@ def update_consumer(session: Session, name: str, body: dict[str, Any], actor: Pr
 def _terms(grant: Grant | None) -> dict[str, Any]:
     """A consumer's terms on a dataset, as ledgered: granted, and its quota as exact text."""
     quota = None if grant is None else grant.quota
-    return {"granted": grant is not None,
-            "quota": None if quota is None else {k: str(v) for k, v in
-                                                  describe_limit(quota).items()}}
+    return {
+        "granted": grant is not None,
+        "quota": None if quota is None else {k: str(v) for k, v in describe_limit(quota).items()},
+    }

@@ -27,8 +27,10 @@ from accountant.models import Consumer, Dataset, Grant
 from accountant.services import ledger, terms
 from accountant.services.datasets import describe_limit, lifetime_loss
 
-REASON = ("zcdp limits recomputed from their stated (epsilon, delta) by the Canonne, Kamath "
-          "and Steinke (2020) conversion, which allows a larger rho for the same guarantee")
+REASON = (
+    "zcdp limits recomputed from their stated (epsilon, delta) by the Canonne, Kamath "
+    "and Steinke (2020) conversion, which allows a larger rho for the same guarantee"
+)
 
 
 def _raised(row: Any, prefix: str, dataset_delta: int) -> bool:
@@ -50,8 +52,9 @@ def upgrade_zcdp_limits(session: Session, now: int) -> int:
     """Raise every zcdp limit that the conversion allows to be larger; the datasets changed."""
     begin_write(session)
     changed = 0
-    for dataset in session.execute(select(Dataset).where(Dataset.accounting == "zcdp")
-                                   .order_by(Dataset.id).with_for_update()).scalars():
+    for dataset in session.execute(
+        select(Dataset).where(Dataset.accounting == "zcdp").order_by(Dataset.id).with_for_update()
+    ).scalars():
         delta = dataset.limit_delta or 0
         changes: list[tuple[str, Any, Any]] = []
         old = describe_limit(dataset.limit, dataset.mode)
@@ -61,21 +64,34 @@ def upgrade_zcdp_limits(session: Session, now: int) -> int:
             old = describe_limit(dataset.partition_limit, dataset.mode)
             if _raised(dataset, "partition_limit", delta):
                 assert dataset.partition_limit is not None
-                changes.append(("partition", old,
-                                describe_limit(dataset.partition_limit, dataset.mode)))
+                changes.append(
+                    ("partition", old, describe_limit(dataset.partition_limit, dataset.mode))
+                )
         for window in dataset.windows:
             old = describe_limit(_limit(window, "limit"), dataset.mode)
             if _raised(window, "limit", delta):
-                changes.append((f"window:{PERIOD_NAMES[window.period_seconds]}", old,
-                                describe_limit(_limit(window, "limit"), dataset.mode)))
-        grants = session.execute(select(Grant, Consumer.name).join(
-            Consumer, Consumer.id == Grant.consumer_id).where(
-            Grant.dataset_id == dataset.id, Grant.has_quota)).all()
+                changes.append(
+                    (
+                        f"window:{PERIOD_NAMES[window.period_seconds]}",
+                        old,
+                        describe_limit(_limit(window, "limit"), dataset.mode),
+                    )
+                )
+        grants = session.execute(
+            select(Grant, Consumer.name)
+            .join(Consumer, Consumer.id == Grant.consumer_id)
+            .where(Grant.dataset_id == dataset.id, Grant.has_quota)
+        ).all()
         for grant, consumer in grants:
             old = describe_limit(_limit(grant, "quota"), dataset.mode)
             if _raised(grant, "quota", delta):
-                changes.append((f"consumer:{consumer}", old,
-                                describe_limit(_limit(grant, "quota"), dataset.mode)))
+                changes.append(
+                    (
+                        f"consumer:{consumer}",
+                        old,
+                        describe_limit(_limit(grant, "quota"), dataset.mode),
+                    )
+                )
         if not changes:
             continue
         changed += 1
@@ -83,18 +99,32 @@ def upgrade_zcdp_limits(session: Session, now: int) -> int:
         session.flush()
         loss = lifetime_loss(session, dataset)
         for scope, before, after in changes:
-            ledger.append(Driver.of(session), dataset, None, kind="limit_change",
-                          status="granted", created_at=now,
-                          detail={"scope": scope, "old": _text(before), "new": _text(after),
-                                  "reason": REASON, "terms_sha256": dataset.terms_sha256},
-                          loss_after=loss)
+            ledger.append(
+                Driver.of(session),
+                dataset,
+                None,
+                kind="limit_change",
+                status="granted",
+                created_at=now,
+                detail={
+                    "scope": scope,
+                    "old": _text(before),
+                    "new": _text(after),
+                    "reason": REASON,
+                    "terms_sha256": dataset.terms_sha256,
+                },
+                loss_after=loss,
+            )
     session.commit()
     return changed
 
 
 def _limit(row: Any, prefix: str) -> Limit:
-    return Limit(getattr(row, f"{prefix}_epsilon"), getattr(row, f"{prefix}_delta"),
-                 getattr(row, f"{prefix}_rho"))
+    return Limit(
+        getattr(row, f"{prefix}_epsilon"),
+        getattr(row, f"{prefix}_delta"),
+        getattr(row, f"{prefix}_rho"),
+    )
 
 
 def _text(limit: dict[str, Decimal]) -> dict[str, str]:

@@ -35,35 +35,50 @@ class DatasetActivity:
     recent: list[dict[str, Any]]  # the 20 latest ledger entries, described, newest first
 
 
-def activity(session: Session, dataset: Dataset, measure: str, *,
-             by_key: bool = False) -> DatasetActivity:
+def activity(
+    session: Session, dataset: Dataset, measure: str, *, by_key: bool = False
+) -> DatasetActivity:
     cost = getattr(LedgerEntry, f"cost_{measure}")
     day = LedgerEntry.created_at // DAY_US
     per_day = session.execute(
         select(day, func.sum(cost * LedgerEntry.multiplicity))
-        .where(LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "charge",
-               LedgerEntry.status == "granted")
-        .group_by(day).order_by(day)).all()
-    lifetime = session.execute(select(Tally.id).where(
-        Tally.dataset_id == dataset.id, Tally.kind == "lifetime")).scalar_one()
+        .where(
+            LedgerEntry.dataset_id == dataset.id,
+            LedgerEntry.kind == "charge",
+            LedgerEntry.status == "granted",
+        )
+        .group_by(day)
+        .order_by(day)
+    ).all()
+    lifetime = session.execute(
+        select(Tally.id).where(Tally.dataset_id == dataset.id, Tally.kind == "lifetime")
+    ).scalar_one()
     spend = getattr(TallySpend, measure)
     top = session.execute(
         select(Partition.key, spend)
-        .join(TallySpend, (TallySpend.partition_id == Partition.id)
-              & (TallySpend.tally_id == lifetime))
-        .order_by(Partition.key if by_key else spend.desc()).limit(20)).all()
+        .join(
+            TallySpend,
+            (TallySpend.partition_id == Partition.id) & (TallySpend.tally_id == lifetime),
+        )
+        .order_by(Partition.key if by_key else spend.desc())
+        .limit(20)
+    ).all()
     shares = session.execute(
         select(Consumer.name, getattr(Tally, f"total_{measure}"))
         .join(Consumer, Consumer.id == Tally.consumer_id)
-        .where(Tally.dataset_id == dataset.id, Tally.kind == "consumer")).all()
+        .where(Tally.dataset_id == dataset.id, Tally.kind == "consumer")
+    ).all()
     recent = session.execute(
         ledger.query(ledger.LedgerFilter(dataset_id=dataset.id, limit=20))
-        .order_by(None).order_by(LedgerEntry.id.desc())).all()
+        .order_by(None)
+        .order_by(LedgerEntry.id.desc())
+    ).all()
     return DatasetActivity(
         {int(bucket): int(total or 0) for bucket, total in per_day},
         [(key, int(value)) for key, value in top],
         [(name, int(total)) for name, total in shares],
-        [describe_entry(entry, dataset, consumer) for entry, _name, consumer in recent])
+        [describe_entry(entry, dataset, consumer) for entry, _name, consumer in recent],
+    )
 
 
 #: Points of the loss-over-time chart at most: the ledger is read grouped, never whole.
@@ -80,12 +95,21 @@ def loss_history(session: Session, dataset: Dataset, until_us: int) -> list[tupl
     span = max(1, until_us - start)
     bucket = (LedgerEntry.created_at - start) * LOSS_POINTS // span
     rows = session.execute(
-        select(bucket, func.max(LedgerEntry.created_at), func.max(LedgerEntry.loss_after_epsilon),
-               func.max(LedgerEntry.loss_after_delta), func.max(LedgerEntry.loss_after_rho))
+        select(
+            bucket,
+            func.max(LedgerEntry.created_at),
+            func.max(LedgerEntry.loss_after_epsilon),
+            func.max(LedgerEntry.loss_after_delta),
+            func.max(LedgerEntry.loss_after_rho),
+        )
         .where(LedgerEntry.dataset_id == dataset.id, LedgerEntry.loss_after_epsilon.is_not(None))
-        .group_by(bucket).order_by(bucket)).all()
-    return [(int(at), Amount(int(epsilon or 0), int(delta or 0), int(rho or 0)))
-            for _bucket, at, epsilon, delta, rho in rows]
+        .group_by(bucket)
+        .order_by(bucket)
+    ).all()
+    return [
+        (int(at), Amount(int(epsilon or 0), int(delta or 0), int(rho or 0)))
+        for _bucket, at, epsilon, delta, rho in rows
+    ]
 
 
 def partitions_at_limit(session: Session, dataset: Dataset) -> list[str]:
@@ -94,24 +118,33 @@ def partitions_at_limit(session: Session, dataset: Dataset) -> list[str]:
     limit = dataset.partition_limit if dataset.has_partition_limit else None
     if limit is None:
         return []
-    reached = [getattr(TallySpend, name) >= value
-               for name in ("epsilon", "delta", "rho") if (value := limit[name]) is not None]
+    reached = [
+        getattr(TallySpend, name) >= value
+        for name in ("epsilon", "delta", "rho")
+        if (value := limit[name]) is not None
+    ]
     if not reached:
         return []
-    return list(session.execute(
-        select(Partition.key)
-        .join(TallySpend, TallySpend.partition_id == Partition.id)
-        .join(Tally, (Tally.id == TallySpend.tally_id) & (Tally.kind == "lifetime"))
-        .where(Partition.dataset_id == dataset.id, or_(*reached))
-        .order_by(Partition.key).limit(20)).scalars())
+    return list(
+        session.execute(
+            select(Partition.key)
+            .join(TallySpend, TallySpend.partition_id == Partition.id)
+            .join(Tally, (Tally.id == TallySpend.tally_id) & (Tally.kind == "lifetime"))
+            .where(Partition.dataset_id == dataset.id, or_(*reached))
+            .order_by(Partition.key)
+            .limit(20)
+        ).scalars()
+    )
 
 
 def quotas(session: Session, dataset: Dataset) -> list[tuple[str, dict[str, Any]]]:
     """Each consumer with a quota on ``dataset``: its name and its quota's use."""
     grants = session.execute(
-        select(Grant, Consumer.name).join(Consumer, Consumer.id == Grant.consumer_id)
+        select(Grant, Consumer.name)
+        .join(Consumer, Consumer.id == Grant.consumer_id)
         .where(Grant.dataset_id == dataset.id, Grant.has_quota)
-        .order_by(Consumer.name)).all()
+        .order_by(Consumer.name)
+    ).all()
     return [(name, quota_use(session, grant, dataset)) for grant, name in grants]
 
 
@@ -125,8 +158,14 @@ class LedgerView:
     older: bool  # entries older than this page exist
 
 
-def ledger_view(session: Session, filters: ledger.LedgerFilter, *, before: int | None = None,
-                after: int | None = None, oldest: bool = False) -> LedgerView:
+def ledger_view(
+    session: Session,
+    filters: ledger.LedgerFilter,
+    *,
+    before: int | None = None,
+    after: int | None = None,
+    oldest: bool = False,
+) -> LedgerView:
     """Up to ``filters.limit`` entries, newest first: the newest (no position), those just
     before id ``before`` (older), those just after id ``after`` (newer), or the oldest."""
     if after is not None or oldest:
@@ -137,20 +176,26 @@ def ledger_view(session: Session, filters: ledger.LedgerFilter, *, before: int |
     if not page_filter.newest_first:
         rows.reverse()
     datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
-    entries = [describe_entry(entry, datasets[entry.dataset_id], consumer)
-               for entry, _name, consumer in rows]
+    entries = [
+        describe_entry(entry, datasets[entry.dataset_id], consumer)
+        for entry, _name, consumer in rows
+    ]
     plain = replace(filters, limit=1)
     count = session.execute(ledger.count(filters)).scalar_one()
     newer = older = False
     if entries:
-        newer = bool(session.execute(ledger.query(
-            replace(plain, after_id=entries[0]["id"]))).first())
-        older = bool(session.execute(ledger.query(
-            replace(plain, before_id=entries[-1]["id"]))).first())
+        newer = bool(
+            session.execute(ledger.query(replace(plain, after_id=entries[0]["id"]))).first()
+        )
+        older = bool(
+            session.execute(ledger.query(replace(plain, before_id=entries[-1]["id"]))).first()
+        )
     return LedgerView(entries, count, newer, older)
 
 
 def names(session: Session) -> tuple[list[str], list[str]]:
     """Every dataset's and every consumer's name, sorted: the ledger filter's choices."""
-    return (list(session.execute(select(Dataset.name).order_by(Dataset.name)).scalars()),
-            list(session.execute(select(Consumer.name).order_by(Consumer.name)).scalars()))
+    return (
+        list(session.execute(select(Dataset.name).order_by(Dataset.name)).scalars()),
+        list(session.execute(select(Consumer.name).order_by(Consumer.name)).scalars()),
+    )

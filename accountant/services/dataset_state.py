@@ -70,16 +70,19 @@ _SELECT = (
     "g.quota_delta, g.quota_rho "
     "FROM datasets AS d LEFT JOIN window_budgets AS w ON w.dataset_id = d.id "
     "LEFT JOIN grants AS g ON g.dataset_id = d.id AND g.consumer_id = :consumer "
-    "WHERE d.name = :name ORDER BY w.period_seconds")
+    "WHERE d.name = :name ORDER BY w.period_seconds"
+)
 
 
-def send(driver: Driver, name: str, consumer_id: int, *,
-         lock: bool = False) -> Pending[DatasetState]:
+def send(
+    driver: Driver, name: str, consumer_id: int, *, lock: bool = False
+) -> Pending[DatasetState]:
     """The dataset named ``name`` with ``consumer_id``'s quota on it; its result is a 404 if
     there is none. ``lock`` locks the row on PostgreSQL."""
     sql = _SELECT + (" FOR UPDATE OF d" if lock and driver.postgres else "")
-    return driver.send(sql, {"name": name, "consumer": consumer_id},
-                       lambda rows: _state(name, rows))
+    return driver.send(
+        sql, {"name": name, "consumer": consumer_id}, lambda rows: _state(name, rows)
+    )
 
 
 def _state(name: str, rows: Rows) -> DatasetState:
@@ -88,16 +91,27 @@ def _state(name: str, rows: Rows) -> DatasetState:
     d = rows[0]
     windows = tuple(
         WindowLimit(w.period_seconds, Limit(w.window_epsilon, w.window_delta, w.window_rho))
-        for w in rows if w.period_seconds is not None)
+        for w in rows
+        if w.period_seconds is not None
+    )
     return DatasetState(
-        id=d.id, name=d.name, privacy_unit=d.privacy_unit, accounting=d.accounting,
+        id=d.id,
+        name=d.name,
+        privacy_unit=d.privacy_unit,
+        accounting=d.accounting,
         rdp_order=d.rdp_order,
         max_partitions_per_user=d.max_partitions_per_user,
         max_records_per_user=d.max_records_per_user,
         limit=Limit(d.limit_epsilon, d.limit_delta, d.limit_rho),
-        partition_limit=Limit(d.partition_limit_epsilon, d.partition_limit_delta,
-                              d.partition_limit_rho) if d.has_partition_limit else None,
-        windows=windows, ledger_seq=d.ledger_seq, ledger_head=d.ledger_head,
+        partition_limit=Limit(
+            d.partition_limit_epsilon, d.partition_limit_delta, d.partition_limit_rho
+        )
+        if d.has_partition_limit
+        else None,
+        windows=windows,
+        ledger_seq=d.ledger_seq,
+        ledger_head=d.ledger_head,
         terms_sha256=d.terms_sha256,
         quota=Limit(d.quota_epsilon, d.quota_delta, d.quota_rho) if d.has_quota else None,
-        granted=d.granted is not None)
+        granted=d.granted is not None,
+    )

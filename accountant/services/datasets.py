@@ -63,8 +63,9 @@ def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
     if accounting != "rdp" and "rdp_order" in body:
         raise field_error("rdp_order", "rdp_order applies only to accounting rdp")
     if MODES[accounting].converts and not budget.get("delta"):
-        raise field_error("budget.delta", f"a {accounting} dataset states its budget as "
-                          "epsilon and 0 < delta < 1")
+        raise field_error(
+            "budget.delta", f"a {accounting} dataset states its budget as epsilon and 0 < delta < 1"
+        )
     if session.execute(select(Dataset.id).where(Dataset.name == body["name"])).first():
         raise Conflict(f"a dataset named {body['name']!r} exists; choose another name")
     order = _rdp_order(body) if accounting == "rdp" else None
@@ -74,10 +75,15 @@ def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
     if mode.name == "approx" and lifetime.delta is None:
         lifetime = Limit(lifetime.epsilon, 0, None)
     dataset = Dataset(
-        name=body["name"], privacy_unit=unit, accounting=mode.name, rdp_order=order,
+        name=body["name"],
+        privacy_unit=unit,
+        accounting=mode.name,
+        rdp_order=order,
         max_partitions_per_user=body.get("max_partitions_per_user"),
         max_records_per_user=body.get("max_records_per_user"),
-        limit_epsilon=lifetime.epsilon, limit_delta=lifetime.delta, limit_rho=lifetime.rho,
+        limit_epsilon=lifetime.epsilon,
+        limit_delta=lifetime.delta,
+        limit_rho=lifetime.rho,
         created_at=now,
     )
     _set_partition_limit(dataset, mode, body.get("partition_budget"))
@@ -134,21 +140,26 @@ def _set_windows(dataset: Dataset, mode: Mode, windows: list[dict[str, Any]]) ->
     for index, stated in enumerate(windows):
         amounts = {k: v for k, v in stated.items() if k != "period"}
         limit = _limit(mode, amounts, dataset_delta(dataset), f"windows.{index}")
-        dataset.windows.append(WindowBudget(
-            period_seconds=PERIODS[stated["period"]], limit_epsilon=limit.epsilon,
-            limit_delta=limit.delta, limit_rho=limit.rho))
+        dataset.windows.append(
+            WindowBudget(
+                period_seconds=PERIODS[stated["period"]],
+                limit_epsilon=limit.epsilon,
+                limit_delta=limit.delta,
+                limit_rho=limit.rho,
+            )
+        )
 
 
 def describe_limit(limit: Limit, mode: Mode | None = None) -> dict[str, Decimal]:
     """A limit as stated: the components it limits, as exact decimals, the enforced one
     under the mode's measure (rho; rdp, the divergence at the order; mu, rounded down)."""
     names: tuple[ComponentName, ...] = ("epsilon", "delta", "rho")
-    described: dict[str, Decimal] = {name: COMPONENTS[name].to_decimal(v) for name in names
-                 if (v := limit[name]) is not None}
+    described: dict[str, Decimal] = {
+        name: COMPONENTS[name].to_decimal(v) for name in names if (v := limit[name]) is not None
+    }
     if limit.rho is not None and mode is not None and mode.name in ("rdp", "gdp"):
         enforced = described.pop("rho")
-        described[mode.measure] = enforced if mode.name == "rdp" else \
-            mu_of(limit.rho, down=True)
+        described[mode.measure] = enforced if mode.name == "rdp" else mu_of(limit.rho, down=True)
     return described
 
 
@@ -162,22 +173,28 @@ def describe(dataset: Dataset) -> dict[str, Any]:
         "max_records_per_user": dataset.max_records_per_user,
         "accounting": dataset.accounting,
         "budget": describe_limit(dataset.limit, mode),
-        "partition_budget": None if partition_limit is None
+        "partition_budget": None
+        if partition_limit is None
         else describe_limit(partition_limit, mode),
-        "windows": [{"period": PERIOD_NAMES[w.period_seconds], **describe_limit(w.limit, mode)}
-                    for w in dataset.windows],
+        "windows": [
+            {"period": PERIOD_NAMES[w.period_seconds], **describe_limit(w.limit, mode)}
+            for w in dataset.windows
+        ],
         "created_at": isoformat(dataset.created_at / 1e6),
     }
     if mode.order is not None:
         view["rdp_order"] = mode.order
     if dataset.privacy_unit == "partition":
-        view["note"] = ("privacy unit 'partition' protects one whole partition, not a person "
-                        "who appears in several partitions")
+        view["note"] = (
+            "privacy unit 'partition' protects one whole partition, not a person "
+            "who appears in several partitions"
+        )
     return view
 
 
-def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], actor: Any,
-                  now: int) -> None:
+def update_limits(
+    session: Session, dataset: Dataset, body: dict[str, Any], actor: Any, now: int
+) -> None:
     """Apply a PATCH (the dataset row is locked); ledger each changed limit."""
     mode = dataset.mode
     reason = body.get("reason")
@@ -190,15 +207,22 @@ def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], acto
         limit = _limit(mode, stated, stated.get("delta"), "budget")
         _check_delta(mode, limit)
         dataset.limit_epsilon, dataset.limit_delta, dataset.limit_rho = (
-            limit.epsilon, limit.delta if limit.delta is not None else 0, limit.rho)
+            limit.epsilon,
+            limit.delta if limit.delta is not None else 0,
+            limit.rho,
+        )
         changes.append(("dataset", old, describe_limit(dataset.limit, mode)))
     if "partition_budget" in body:
         old_limit = dataset.partition_limit
         _set_partition_limit(dataset, mode, body["partition_budget"])
         new_limit = dataset.partition_limit
-        changes.append(("partition",
-                        None if old_limit is None else describe_limit(old_limit, mode),
-                        None if new_limit is None else describe_limit(new_limit, mode)))
+        changes.append(
+            (
+                "partition",
+                None if old_limit is None else describe_limit(old_limit, mode),
+                None if new_limit is None else describe_limit(new_limit, mode),
+            )
+        )
     if "windows" in body:
         old_windows = describe(dataset)["windows"]
         old_periods = {w.period_seconds for w in dataset.windows}
@@ -206,16 +230,28 @@ def update_limits(session: Session, dataset: Dataset, body: dict[str, Any], acto
         changes.append(("window", old_windows, describe(dataset)["windows"]))
         for budget in dataset.windows:
             if budget.period_seconds not in old_periods:
-                _rebuild_window(session, dataset, Window.containing(budget.period_seconds,
-                                                                    now / 1e6))
+                _rebuild_window(
+                    session, dataset, Window.containing(budget.period_seconds, now / 1e6)
+                )
     dataset.terms_sha256 = terms.digest(dataset)
     loss = lifetime_loss(session, dataset)  # a limit change leaves the loss as it was
     for scope, old, new in changes:
-        ledger.append(Driver.of(session), dataset, actor, kind="limit_change", status="granted",
-                      created_at=now, detail={"scope": scope, "old": _decimals_as_text(old),
-                                              "new": _decimals_as_text(new), "reason": reason,
-                                              "terms_sha256": dataset.terms_sha256},
-                      loss_after=loss)
+        ledger.append(
+            Driver.of(session),
+            dataset,
+            actor,
+            kind="limit_change",
+            status="granted",
+            created_at=now,
+            detail={
+                "scope": scope,
+                "old": _decimals_as_text(old),
+                "new": _decimals_as_text(new),
+                "reason": reason,
+                "terms_sha256": dataset.terms_sha256,
+            },
+            loss_after=loss,
+        )
 
 
 def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
@@ -227,30 +263,64 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
     the charge path.
     """
     session.flush()
-    session.execute(delete(Tally).where(
-        Tally.dataset_id == dataset.id, Tally.kind == "window",
-        Tally.period_seconds == window.period, Tally.window_start == window.start,
-    ).execution_options(synchronize_session=False))
-    entries = session.execute(select(LedgerEntry).where(
-        LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "charge",
-        LedgerEntry.status == "granted",
-        LedgerEntry.created_at >= window.start * 1_000_000)).scalars()
+    session.execute(
+        delete(Tally)
+        .where(
+            Tally.dataset_id == dataset.id,
+            Tally.kind == "window",
+            Tally.period_seconds == window.period,
+            Tally.window_start == window.start,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    entries = session.execute(
+        select(LedgerEntry).where(
+            LedgerEntry.dataset_id == dataset.id,
+            LedgerEntry.kind == "charge",
+            LedgerEntry.status == "granted",
+            LedgerEntry.created_at >= window.start * 1_000_000,
+        )
+    ).scalars()
     books = ScopeBooks()
     for entry in entries:
         books.add(entry.cost, entry.multiplicity, entry.partitions)
     total, highest, spends = books.total, books.max_spend, books.spends
-    tally = Tally(dataset_id=dataset.id, kind="window", period_seconds=window.period,
-                  window_start=window.start, total_epsilon=total.epsilon,
-                  total_delta=total.delta, total_rho=total.rho, max_epsilon=highest.epsilon,
-                  max_delta=highest.delta, max_rho=highest.rho)
+    tally = Tally(
+        dataset_id=dataset.id,
+        kind="window",
+        period_seconds=window.period,
+        window_start=window.start,
+        total_epsilon=total.epsilon,
+        total_delta=total.delta,
+        total_rho=total.rho,
+        max_epsilon=highest.epsilon,
+        max_delta=highest.delta,
+        max_rho=highest.rho,
+    )
     session.add(tally)
     session.flush()
-    ids = {row.key: row.id for row in session.execute(select(Partition.key, Partition.id).where(
-        Partition.dataset_id == dataset.id, Partition.key.in_(list(spends))))}
+    ids = {
+        row.key: row.id
+        for row in session.execute(
+            select(Partition.key, Partition.id).where(
+                Partition.dataset_id == dataset.id, Partition.key.in_(list(spends))
+            )
+        )
+    }
     if spends:
-        session.execute(insert(TallySpend), [
-            {"tally_id": tally.id, "partition_id": ids[key], "epsilon": amount.epsilon,
-             "delta": amount.delta, "rho": amount.rho} for key, amount in spends.items()])
+        session.execute(
+            insert(TallySpend),
+            [
+                {
+                    "tally_id": tally.id,
+                    "partition_id": ids[key],
+                    "epsilon": amount.epsilon,
+                    "delta": amount.delta,
+                    "rho": amount.rho,
+                }
+                for key, amount in spends.items()
+            ],
+        )
 
 
 def _decimals_as_text(value: Any) -> Any:
@@ -269,8 +339,9 @@ def check_keys(keys: list[str], field_name: str) -> None:
     seen: set[str] = set()
     for index, key in enumerate(keys):
         if key == "*" or not key.isprintable():
-            raise field_error(f"{field_name}.{index}",
-                              "a partition key is 1-128 printable characters and not '*'")
+            raise field_error(
+                f"{field_name}.{index}", "a partition key is 1-128 printable characters and not '*'"
+            )
         if key in seen:
             raise field_error(f"{field_name}.{index}", f"duplicate partition key {key!r}")
         seen.add(key)
@@ -279,39 +350,54 @@ def check_keys(keys: list[str], field_name: str) -> None:
 _KEYS_PER_STATEMENT = 10_000
 
 
-def declare_partitions(session: Session, dataset: Dataset, keys: list[str],
-                       now: int) -> tuple[list[str], list[str]]:
+def declare_partitions(
+    session: Session, dataset: Dataset, keys: list[str], now: int
+) -> tuple[list[str], list[str]]:
     """Create the partitions not yet declared; return (created, already existing)."""
     check_keys(keys, "keys")
     existing: set[str] = set()
     for start in range(0, len(keys), _KEYS_PER_STATEMENT):  # PostgreSQL binds < 65536 values
-        existing.update(session.execute(select(Partition.key).where(
-            Partition.dataset_id == dataset.id,
-            Partition.key.in_(keys[start:start + _KEYS_PER_STATEMENT]))).scalars())
+        existing.update(
+            session.execute(
+                select(Partition.key).where(
+                    Partition.dataset_id == dataset.id,
+                    Partition.key.in_(keys[start : start + _KEYS_PER_STATEMENT]),
+                )
+            ).scalars()
+        )
     created = [key for key in keys if key not in existing]
     if created:
-        session.execute(insert(Partition), [
-            {"dataset_id": dataset.id, "key": key, "created_at": now} for key in created])
+        session.execute(
+            insert(Partition),
+            [{"dataset_id": dataset.id, "key": key, "created_at": now} for key in created],
+        )
     return created, [key for key in keys if key in existing]
 
 
-def tally_state(session: Session, tally: Tally | None, rule: LossRule,
-                names: tuple[ComponentName, ...]) -> ScopeState:
+def tally_state(
+    session: Session, tally: Tally | None, rule: LossRule, names: tuple[ComponentName, ...]
+) -> ScopeState:
     """A tally's state for ``loss_now``: T, the max, and the k largest s(p) if needed."""
     if tally is None:
         return ScopeState()
     top: dict[ComponentName, list[int]] = {}
     if rule.uses_top_k:
         for name in names:
-            top[name] = list(session.execute(
-                text(f"SELECT {name} FROM tally_spends WHERE tally_id = :t "
-                     f"ORDER BY {name} DESC LIMIT :k"),
-                {"t": tally.id, "k": rule.max_partitions_per_user}).scalars())
+            top[name] = list(
+                session.execute(
+                    text(
+                        f"SELECT {name} FROM tally_spends WHERE tally_id = :t "
+                        f"ORDER BY {name} DESC LIMIT :k"
+                    ),
+                    {"t": tally.id, "k": rule.max_partitions_per_user},
+                ).scalars()
+            )
     return ScopeState(total=tally.total, max_all=tally.max_spend, top_all=top)
 
 
-def _stated(mode: Mode, amount: Amount, dataset: Dataset,
-            only: tuple[ComponentName, ...] | None = None) -> dict[str, Decimal]:
+def _stated(
+    mode: Mode, amount: Amount, dataset: Dataset, only: tuple[ComponentName, ...] | None = None
+) -> dict[str, Decimal]:
     report = mode.report(amount, dataset.limit_delta or 0)
     if only is not None and not mode.converts:
         report = {k: v for k, v in report.items() if k in only}
@@ -322,21 +408,28 @@ def lifetime_loss(session: Session, dataset: Dataset) -> Amount:
     """The dataset's lifetime loss now, from its lifetime tally."""
     names = dataset.mode.components
     rule = rule_of(dataset)
-    lifetime = session.execute(select(Tally).where(
-        Tally.dataset_id == dataset.id, Tally.kind == "lifetime")).scalar()
+    lifetime = session.execute(
+        select(Tally).where(Tally.dataset_id == dataset.id, Tally.kind == "lifetime")
+    ).scalar()
     return loss_now(rule, tally_state(session, lifetime, rule, names), names)
 
 
-def budget_report(session: Session, dataset: Dataset, now: float, *,
-                  history: bool = True) -> dict[str, Any]:
+def budget_report(
+    session: Session, dataset: Dataset, now: float, *, history: bool = True
+) -> dict[str, Any]:
     """What GET /v1/datasets/{name}/budget shows, from the scope rows; ``history`` adds the
     limit changes, which are read from the ledger (/metrics leaves them out)."""
     mode = dataset.mode
     rule = rule_of(dataset)
     names = mode.components
-    tallies = {(t.kind, t.period_seconds, t.window_start): t for t in session.execute(
-        select(Tally).where(Tally.dataset_id == dataset.id, Tally.kind.in_(["lifetime",
-                                                                           "window"]))).scalars()}
+    tallies = {
+        (t.kind, t.period_seconds, t.window_start): t
+        for t in session.execute(
+            select(Tally).where(
+                Tally.dataset_id == dataset.id, Tally.kind.in_(["lifetime", "window"])
+            )
+        ).scalars()
+    }
     lifetime = tallies.get(("lifetime", 0, 0))
     loss = loss_now(rule, tally_state(session, lifetime, rule, names), names)
     windows = []
@@ -345,23 +438,39 @@ def budget_report(session: Session, dataset: Dataset, now: float, *,
         tally = tallies.get(("window", window.period, window.start))
         window_loss = loss_now(rule, tally_state(session, tally, rule, names), names)
         limited = tuple(n for n in names if budget.limit[n] is not None)
-        windows.append({
-            "period": window.name, "start": isoformat(window.start), "end": isoformat(window.end),
-            "loss": _stated(mode, window_loss, dataset),
-            "limit": _stated(mode, _as_amount(budget.limit), dataset, limited),
-            "remaining": _stated(mode, remaining(budget.limit, window_loss, names), dataset,
-                                 limited),
-        })
-    count = session.execute(select(func.count()).select_from(Partition).where(
-        Partition.dataset_id == dataset.id)).scalar_one()
-    changes = [
-        {"at": isoformat(entry.created_at / 1e6), "scope": entry.detail.get("scope"),
-         "old": entry.detail.get("old"), "new": entry.detail.get("new"),
-         "reason": entry.detail.get("reason")}
-        for entry in session.execute(select(LedgerEntry).where(
-            LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "limit_change")
-            .order_by(LedgerEntry.id)).scalars()
-    ] if history else []
+        windows.append(
+            {
+                "period": window.name,
+                "start": isoformat(window.start),
+                "end": isoformat(window.end),
+                "loss": _stated(mode, window_loss, dataset),
+                "limit": _stated(mode, _as_amount(budget.limit), dataset, limited),
+                "remaining": _stated(
+                    mode, remaining(budget.limit, window_loss, names), dataset, limited
+                ),
+            }
+        )
+    count = session.execute(
+        select(func.count()).select_from(Partition).where(Partition.dataset_id == dataset.id)
+    ).scalar_one()
+    changes = (
+        [
+            {
+                "at": isoformat(entry.created_at / 1e6),
+                "scope": entry.detail.get("scope"),
+                "old": entry.detail.get("old"),
+                "new": entry.detail.get("new"),
+                "reason": entry.detail.get("reason"),
+            }
+            for entry in session.execute(
+                select(LedgerEntry)
+                .where(LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "limit_change")
+                .order_by(LedgerEntry.id)
+            ).scalars()
+        ]
+        if history
+        else []
+    )
     report: dict[str, Any] = {
         "dataset": dataset.name,
         "privacy_unit": dataset.privacy_unit,
@@ -370,16 +479,23 @@ def budget_report(session: Session, dataset: Dataset, now: float, *,
         "limit": _stated(mode, _as_amount(dataset.limit), dataset),
         "remaining": _stated(mode, remaining(dataset.limit, loss, names), dataset),
         "windows": windows,
-        "partitions": {"count": count, "max_spent": _stated(
-            mode, lifetime.max_spend if lifetime else Amount(), dataset)},
+        "partitions": {
+            "count": count,
+            "max_spent": _stated(mode, lifetime.max_spend if lifetime else Amount(), dataset),
+        },
         "limit_history": changes,
-        "guarantees": ("only the lifetime and partition limits bound privacy loss; window "
-                       "budgets and consumer quotas are allocation limits"),
+        "guarantees": (
+            "only the lifetime and partition limits bound privacy loss; window "
+            "budgets and consumer quotas are allocation limits"
+        ),
     }
     if dataset.has_partition_limit and dataset.partition_limit is not None:
-        report["partition_limit"] = _stated(mode, _as_amount(dataset.partition_limit), dataset,
-                                            tuple(n for n in names
-                                                  if dataset.partition_limit[n] is not None))
+        report["partition_limit"] = _stated(
+            mode,
+            _as_amount(dataset.partition_limit),
+            dataset,
+            tuple(n for n in names if dataset.partition_limit[n] is not None),
+        )
     return report
 
 
@@ -387,19 +503,29 @@ def _as_amount(limit: Limit) -> Amount:
     return Amount(limit.epsilon or 0, limit.delta or 0, limit.rho or 0)
 
 
-def list_partitions(session: Session, dataset: Dataset, limit: int,
-                    after_id: int) -> tuple[list[dict[str, Any]], int | None]:
+def list_partitions(
+    session: Session, dataset: Dataset, limit: int, after_id: int
+) -> tuple[list[dict[str, Any]], int | None]:
     mode = dataset.mode
-    lifetime_id = session.execute(select(Tally.id).where(
-        Tally.dataset_id == dataset.id, Tally.kind == "lifetime")).scalar_one()
+    lifetime_id = session.execute(
+        select(Tally.id).where(Tally.dataset_id == dataset.id, Tally.kind == "lifetime")
+    ).scalar_one()
     rows = session.execute(
         select(Partition.id, Partition.key, TallySpend.epsilon, TallySpend.delta, TallySpend.rho)
-        .outerjoin(TallySpend, (TallySpend.partition_id == Partition.id)
-                   & (TallySpend.tally_id == lifetime_id))
+        .outerjoin(
+            TallySpend,
+            (TallySpend.partition_id == Partition.id) & (TallySpend.tally_id == lifetime_id),
+        )
         .where(Partition.dataset_id == dataset.id, Partition.id > after_id)
-        .order_by(Partition.id).limit(limit + 1)).all()
-    items = [{"key": row.key, "spent": _stated(mode, Amount(row.epsilon or 0, row.delta or 0,
-                                                             row.rho or 0), dataset)}
-             for row in rows[:limit]]
+        .order_by(Partition.id)
+        .limit(limit + 1)
+    ).all()
+    items = [
+        {
+            "key": row.key,
+            "spent": _stated(mode, Amount(row.epsilon or 0, row.delta or 0, row.rho or 0), dataset),
+        }
+        for row in rows[:limit]
+    ]
     next_id = rows[limit - 1].id if len(rows) > limit else None
     return items, next_id

@@ -105,7 +105,6 @@ class Evaluation:
         return charged(self.priced.cost, self.priced.multiplicity)
 
 
-
 @dataclass(frozen=True)
 class Reads:
     """A charge's reads, sent in this order before any is read (``send_reads``)."""
@@ -116,8 +115,7 @@ class Reads:
     now: float
 
 
-def send_reads(driver: Driver, request: ChargeRequest, now: float, *,
-               lock: bool = False) -> Reads:
+def send_reads(driver: Driver, request: ChargeRequest, now: float, *, lock: bool = False) -> Reads:
     """Send the dataset's statement (``lock``: take its lock), then the charged partitions'
     and every scope row's; read none of them yet.
 
@@ -128,19 +126,21 @@ def send_reads(driver: Driver, request: ChargeRequest, now: float, *,
     """
     if request.partitions != "*":
         datasets.check_keys(list(request.partitions), "partitions")
-    dataset = dataset_state.send(driver, request.dataset, request.principal.consumer_id,
-                                 lock=lock)
+    dataset = dataset_state.send(driver, request.dataset, request.principal.consumer_id, lock=lock)
     keys = None if request.partitions == "*" else list(request.partitions)
     partitions = driver.send(
         "SELECT key, id FROM partitions WHERE dataset_id = "
         "(SELECT id FROM datasets WHERE name = :name)"
         + (" ORDER BY id" if keys is None else " AND key IN :keys"),
-        {"name": request.dataset} | ({} if keys is None else {"keys": keys}), list)
+        {"name": request.dataset} | ({} if keys is None else {"keys": keys}),
+        list,
+    )
     return Reads(dataset, partitions, _send_scopes(driver, request, keys, now), now)
 
 
-def _send_scopes(driver: Driver, request: ChargeRequest, keys: list[str] | None,
-                 now: float) -> Pending[Rows]:
+def _send_scopes(
+    driver: Driver, request: ChargeRequest, keys: list[str] | None, now: float
+) -> Pending[Rows]:
     params: dict[str, Any] = {"name": request.dataset, "c": request.principal.consumer_id}
     for i, period in enumerate(PERIODS.values()):
         start = Window.containing(period, now).start
@@ -153,40 +153,59 @@ def _send_scopes(driver: Driver, request: ChargeRequest, keys: list[str] | None,
 def _scopes_sql(touched: bool) -> str:
     """Every scope row of a dataset a charge may touch and, when ``touched``, the largest old
     s(p) of each among the charged partitions (``:keys``)."""
-    windows = " OR ".join(f"(t.period_seconds = :p{i} AND t.window_start IN (:s{i}, :n{i}))"
-                          for i in range(len(PERIODS)))
-    maxima = ("MAX(s.epsilon) AS touched_epsilon, MAX(s.delta) AS touched_delta, "
-              "MAX(s.rho) AS touched_rho" if touched else
-              "NULL AS touched_epsilon, NULL AS touched_delta, NULL AS touched_rho")
+    windows = " OR ".join(
+        f"(t.period_seconds = :p{i} AND t.window_start IN (:s{i}, :n{i}))"
+        for i in range(len(PERIODS))
+    )
+    maxima = (
+        "MAX(s.epsilon) AS touched_epsilon, MAX(s.delta) AS touched_delta, "
+        "MAX(s.rho) AS touched_rho"
+        if touched
+        else "NULL AS touched_epsilon, NULL AS touched_delta, NULL AS touched_rho"
+    )
     # Not correlated with t: the charged partitions' ids are looked up once, by key, and
     # their s(p) rows by primary key, whatever the number of partitions and charges.
-    join = (" LEFT JOIN tally_spends AS s ON s.tally_id = t.id AND s.partition_id IN "
-            "(SELECT p.id FROM partitions AS p WHERE p.dataset_id = "
-            "(SELECT id FROM datasets WHERE name = :name) AND p.key IN :keys)"
-            if touched else "")
-    return ("SELECT t.id, t.kind, t.consumer_id, t.period_seconds, t.window_start, "
-            "t.total_epsilon, t.total_delta, t.total_rho, t.max_epsilon, t.max_delta, "
-            f"t.max_rho, {maxima} FROM tallies AS t{join} "
-            "WHERE t.dataset_id = (SELECT id FROM datasets WHERE name = :name) AND "
-            "(t.kind = 'lifetime' OR (t.kind = 'consumer' AND t.consumer_id = :c) OR "
-            f"(t.kind = 'window' AND t.consumer_id = 0 AND ({windows})))"
-            + (" GROUP BY t.id" if touched else ""))
+    join = (
+        " LEFT JOIN tally_spends AS s ON s.tally_id = t.id AND s.partition_id IN "
+        "(SELECT p.id FROM partitions AS p WHERE p.dataset_id = "
+        "(SELECT id FROM datasets WHERE name = :name) AND p.key IN :keys)"
+        if touched
+        else ""
+    )
+    return (
+        "SELECT t.id, t.kind, t.consumer_id, t.period_seconds, t.window_start, "
+        "t.total_epsilon, t.total_delta, t.total_rho, t.max_epsilon, t.max_delta, "
+        f"t.max_rho, {maxima} FROM tallies AS t{join} "
+        "WHERE t.dataset_id = (SELECT id FROM datasets WHERE name = :name) AND "
+        "(t.kind = 'lifetime' OR (t.kind = 'consumer' AND t.consumer_id = :c) OR "
+        f"(t.kind = 'window' AND t.consumer_id = 0 AND ({windows})))"
+        + (" GROUP BY t.id" if touched else "")
+    )
 
 
-def evaluate(driver: Driver, reads: Reads, request: ChargeRequest,
-             now: float) -> Evaluation:
+def evaluate(driver: Driver, reads: Reads, request: ChargeRequest, now: float) -> Evaluation:
     """Price ``request`` and check it against every scope, writing nothing."""
     dataset = reads.dataset.result()
     principal = request.principal
     if not principal.may_read(dataset.id):
-        raise Forbidden(f"dataset {dataset.name!r} is not granted to {principal.name!r}; "
-                        "ask an admin for a grant")
+        raise Forbidden(
+            f"dataset {dataset.name!r} is not granted to {principal.name!r}; "
+            "ask an admin for a grant"
+        )
     mode = dataset.mode
     rule = dataset.rule
     ids, keys, all_partitions = _resolve(reads.partitions.result(), dataset, request.partitions)
     try:
-        priced = pricing.price(request.mechanism, request.params, request.sensitivity_unit, mode,
-                               rule, dataset.max_records_per_user, request.release, len(keys))
+        priced = pricing.price(
+            request.mechanism,
+            request.params,
+            request.sensitivity_unit,
+            mode,
+            rule,
+            dataset.max_records_per_user,
+            request.release,
+            len(keys),
+        )
     except pricing.PricingError as error:
         raise field_error(error.field, str(error)) from None
     prepare(request.mechanism, priced.run_params, request.data)
@@ -195,18 +214,47 @@ def evaluate(driver: Driver, reads: Reads, request: ChargeRequest,
     if any(w.start > Window.containing(w.period, reads.now).end for w in windows):
         # The lock took longer than a window to come: read the scopes of this one.
         rows = _send_scopes(driver, request, None if all_partitions else keys, now).result()
-    scopes = _read_scopes(driver, rows, rule, mode.components, principal.consumer_id,
-                          windows, list(ids.values()), len(keys), all_partitions)
+    scopes = _read_scopes(
+        driver,
+        rows,
+        rule,
+        mode.components,
+        principal.consumer_id,
+        windows,
+        list(ids.values()),
+        len(keys),
+        all_partitions,
+    )
     lifetime_id = next((s.tally.id for s in scopes if s.key[0] == "lifetime" and s.tally), None)
-    checker = ScopeChecker(dataset, rule, mode.components, principal,
-                           {scope.key: scope.state for scope in scopes}, windows, keys,
-                           functools.cache(lambda: _spends(driver, lifetime_id, ids)))
+    checker = ScopeChecker(
+        dataset,
+        rule,
+        mode.components,
+        principal,
+        {scope.key: scope.state for scope in scopes},
+        windows,
+        keys,
+        functools.cache(lambda: _spends(driver, lifetime_id, ids)),
+    )
     cost, m = priced.cost, priced.multiplicity
     checks = checker.checks(cost, m)
     denial = rules.first_denial(checks, cost, mode.components)
     never = denial is not None and rules.never_fits(denial, rule, cost, m, mode.components)
-    return Evaluation(dataset, mode, keys, priced, denial, checks[0].after, checks[0].spent,
-                      scopes, ids, all_partitions, never, tuple(checks), checker)
+    return Evaluation(
+        dataset,
+        mode,
+        keys,
+        priced,
+        denial,
+        checks[0].after,
+        checks[0].spent,
+        scopes,
+        ids,
+        all_partitions,
+        never,
+        tuple(checks),
+        checker,
+    )
 
 
 @dataclass(frozen=True)
@@ -229,18 +277,37 @@ class ScopeChecker:
         lifetime = self.states[("lifetime", 0, 0, 0)]
         checks = [rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, names)]
         if dataset.partition_limit is not None:
-            checks.append(rules.partition_check(dataset.partition_limit, lifetime, cost, names,
-                                                self.keys, self.spends_of))
+            checks.append(
+                rules.partition_check(
+                    dataset.partition_limit, lifetime, cost, names, self.keys, self.spends_of
+                )
+            )
         principal = self.principal
         if dataset.quota is not None and dataset.granted:
-            checks.append(rules.scope_check(
-                "consumer", dataset.quota, rule,
-                self.states[("consumer", principal.consumer_id, 0, 0)], cost, m, names))
+            checks.append(
+                rules.scope_check(
+                    "consumer",
+                    dataset.quota,
+                    rule,
+                    self.states[("consumer", principal.consumer_id, 0, 0)],
+                    cost,
+                    m,
+                    names,
+                )
+            )
         for budget, window in zip(dataset.windows, self.windows, strict=True):
-            checks.append(rules.scope_check(
-                "window", budget.limit, rule,
-                self.states[("window", 0, window.period, window.start)], cost, m, names,
-                window=window))
+            checks.append(
+                rules.scope_check(
+                    "window",
+                    budget.limit,
+                    rule,
+                    self.states[("window", 0, window.period, window.start)],
+                    cost,
+                    m,
+                    names,
+                    window=window,
+                )
+            )
         return checks
 
 
@@ -255,8 +322,9 @@ def preview(driver: Driver, request: ChargeRequest, now_us: int) -> Evaluation:
         driver.rollback()
 
 
-def prepare(mechanism: Mechanism, run_params: Mapping[str, Any],
-            data: Mapping[str, Any] | None) -> None:
+def prepare(
+    mechanism: Mechanism, run_params: Mapping[str, Any], data: Mapping[str, Any] | None
+) -> None:
     """The mechanism's own check that it can run these parameters on this input: a 400
     naming the field and the usable range, before anything is charged."""
     if mechanism.prepare is None:
@@ -266,32 +334,49 @@ def prepare(mechanism: Mechanism, run_params: Mapping[str, Any],
     except UnusableParameters as error:
         raise field_error(error.field, str(error)) from None
     except (ValueError, ArithmeticError) as error:
-        raise field_error("params", f"mechanism {mechanism.name!r} cannot run with these "
-                                    f"parameters: {error}") from None
+        raise field_error(
+            "params", f"mechanism {mechanism.name!r} cannot run with these parameters: {error}"
+        ) from None
 
 
-def _resolve(rows: Rows, dataset: DatasetState,
-             requested: list[str] | str) -> tuple[dict[str, int], list[str], bool]:
+def _resolve(
+    rows: Rows, dataset: DatasetState, requested: list[str] | str
+) -> tuple[dict[str, int], list[str], bool]:
     """(ids of existing charged partitions by key, the charged keys, whether P is "*")."""
     if requested == "*":
         if not rows:
-            raise field_error("partitions", f"'*' resolved to no partition: dataset "
-                              f"{dataset.name!r} has none yet; declare them with "
-                              f"POST /v1/datasets/{dataset.name}/partitions or name them")
+            raise field_error(
+                "partitions",
+                f"'*' resolved to no partition: dataset "
+                f"{dataset.name!r} has none yet; declare them with "
+                f"POST /v1/datasets/{dataset.name}/partitions or name them",
+            )
         return dict(rows), [row.key for row in rows], True
     return dict(rows), list(requested), False
 
 
-def _read_scopes(driver: Driver, rows: Rows, rule: LossRule,
-                 names: tuple[ComponentName, ...], consumer_id: int, windows: list[Window],
-                 touched_ids: list[int], n: int, all_partitions: bool) -> list[_Scope]:
+def _read_scopes(
+    driver: Driver,
+    rows: Rows,
+    rule: LossRule,
+    names: tuple[ComponentName, ...],
+    consumer_id: int,
+    windows: list[Window],
+    touched_ids: list[int],
+    n: int,
+    all_partitions: bool,
+) -> list[_Scope]:
     keys: list[ScopeKey] = [("lifetime", 0, 0, 0), ("consumer", consumer_id, 0, 0)]
     keys += [("window", 0, w.period, w.start) for w in windows]
-    found = {(row.kind, row.consumer_id, row.period_seconds, row.window_start): _TallyRow(
-                 row.id, Amount(row.total_epsilon, row.total_delta, row.total_rho),
-                 Amount(row.max_epsilon, row.max_delta, row.max_rho),
-                 Amount(row.touched_epsilon or 0, row.touched_delta or 0, row.touched_rho or 0))
-             for row in rows}
+    found = {
+        (row.kind, row.consumer_id, row.period_seconds, row.window_start): _TallyRow(
+            row.id,
+            Amount(row.total_epsilon, row.total_delta, row.total_rho),
+            Amount(row.max_epsilon, row.max_delta, row.max_rho),
+            Amount(row.touched_epsilon or 0, row.touched_delta or 0, row.touched_rho or 0),
+        )
+        for row in rows
+    }
     scopes = [_Scope(key, found.get(key)) for key in keys]
     existing = [s for s in scopes if s.tally is not None]
     for scope in existing:
@@ -304,8 +389,9 @@ def _read_scopes(driver: Driver, rows: Rows, rule: LossRule,
             k = rule.max_partitions_per_user
             assert k is not None
             for name in names:
-                inside[name], outside[name] = _top_k(driver, tally.id, name, k, touched_ids,
-                                                     all_partitions)
+                inside[name], outside[name] = _top_k(
+                    driver, tally.id, name, k, touched_ids, all_partitions
+                )
                 inside[name] += [0] * (min(k, n) - len(inside[name]))
         scope.state = ScopeState(tally.total, tally.max_spend, max_touched, outside, inside)
     for scope in scopes:
@@ -316,11 +402,13 @@ def _read_scopes(driver: Driver, rows: Rows, rule: LossRule,
     return scopes
 
 
-def _top_k(driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int],
-           all_partitions: bool) -> tuple[list[int], list[int]]:
+def _top_k(
+    driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int], all_partitions: bool
+) -> tuple[list[int], list[int]]:
     """The k largest s(p) inside and outside the charged set (an index range scan each)."""
     base = f"SELECT {name} FROM tally_spends WHERE tally_id = :t"
     order = f" ORDER BY {name} DESC LIMIT :k"
+
     def column(sql: str) -> list[int]:
         params = {"t": tally_id, "k": k} | ({"p": touched_ids} if ":p" in sql else {})
         return [getattr(row, name) for row in driver.rows(sql, params)]
@@ -329,8 +417,10 @@ def _top_k(driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[i
         return column(base + order), []
     if not touched_ids:
         return [], column(base + order)
-    return (column(base + " AND partition_id IN :p" + order),
-            column(base + " AND partition_id NOT IN :p" + order))
+    return (
+        column(base + " AND partition_id IN :p" + order),
+        column(base + " AND partition_id NOT IN :p" + order),
+    )
 
 
 def _spends(driver: Driver, tally_id: int | None, ids: dict[str, int]) -> dict[str, Amount]:
@@ -338,7 +428,11 @@ def _spends(driver: Driver, tally_id: int | None, ids: dict[str, int]) -> dict[s
     if tally_id is None or not ids:
         return {}
     keys = {partition_id: key for key, partition_id in ids.items()}
-    return {keys[row.partition_id]: Amount(row.epsilon, row.delta, row.rho)
-            for row in driver.rows("SELECT partition_id, epsilon, delta, rho FROM tally_spends "
-                                   "WHERE tally_id = :t AND partition_id IN :p",
-                                   {"t": tally_id, "p": list(ids.values())})}
+    return {
+        keys[row.partition_id]: Amount(row.epsilon, row.delta, row.rho)
+        for row in driver.rows(
+            "SELECT partition_id, epsilon, delta, rho FROM tally_spends "
+            "WHERE tally_id = :t AND partition_id IN :p",
+            {"t": tally_id, "p": list(ids.values())},
+        )
+    }

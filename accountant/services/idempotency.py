@@ -43,8 +43,9 @@ def key_of(body: dict[str, Any], header: str | None) -> str | None:
 def fingerprint(body: Mapping[str, Any]) -> str:
     """SHA-256 of the request body without its key, numbers as their exact decimal text."""
     content = {k: v for k, v in body.items() if k != "idempotency_key"}
-    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":"),
-                                     default=str).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(content, sort_keys=True, separators=(",", ":"), default=str).encode()
+    ).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -67,15 +68,24 @@ def find(driver: Driver, consumer_id: int, key: str) -> Pending[Outcome | None]:
         "SELECT k.request_hash, k.charge_id, k.status, k.body, k.headers, e.noise_secret, "
         "e.implementation FROM idempotency_keys AS k LEFT JOIN ledger_entries AS e "
         "ON e.charge_id = k.charge_id WHERE k.consumer_id = :c AND k.key = :k",
-        {"c": consumer_id, "k": key}, _outcome)
+        {"c": consumer_id, "k": key},
+        _outcome,
+    )
 
 
 def _outcome(rows: Rows) -> Outcome | None:
     if not rows:
         return None
     row = rows[0]
-    return Outcome(row.request_hash, row.charge_id, row.status, _json(row.body),
-                   _json(row.headers), row.noise_secret, row.implementation)
+    return Outcome(
+        row.request_hash,
+        row.charge_id,
+        row.status,
+        _json(row.body),
+        _json(row.headers),
+        row.noise_secret,
+        row.implementation,
+    )
 
 
 def _json(value: Any) -> Any:
@@ -86,16 +96,38 @@ def _json(value: Any) -> Any:
 def remember(driver: Driver, consumer_id: int, key: str, outcome: Outcome, now: int) -> None:
     """Store the response for ``key``, in the charge's transaction. A concurrent duplicate
     (unique consumer and key) fails at the latest at the commit, which then writes nothing."""
-    driver.run(_INSERT, {
-        "consumer_id": consumer_id, "key": key, "request_hash": outcome.request_hash,
-        "charge_id": outcome.charge_id, "status": outcome.status,
-        "body": json.dumps(outcome.body), "headers": json.dumps(outcome.headers),
-        "created_at": now})
+    driver.run(
+        _INSERT,
+        {
+            "consumer_id": consumer_id,
+            "key": key,
+            "request_hash": outcome.request_hash,
+            "charge_id": outcome.charge_id,
+            "status": outcome.status,
+            "body": json.dumps(outcome.body),
+            "headers": json.dumps(outcome.headers),
+            "created_at": now,
+        },
+    )
 
 
-_INSERT = compiled(insert(IdempotencyKey).values({name: bindparam(name) for name in (
-    "consumer_id", "key", "request_hash", "charge_id", "status", "body", "headers",
-    "created_at")}))
+_INSERT = compiled(
+    insert(IdempotencyKey).values(
+        {
+            name: bindparam(name)
+            for name in (
+                "consumer_id",
+                "key",
+                "request_hash",
+                "charge_id",
+                "status",
+                "body",
+                "headers",
+                "created_at",
+            )
+        }
+    )
+)
 
 
 def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,8 +135,10 @@ def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def decode_params(stored: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: Decimal(v["decimal"]) if isinstance(v, dict) and set(v) == {"decimal"} else v
-            for k, v in stored.items()}
+    return {
+        k: Decimal(v["decimal"]) if isinstance(v, dict) and set(v) == {"decimal"} else v
+        for k, v in stored.items()
+    }
 
 
 def decimals_as_floats(value: Any) -> Any:

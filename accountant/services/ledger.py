@@ -35,18 +35,26 @@ class Actor:
 
 def canonical(entry: LedgerEntry, dataset_name: str, consumer_name: str | None) -> bytes:
     """The bytes an entry's hash covers: sorted-key JSON of integers and strings only."""
-    return _canonical({name: getattr(entry, name) for name in _COLUMNS}, dataset_name,
-                      consumer_name)
+    return _canonical(
+        {name: getattr(entry, name) for name in _COLUMNS}, dataset_name, consumer_name
+    )
 
 
 def _canonical(values: dict[str, Any], dataset_name: str, consumer_name: str | None) -> bytes:
     content = {
-        "seq": values["seq"], "kind": values["kind"], "charge_id": values["charge_id"],
-        "dataset": dataset_name, "consumer": consumer_name, "status": values["status"],
-        "mechanism": values["mechanism"], "release": values["release"],
-        "partitions": values["partitions"], "params": values["params"],
+        "seq": values["seq"],
+        "kind": values["kind"],
+        "charge_id": values["charge_id"],
+        "dataset": dataset_name,
+        "consumer": consumer_name,
+        "status": values["status"],
+        "mechanism": values["mechanism"],
+        "release": values["release"],
+        "partitions": values["partitions"],
+        "params": values["params"],
         "cost": [values["cost_epsilon"], values["cost_delta"], values["cost_rho"]],
-        "multiplicity": values["multiplicity"], "detail": values["detail"],
+        "multiplicity": values["multiplicity"],
+        "detail": values["detail"],
         "created_at": values["created_at"],
     }
     # Replay provenance, recorded with granted charges since revision 0004; hashed when present,
@@ -54,45 +62,71 @@ def _canonical(values: dict[str, Any], dataset_name: str, consumer_name: str | N
     for name in ("noise_secret", "implementation"):
         if values.get(name) is not None:
             content[name] = values[name]
-    return json.dumps(content, sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=False).encode()
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def chain_hash(prev_hash: str, content: bytes) -> str:
     return hashlib.sha256(prev_hash.encode() + content).hexdigest()
 
 
-def append(driver: Driver, dataset: Dataset | DatasetState, consumer: Actor | None, *,
-           kind: str, status: str, created_at: int, charge_id: str | None = None,
-           mechanism: str | None = None, release: str | None = None,
-           partitions: list[str] | None = None, params: dict[str, Any] | None = None,
-           cost: Amount = Amount(), multiplicity: int = 1,
-           detail: dict[str, Any] | None = None, noise_secret: str | None = None,
-           implementation: str | None = None, loss_after: Amount | None = None) -> ChainHead:
+def append(
+    driver: Driver,
+    dataset: Dataset | DatasetState,
+    consumer: Actor | None,
+    *,
+    kind: str,
+    status: str,
+    created_at: int,
+    charge_id: str | None = None,
+    mechanism: str | None = None,
+    release: str | None = None,
+    partitions: list[str] | None = None,
+    params: dict[str, Any] | None = None,
+    cost: Amount = Amount(),
+    multiplicity: int = 1,
+    detail: dict[str, Any] | None = None,
+    noise_secret: str | None = None,
+    implementation: str | None = None,
+    loss_after: Amount | None = None,
+) -> ChainHead:
     """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked);
     the chain's new head, which is the entry's own seq and hash.
 
     Two driver statements and no ORM object: this runs on every charge."""
     values: dict[str, Any] = {
-        "seq": dataset.ledger_seq + 1, "kind": kind, "charge_id": charge_id,
-        "dataset_id": dataset.id, "consumer_id": consumer.id if consumer else None,
-        "status": status, "mechanism": mechanism, "release": release,
-        "partitions": partitions or [], "params": params or {},
-        "cost_epsilon": cost.epsilon, "cost_delta": cost.delta, "cost_rho": cost.rho,
-        "multiplicity": multiplicity, "detail": detail or {}, "created_at": created_at,
-        "noise_secret": noise_secret, "implementation": implementation,
+        "seq": dataset.ledger_seq + 1,
+        "kind": kind,
+        "charge_id": charge_id,
+        "dataset_id": dataset.id,
+        "consumer_id": consumer.id if consumer else None,
+        "status": status,
+        "mechanism": mechanism,
+        "release": release,
+        "partitions": partitions or [],
+        "params": params or {},
+        "cost_epsilon": cost.epsilon,
+        "cost_delta": cost.delta,
+        "cost_rho": cost.rho,
+        "multiplicity": multiplicity,
+        "detail": detail or {},
+        "created_at": created_at,
+        "noise_secret": noise_secret,
+        "implementation": implementation,
         "loss_after_epsilon": None if loss_after is None else loss_after.epsilon,
         "loss_after_delta": None if loss_after is None else loss_after.delta,
         "loss_after_rho": None if loss_after is None else loss_after.rho,
         "prev_hash": dataset.ledger_head or GENESIS,
     }
-    values["hash"] = chain_hash(values["prev_hash"], _canonical(
-        values, dataset.name, consumer.name if consumer else None))
+    values["hash"] = chain_hash(
+        values["prev_hash"], _canonical(values, dataset.name, consumer.name if consumer else None)
+    )
     for name in ("partitions", "params", "detail"):
         values[name] = json.dumps(values[name])
     driver.run(_INSERT, values)
-    driver.run("UPDATE datasets SET ledger_seq = :seq, ledger_head = :head WHERE id = :id",
-               {"seq": values["seq"], "head": values["hash"], "id": dataset.id})
+    driver.run(
+        "UPDATE datasets SET ledger_seq = :seq, ledger_head = :head WHERE id = :id",
+        {"seq": values["seq"], "head": values["hash"], "id": dataset.id},
+    )
     if isinstance(dataset, Dataset):  # keep a loaded ORM row in step with the database
         set_committed_value(dataset, "ledger_seq", values["seq"])
         set_committed_value(dataset, "ledger_head", values["hash"])
@@ -134,7 +168,8 @@ def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
 def count(filters: LedgerFilter) -> Select[int]:
     """How many entries match ``filters`` (its position and limit aside)."""
     return select(func.count()).select_from(
-        matching(replace(filters, after_id=0, before_id=None)).order_by(None).subquery())
+        matching(replace(filters, after_id=0, before_id=None)).order_by(None).subquery()
+    )
 
 
 def matching(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
@@ -193,20 +228,26 @@ def verify(session: Session, progress: Any = None) -> Verification:
     for dataset in session.execute(select(Dataset).order_by(Dataset.id)).scalars():
         expected_prev, expected_seq, previous_id = GENESIS, 1, 0
         recorded_terms = dataset.terms_sha256  # unless a limit change in the chain says more
-        entries = session.execute(select(LedgerEntry).where(
-            LedgerEntry.dataset_id == dataset.id).order_by(LedgerEntry.seq)).scalars()
+        entries = session.execute(
+            select(LedgerEntry)
+            .where(LedgerEntry.dataset_id == dataset.id)
+            .order_by(LedgerEntry.seq)
+        ).scalars()
         for entry in entries:
             consumer = consumers.get(entry.consumer_id) if entry.consumer_id else None
             problem = None
             if entry.seq != expected_seq:
                 problem = f"expected seq {expected_seq}, found {entry.seq} (entry missing?)"
             elif entry.id <= previous_id:  # listings are in id order: it must be seq order
-                problem = (f"entry id {entry.id} is not after the previous entry's id "
-                           f"{previous_id} (ids swapped or rewritten)")
+                problem = (
+                    f"entry id {entry.id} is not after the previous entry's id "
+                    f"{previous_id} (ids swapped or rewritten)"
+                )
             elif entry.prev_hash != expected_prev:
                 problem = "prev_hash does not match the previous entry's hash"
-            elif chain_hash(entry.prev_hash,
-                            canonical(entry, dataset.name, consumer)) != entry.hash:
+            elif (
+                chain_hash(entry.prev_hash, canonical(entry, dataset.name, consumer)) != entry.hash
+            ):
                 problem = "the entry's content does not match its hash (edited)"
             if problem:
                 return Verification(False, checked, heads, entry, dataset.name, problem)
@@ -216,11 +257,19 @@ def verify(session: Session, progress: Any = None) -> Verification:
             checked += 1
             if progress is not None and checked % 10_000 == 0:
                 progress(checked)
-        if dataset.ledger_seq != expected_seq - 1 or (dataset.ledger_head or GENESIS) != \
-                expected_prev:
-            return Verification(False, checked, heads, None, dataset.name,
-                                f"the chain ends at seq {expected_seq - 1} but the dataset "
-                                f"records {dataset.ledger_seq} entries (entries deleted?)")
+        if (
+            dataset.ledger_seq != expected_seq - 1
+            or (dataset.ledger_head or GENESIS) != expected_prev
+        ):
+            return Verification(
+                False,
+                checked,
+                heads,
+                None,
+                dataset.name,
+                f"the chain ends at seq {expected_seq - 1} but the dataset "
+                f"records {dataset.ledger_seq} entries (entries deleted?)",
+            )
         problem = _terms_problem(dataset, recorded_terms)
         if problem:
             return Verification(False, checked, heads, None, dataset.name, problem)
@@ -232,11 +281,15 @@ def verify(session: Session, progress: Any = None) -> Verification:
 def _terms_problem(dataset: Dataset, recorded: str) -> str | None:
     """Why ``dataset``'s limits are not the ones the service last set, if they are not."""
     if dataset.terms_sha256 != recorded:
-        return ("the dataset's limits are not the ones its last ledger entry recorded "
-                "(edited in the database?)")
+        return (
+            "the dataset's limits are not the ones its last ledger entry recorded "
+            "(edited in the database?)"
+        )
     if terms.digest(dataset) != dataset.terms_sha256:
-        return ("the dataset's limits, bounds or windows do not match the digest the service "
-                "recorded when it last set them (edited in the database?)")
+        return (
+            "the dataset's limits, bounds or windows do not match the digest the service "
+            "recorded when it last set them (edited in the database?)"
+        )
     return None
 
 
@@ -254,12 +307,19 @@ def anchors_missing(session: Session, anchors: dict[str, tuple[int, str]]) -> li
         if dataset_id is None:
             problems.append(f"dataset {name!r} is gone; an earlier copy has {seq} entries")
             continue
-        found = session.execute(select(LedgerEntry.hash).where(
-            LedgerEntry.dataset_id == dataset_id, LedgerEntry.seq == seq)).scalar()
+        found = session.execute(
+            select(LedgerEntry.hash).where(
+                LedgerEntry.dataset_id == dataset_id, LedgerEntry.seq == seq
+            )
+        ).scalar()
         if found is None:
-            problems.append(f"dataset {name!r} has no entry {seq}, which an earlier copy has "
-                            "(entries deleted and the chain's head rewound?)")
+            problems.append(
+                f"dataset {name!r} has no entry {seq}, which an earlier copy has "
+                "(entries deleted and the chain's head rewound?)"
+            )
         elif found != expected:
-            problems.append(f"dataset {name!r} entry {seq} is not the one an earlier copy has "
-                            "(the chain was rewritten)")
+            problems.append(
+                f"dataset {name!r} entry {seq} is not the one an earlier copy has "
+                "(the chain was rewritten)"
+            )
     return problems

@@ -24,20 +24,33 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
     charged = None  # what the running total grew by: cost x multiplicity, when granted
     if entry.kind == "charge":
         grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)
-        charged = mode.report(grew.scaled(entry.multiplicity) if entry.status == "granted"
-                              else Amount(), dataset.limit_delta or 0)
+        charged = mode.report(
+            grew.scaled(entry.multiplicity) if entry.status == "granted" else Amount(),
+            dataset.limit_delta or 0,
+        )
     return {
-        "id": entry.id, "seq": entry.seq, "kind": entry.kind, "charge_id": entry.charge_id,
-        "dataset": dataset.name, "consumer": consumer, "status": entry.status,
-        "mechanism": entry.mechanism, "release": entry.release, "partitions": entry.partitions,
+        "id": entry.id,
+        "seq": entry.seq,
+        "kind": entry.kind,
+        "charge_id": entry.charge_id,
+        "dataset": dataset.name,
+        "consumer": consumer,
+        "status": entry.status,
+        "mechanism": entry.mechanism,
+        "release": entry.release,
+        "partitions": entry.partitions,
         "cost": mode.report(entry.cost, dataset.limit_delta or 0),
-        "multiplicity": entry.multiplicity, "charged": charged,
-        "loss_after": None if (after := entry.loss_after) is None
+        "multiplicity": entry.multiplicity,
+        "charged": charged,
+        "loss_after": None
+        if (after := entry.loss_after) is None
         else mode.report(after, dataset.limit_delta or 0),
         "detail": entry.detail or None,
         "created_at": isoformat(entry.created_at / 1e6),
-        "noise_secret": entry.noise_secret, "implementation": entry.implementation,
-        "prev_hash": entry.prev_hash, "hash": entry.hash,
+        "noise_secret": entry.noise_secret,
+        "implementation": entry.implementation,
+        "prev_hash": entry.prev_hash,
+        "hash": entry.hash,
         # what the hash covers, in the form it covers it (docs/ledger.md)
         "params": entry.params,
         "cost_units": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
@@ -45,8 +58,9 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
     }
 
 
-def ids_of(session: Session, dataset: str | None,
-           consumer: str | None) -> tuple[int | None, int | None]:
+def ids_of(
+    session: Session, dataset: str | None, consumer: str | None
+) -> tuple[int | None, int | None]:
     """The ids of a filter's dataset and consumer, each None when not named."""
     dataset_id = consumer_id = None
     if dataset is not None:
@@ -54,8 +68,7 @@ def ids_of(session: Session, dataset: str | None,
         if dataset_id is None:
             raise NotFound(f"no dataset named {dataset!r}")
     if consumer is not None:
-        consumer_id = session.execute(
-            select(Consumer.id).where(Consumer.name == consumer)).scalar()
+        consumer_id = session.execute(select(Consumer.id).where(Consumer.name == consumer)).scalar()
         if consumer_id is None:
             raise NotFound(f"no consumer named {consumer!r}")
     return dataset_id, consumer_id
@@ -65,8 +78,10 @@ def page(session: Session, filters: LedgerFilter) -> tuple[list[dict[str, Any]],
     """One page of entries and the cursor of the next (None on the last page)."""
     datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
     rows = session.execute(ledger.query(filters)).all()
-    entries = [describe_entry(entry, datasets[entry.dataset_id], consumer)
-               for entry, _name, consumer in rows]
+    entries = [
+        describe_entry(entry, datasets[entry.dataset_id], consumer)
+        for entry, _name, consumer in rows
+    ]
     return entries, str(rows[-1][0].id) if len(rows) == filters.limit else None
 
 
@@ -79,8 +94,10 @@ def export_rows(session: Session, filters: LedgerFilter) -> Iterator[dict[str, A
         datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
         page_filter = replace(filters, after_id=after, limit=min(1000, left))
         rows = session.execute(ledger.query(page_filter)).all()
-        described = [describe_entry(entry, datasets[entry.dataset_id], consumer)
-                     for entry, _name, consumer in rows]
+        described = [
+            describe_entry(entry, datasets[entry.dataset_id], consumer)
+            for entry, _name, consumer in rows
+        ]
         last_id = rows[-1][0].id if rows else after
         session.rollback()
         session.expunge_all()
@@ -99,26 +116,33 @@ def verification(session: Session) -> dict[str, Any]:
     if result.first_bad is not None:
         dataset = session.get(Dataset, result.first_bad.dataset_id)
         assert dataset is not None
-        consumer = session.execute(select(Consumer.name).where(
-            Consumer.id == result.first_bad.consumer_id)).scalar()
+        consumer = session.execute(
+            select(Consumer.name).where(Consumer.id == result.first_bad.consumer_id)
+        ).scalar()
         bad = describe_entry(result.first_bad, dataset, consumer)
-    return {"ok": False, "entries": result.entries, "dataset": result.dataset,
-            "reason": result.reason, "first_bad_entry": bad}
+    return {
+        "ok": False,
+        "entries": result.entries,
+        "dataset": result.dataset,
+        "reason": result.reason,
+        "first_bad_entry": bad,
+    }
 
 
 def charge_counts(session: Session) -> list[tuple[str, str, str, int]]:
     """(dataset, mechanism, outcome, count) of every charge, as each charge counted itself:
     no ledger read."""
     rows = session.execute(
-        select(Dataset.name, ChargeCount.mechanism, ChargeCount.outcome, ChargeCount.count)
-        .join(Dataset, Dataset.id == ChargeCount.dataset_id)).all()
+        select(Dataset.name, ChargeCount.mechanism, ChargeCount.outcome, ChargeCount.count).join(
+            Dataset, Dataset.id == ChargeCount.dataset_id
+        )
+    ).all()
     return [(dataset, mechanism, outcome, count) for dataset, mechanism, outcome, count in rows]
 
 
 def schema_revision(session: Session) -> str | None:
     """The migration the database is at."""
-    revision: str | None = session.execute(
-        text("SELECT version_num FROM alembic_version")).scalar()
+    revision: str | None = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
     return revision
 
 
@@ -127,8 +151,11 @@ def export_end(session: Session, dataset_id: int | None) -> tuple[int, dict[str,
     that entry: its seq and hash). An export stops at that id, so that what it contains and
     the heads it is signed with describe the same moment."""
     through = session.execute(select(func.max(LedgerEntry.id))).scalar() or 0
-    last = (select(LedgerEntry.dataset_id, func.max(LedgerEntry.id).label("id"))
-            .where(LedgerEntry.id <= through).group_by(LedgerEntry.dataset_id))
+    last = (
+        select(LedgerEntry.dataset_id, func.max(LedgerEntry.id).label("id"))
+        .where(LedgerEntry.id <= through)
+        .group_by(LedgerEntry.dataset_id)
+    )
     if dataset_id is not None:
         last = last.where(LedgerEntry.dataset_id == dataset_id)
     ends = last.subquery()
@@ -136,5 +163,6 @@ def export_end(session: Session, dataset_id: int | None) -> tuple[int, dict[str,
         select(Dataset.name, LedgerEntry.seq, LedgerEntry.hash)
         .join(ends, ends.c.id == LedgerEntry.id)
         .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
-        .order_by(Dataset.name)).all()
+        .order_by(Dataset.name)
+    ).all()
     return through, {name: {"seq": seq, "hash": hash_} for name, seq, hash_ in rows}

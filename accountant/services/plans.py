@@ -69,8 +69,7 @@ class Solved:
     value: Decimal
 
 
-def solve(driver: Driver, request: ChargeRequest, name: str, count: int,
-          now_us: int) -> Solved:
+def solve(driver: Driver, request: ChargeRequest, name: str, count: int, now_us: int) -> Solved:
     """The least-noise value of parameter ``name`` such that ``count`` identical charges fit
     now: the largest epsilon or rho, or the smallest sigma, to 9 significant digits,
     rounded toward more noise. Raises ``NothingFits`` if no value in range fits."""
@@ -80,21 +79,32 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int,
 
     def fits(value: Decimal) -> bool:
         try:
-            priced = pricing.price(request.mechanism, {**request.params, name: value},
-                                   request.sensitivity_unit, mode, dataset.rule,
-                                   dataset.max_records_per_user, request.release,
-                                   len(evaluation.partitions))
+            priced = pricing.price(
+                request.mechanism,
+                {**request.params, name: value},
+                request.sensitivity_unit,
+                mode,
+                dataset.rule,
+                dataset.max_records_per_user,
+                request.release,
+                len(evaluation.partitions),
+            )
         except pricing.PricingError:
             return False
         scaled = priced.cost.scaled(count)
-        return rules.first_denial(evaluation.checker.checks(scaled, priced.multiplicity),
-                                  scaled, mode.components) is None
+        return (
+            rules.first_denial(
+                evaluation.checker.checks(scaled, priced.multiplicity), scaled, mode.components
+            )
+            is None
+        )
 
     # bisection on the logarithm between the schema's bounds, toward more noise
     low, high = math.log(_LOW), math.log(_HIGH)
     if not fits(_LOW if increasing else _HIGH):
-        raise NothingFits(f"{count} such charges do not fit even at {name} "
-                          f"{_LOW if increasing else _HIGH}")
+        raise NothingFits(
+            f"{count} such charges do not fit even at {name} {_LOW if increasing else _HIGH}"
+        )
     for _ in range(100):
         middle = (low + high) / 2
         if fits(Decimal(repr(math.exp(middle)))) == increasing:
@@ -105,11 +115,14 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int,
     for _ in range(100):  # rounding to 9 digits must not leave the fitting side
         if fits(value):
             break
-        value = _round(value * (Decimal("0.999999999") if increasing
-                                else Decimal("1.000000001")), increasing)
+        value = _round(
+            value * (Decimal("0.999999999") if increasing else Decimal("1.000000001")), increasing
+        )
     else:
-        raise NothingFits(f"no {name} near {value} lets {count} such charges fit; the "
-                          "mechanism's cost is not monotone in it")
+        raise NothingFits(
+            f"no {name} near {value} lets {count} such charges fit; the "
+            "mechanism's cost is not monotone in it"
+        )
     solved = _with(request, name, value)
     return Solved(preview(driver, solved, now_us), name, value)
 
@@ -128,5 +141,6 @@ def _with(request: ChargeRequest, name: str, value: Decimal) -> ChargeRequest:
 def _round(value: Decimal, down: bool) -> Decimal:
     """``value`` to 9 significant digits, down (less epsilon) or up (more sigma)."""
     exponent = value.adjusted() - 8
-    return value.quantize(Decimal(1).scaleb(exponent),
-                          rounding=ROUND_FLOOR if down else ROUND_CEILING).normalize()
+    return value.quantize(
+        Decimal(1).scaleb(exponent), rounding=ROUND_FLOOR if down else ROUND_CEILING
+    ).normalize()

@@ -27,8 +27,11 @@ def publish(driver: Driver, private: Ed25519PrivateKey, now: int) -> None:
     """Keep the public half of ``private`` in the current transaction, if it is not kept yet:
     the charge that first signs with a key publishes it, atomically with itself."""
     jwk = public_jwk(private.public_key())
-    driver.run("INSERT INTO signing_keys (kid, public_jwk, created_at) VALUES (:k, :j, :t) "
-               "ON CONFLICT (kid) DO NOTHING", {"k": jwk["kid"], "j": json.dumps(jwk), "t": now})
+    driver.run(
+        "INSERT INTO signing_keys (kid, public_jwk, created_at) VALUES (:k, :j, :t) "
+        "ON CONFLICT (kid) DO NOTHING",
+        {"k": jwk["kid"], "j": json.dumps(jwk), "t": now},
+    )
 
 
 def jwks(session: Session, private: Ed25519PrivateKey) -> list[dict[str, str]]:
@@ -47,12 +50,15 @@ def in_ledger(session: Session, claims: dict[str, Any]) -> bool | None:
     if not isinstance(entry, dict):
         return None
     found = session.execute(
-        select(LedgerEntry.hash, LedgerEntry.charge_id).join(
-            Dataset, Dataset.id == LedgerEntry.dataset_id)
+        select(LedgerEntry.hash, LedgerEntry.charge_id)
+        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
         .where(Dataset.name == claims.get("dataset"), LedgerEntry.seq == entry.get("seq"))
     ).first()
-    return found is not None and found.hash == entry.get("hash") \
+    return (
+        found is not None
+        and found.hash == entry.get("hash")
         and found.charge_id == claims.get("charge_id")
+    )
 
 
 def output_sha256(output: Any) -> str:
@@ -63,16 +69,33 @@ def output_sha256(output: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def receipt(private: Ed25519PrivateKey, *, charge_id: str, dataset: str, partitions: list[str],
-            mechanism: str, cost: dict[str, Decimal], multiplicity: int,
-            charged: dict[str, Decimal], output_sha256: str, ledger: dict[str, Any],
-            issued_at: int) -> str:
+def receipt(
+    private: Ed25519PrivateKey,
+    *,
+    charge_id: str,
+    dataset: str,
+    partitions: list[str],
+    mechanism: str,
+    cost: dict[str, Decimal],
+    multiplicity: int,
+    charged: dict[str, Decimal],
+    output_sha256: str,
+    ledger: dict[str, Any],
+    issued_at: int,
+) -> str:
     """The signed claims of a grant: ``cost`` per release, and ``charged`` = cost x
     ``multiplicity``, what the dataset's running total grew by; ``ledger``, the seq and hash
     of the charge's ledger entry (the chain's head right after it)."""
-    claims = {"charge_id": charge_id, "dataset": dataset, "partitions": partitions,
-              "mechanism": mechanism, "cost": {k: float(v) for k, v in cost.items()},
-              "multiplicity": multiplicity,
-              "charged": {k: float(v) for k, v in charged.items()},
-              "output_sha256": output_sha256, "ledger": ledger, "iat": issued_at}
+    claims = {
+        "charge_id": charge_id,
+        "dataset": dataset,
+        "partitions": partitions,
+        "mechanism": mechanism,
+        "cost": {k: float(v) for k, v in cost.items()},
+        "multiplicity": multiplicity,
+        "charged": {k: float(v) for k, v in charged.items()},
+        "output_sha256": output_sha256,
+        "ledger": ledger,
+        "iat": issued_at,
+    }
     return sign(private, claims)

@@ -17,10 +17,20 @@ from typing import Any
 
 from accountant.models import Dataset
 
-FIELDS = ("privacy_unit", "accounting", "rdp_order", "max_partitions_per_user",
-          "max_records_per_user",
-          "limit_epsilon", "limit_delta", "limit_rho", "has_partition_limit",
-          "partition_limit_epsilon", "partition_limit_delta", "partition_limit_rho")
+FIELDS = (
+    "privacy_unit",
+    "accounting",
+    "rdp_order",
+    "max_partitions_per_user",
+    "max_records_per_user",
+    "limit_epsilon",
+    "limit_delta",
+    "limit_rho",
+    "has_partition_limit",
+    "partition_limit_epsilon",
+    "partition_limit_delta",
+    "partition_limit_rho",
+)
 
 
 def digest_of(values: Mapping[str, Any], windows: Iterable[Iterable[Any]]) -> str:
@@ -36,6 +46,7 @@ def digest_of(values: Mapping[str, Any], windows: Iterable[Iterable[Any]]) -> st
 
 
 def digest(dataset: Dataset) -> str:
-    return digest_of({name: getattr(dataset, name) for name in FIELDS}, [
-        (w.period_seconds, w.limit_epsilon, w.limit_delta, w.limit_rho)
-        for w in dataset.windows])
+    return digest_of(
+        {name: getattr(dataset, name) for name in FIELDS},
+        [(w.period_seconds, w.limit_epsilon, w.limit_delta, w.limit_rho) for w in dataset.windows],
+    )

@@ -27,8 +27,9 @@ def upgrade() -> None:
         sa.UniqueConstraint("current", name=op.f("uq_noise_secrets_current")),
     )
     op.add_column("ledger_entries", sa.Column("noise_secret", sa.String(length=32), nullable=True))
-    op.add_column("ledger_entries",
-                  sa.Column("implementation", sa.String(length=255), nullable=True))
+    op.add_column(
+        "ledger_entries", sa.Column("implementation", sa.String(length=255), nullable=True)
+    )
 
 
 def downgrade() -> None:

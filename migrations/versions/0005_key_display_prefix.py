@@ -19,8 +19,10 @@ def upgrade() -> None:
     # Keys were shown to admins and auditors by their first 12 characters: 8 characters of a
     # generated key's secret, and 12 of a human-chosen first admin key. Keep only the fixed
     # marker of generated keys; the key's random id identifies it.
-    op.execute("UPDATE api_keys SET prefix = CASE WHEN prefix LIKE 'pba\\_%' ESCAPE '\\' "
-               "THEN 'pba_' ELSE '' END")
+    op.execute(
+        "UPDATE api_keys SET prefix = CASE WHEN prefix LIKE 'pba\\_%' ESCAPE '\\' "
+        "THEN 'pba_' ELSE '' END"
+    )
 
 
 def downgrade() -> None:

@@ -47,8 +47,9 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
         return Cost(epsilon=params["epsilon"])
     # an rdp dataset: the Renyi divergence at its order, here the bound of every
     # epsilon-DP mechanism (what the core would charge if this declared none)
-    return Cost(epsilon=params["epsilon"],
-                rdp=renyi_of_pure(Fraction(params["epsilon"]), context.order))
+    return Cost(
+        epsilon=params["epsilon"], rdp=renyi_of_pure(Fraction(params["epsilon"]), context.order)
+    )
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
