@@ -25,12 +25,15 @@
   ``WindowExhausted`` (and ``resets_at``); invalid requests raise ``InvalidRequest`` with
   the problem's field errors.
 
+``AsyncClient`` makes the charging calls with the same guarantees under asyncio.
+
 The module needs only httpx (``pip install 'privacy-budget-accountant[client]'``) and
 ``cryptography``; it imports neither Flask nor a database driver.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -48,6 +51,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
     "AccountantError",
+    "AsyncClient",
     "BudgetExhausted",
     "Charge",
     "Client",
@@ -256,21 +260,7 @@ class Client:
             if self.verify_receipts
             else {}
         )
-        return Charge(
-            charge_id=answer["charge_id"],
-            dataset=answer["dataset"],
-            mechanism=answer["mechanism"],
-            partitions=list(answer["partitions"]),
-            output=answer["output"],
-            cost=_amount(answer["cost"]),
-            charged=_amount(answer.get("charged")),
-            multiplicity=int(answer.get("multiplicity", 1)),
-            remaining=_amount(answer.get("remaining")),
-            receipt=answer["receipt"],
-            created_at=answer["created_at"],
-            idempotency_key=key,
-            claims=claims,
-        )
+        return _charge_of(answer, key, claims)
 
     def preview(
         self,
@@ -287,13 +277,7 @@ class Client:
             "/v1/charges/preview",
             json=_charge_body(dataset, partitions, mechanism, params, None, release),
         )
-        return Preview(
-            bool(answer["granted"]),
-            _amount(answer.get("cost")),
-            _amount(answer.get("remaining_after")),
-            answer.get("scope"),
-            answer.get("reason"),
-        )
+        return _preview_of(answer)
 
     def plan(
         self,
@@ -311,12 +295,7 @@ class Client:
         if count is not None:
             body["count"] = count
         answer = self._call("POST", "/v1/charges/plan", json=body)
-        return Plan(
-            answer.get("fits"),
-            answer.get("limited_by"),
-            _amount(answer["params"]) if "params" in answer else None,
-            answer,
-        )
+        return _plan_of(answer)
 
     def get_charge(self, charge_id: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/charges/{charge_id}"))
@@ -405,38 +384,10 @@ class Client:
     def verify_receipt(self, receipt: str, *, output: Any = None) -> dict[str, Any]:
         """The receipt's claims, if the service's key signed it (checked offline against the
         cached JWK set) and, given ``output``, if it is the output the receipt names."""
-        parts = receipt.split(".")
-        if len(parts) != 3:
-            raise ReceiptInvalid({"detail": "not a JWS compact serialisation"})
-        try:
-            header = json.loads(_unb64(parts[0]))
-            claims = json.loads(_unb64(parts[1]))
-            signature = _unb64(parts[2])
-        except ValueError:
-            raise ReceiptInvalid({"detail": "the receipt's parts are not base64url JSON"}) from None
-        if header.get("alg") != "EdDSA":
-            raise ReceiptInvalid({"detail": "the receipt is not signed with EdDSA"})
-        key = self._key(str(header.get("kid")))
-        try:
-            key.verify(signature, f"{parts[0]}.{parts[1]}".encode())
-        except InvalidSignature:
-            raise ReceiptInvalid({"detail": "the receipt's signature does not match"}) from None
-        if output is not None:
-            digest = hashlib.sha256(
-                json.dumps(output, sort_keys=True, separators=(",", ":")).encode()
-            ).hexdigest()
-            if digest != claims.get("output_sha256"):
-                raise ReceiptInvalid({"detail": "the output is not the one the receipt names"})
-        return dict(claims)
-
-    def _key(self, kid: str) -> Ed25519PublicKey:
-        if kid not in self._keys:  # first use, or a key rotated in since: fetch once more
-            response = self._request("GET", "/v1/receipts/public-key", {})
-            for jwk in response["keys"]:
-                self._keys[jwk["kid"]] = Ed25519PublicKey.from_public_bytes(_unb64(jwk["x"]))
-        if kid not in self._keys:
-            raise ReceiptInvalid({"detail": f"no published key has id {kid!r}"})
-        return self._keys[kid]
+        token = _Receipt.read(receipt)
+        if token.kid not in self._keys:  # first use, or a key rotated in since: fetch again
+            _remember_keys(self._keys, self._request("GET", "/v1/receipts/public-key", {}))
+        return token.check(self._keys, output)
 
     # transport -----------------------------------------------------------------------------
 
@@ -458,30 +409,254 @@ class Client:
         """Send until answered or the deadline passes: connection errors, 503, 429 (not a
         window denial) and 409 idempotency-in-progress are retried with jittered
         exponential backoff, waiting at least what ``Retry-After`` says."""
-        give_up = time.monotonic() + self.deadline
-        pause, attempt = 0.1, 0
+        backoff = _Backoff(self.deadline)
         while True:
-            attempt += 1
-            wait: float | None = None
             try:
                 response = self._http.request(method, path, **kwargs)
             except httpx.TransportError as error:
-                last: Any = error
-            else:
-                if response.status_code < 400:
-                    return response.json() if response.content else None
-                problem = _error(response)
-                if not _retryable(problem):
-                    raise problem
-                last, wait = problem, _retry_after(response)
-            delay = max(wait or 0.0, pause * (0.5 + random.random()))
-            if time.monotonic() + delay > give_up:
-                detail = f"no answer after {attempt} attempts in {self.deadline:g} s: {last}"
-                raise Unavailable({"detail": detail, "status": 503}) from (
-                    last if isinstance(last, Exception) else None
-                )
-            time.sleep(delay)
-            pause = min(pause * 2, 5.0)
+                time.sleep(backoff.after(None, error))
+                continue
+            if response.status_code < 400:
+                return response.json() if response.content else None
+            time.sleep(backoff.after(response, None))
+
+
+class AsyncClient:
+    """The client for asyncio (``httpx.AsyncClient``) with the calls a charging service
+    makes: charge, preview, plan, get_charge, budget, me, mechanisms, datasets and
+    verify_receipt; the same retries, idempotency keys, receipt checks and errors."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        deadline: float = 30.0,
+        verify_receipts: bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {api_key}"},
+            transport=transport,
+        )
+        self.deadline = deadline
+        self.verify_receipts = verify_receipts
+        self._keys: dict[str, Ed25519PublicKey] = {}
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def charge(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        input: Mapping[str, Any] | None = None,
+        release: str = "joint",
+        idempotency_key: str | None = None,
+    ) -> Charge:
+        """As ``Client.charge``."""
+        key = idempotency_key or str(uuid.uuid4())
+        body = _charge_body(dataset, partitions, mechanism, params, input, release)
+        answer = await self._request(
+            "POST", "/v1/charges", {"json": body, "headers": {"Idempotency-Key": key}}
+        )
+        claims = (
+            await self.verify_receipt(answer["receipt"], output=answer["output"])
+            if self.verify_receipts
+            else {}
+        )
+        return _charge_of(answer, key, claims)
+
+    async def preview(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        release: str = "joint",
+    ) -> Preview:
+        body = _charge_body(dataset, partitions, mechanism, params, None, release)
+        return _preview_of(await self._request("POST", "/v1/charges/preview", {"json": body}))
+
+    async def plan(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        release: str = "joint",
+        count: int | None = None,
+    ) -> Plan:
+        body = _charge_body(dataset, partitions, mechanism, params, None, release)
+        if count is not None:
+            body["count"] = count
+        return _plan_of(await self._request("POST", "/v1/charges/plan", {"json": body}))
+
+    async def get_charge(self, charge_id: str) -> dict[str, Any]:
+        return dict(await self._request("GET", f"/v1/charges/{charge_id}", {}))
+
+    async def budget(self, dataset: str) -> dict[str, Any]:
+        return dict(await self._request("GET", f"/v1/datasets/{dataset}/budget", {}))
+
+    async def me(self) -> dict[str, Any]:
+        return dict(await self._request("GET", "/v1/consumers/me", {}))
+
+    async def mechanisms(self) -> list[dict[str, Any]]:
+        return list((await self._request("GET", "/v1/mechanisms", {}))["mechanisms"])
+
+    async def datasets(self) -> list[dict[str, Any]]:
+        return list((await self._request("GET", "/v1/datasets", {}))["datasets"])
+
+    async def verify_receipt(self, receipt: str, *, output: Any = None) -> dict[str, Any]:
+        token = _Receipt.read(receipt)
+        if token.kid not in self._keys:
+            _remember_keys(self._keys, await self._request("GET", "/v1/receipts/public-key", {}))
+        return token.check(self._keys, output)
+
+    async def _request(self, method: str, path: str, kwargs: Mapping[str, Any]) -> Any:
+        backoff = _Backoff(self.deadline)
+        while True:
+            try:
+                response = await self._http.request(method, path, **kwargs)
+            except httpx.TransportError as error:
+                await asyncio.sleep(backoff.after(None, error))
+                continue
+            if response.status_code < 400:
+                return response.json() if response.content else None
+            await asyncio.sleep(backoff.after(response, None))
+
+
+class _Backoff:
+    """When to try again: connection errors, 503, 429 (not a window denial) and 409
+    idempotency-in-progress are retried with jittered exponential backoff, waiting at least
+    what ``Retry-After`` says, until ``deadline`` seconds have passed."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.give_up = time.monotonic() + deadline
+        self.pause, self.attempts = 0.1, 0
+
+    def after(self, response: httpx.Response | None, error: Exception | None) -> float:
+        """Seconds to wait after a failed attempt (a problem ``response`` or a transport
+        ``error``); raises the problem if no retry can help, or ``Unavailable`` past the
+        deadline."""
+        self.attempts += 1
+        last: Any = error
+        wait = None
+        if response is not None:
+            problem = _error(response)
+            if not _retryable(problem):
+                raise problem
+            last, wait = problem, _retry_after(response)
+        delay = max(wait or 0.0, self.pause * (0.5 + random.random()))
+        if time.monotonic() + delay > self.give_up:
+            detail = f"no answer after {self.attempts} attempts in {self.deadline:g} s: {last}"
+            raise Unavailable({"detail": detail, "status": 503}) from (
+                last if isinstance(last, Exception) else None
+            )
+        self.pause = min(self.pause * 2, 5.0)
+        return delay
+
+
+@dataclass(frozen=True)
+class _Receipt:
+    """A receipt's parts, read but not yet trusted."""
+
+    kid: str
+    claims: dict[str, Any]
+    signature: bytes
+    signed: bytes
+
+    @classmethod
+    def read(cls, receipt: str) -> _Receipt:
+        parts = receipt.split(".")
+        if len(parts) != 3:
+            raise ReceiptInvalid({"detail": "not a JWS compact serialisation"})
+        try:
+            header = json.loads(_unb64(parts[0]))
+            claims = json.loads(_unb64(parts[1]))
+            signature = _unb64(parts[2])
+        except ValueError:
+            raise ReceiptInvalid({"detail": "the receipt's parts are not base64url JSON"}) from None
+        if not isinstance(header, dict) or header.get("alg") != "EdDSA":
+            raise ReceiptInvalid({"detail": "the receipt is not signed with EdDSA"})
+        if not isinstance(claims, dict):
+            raise ReceiptInvalid({"detail": "the receipt's claims are not a JSON object"})
+        return cls(str(header.get("kid")), claims, signature, f"{parts[0]}.{parts[1]}".encode())
+
+    def check(self, keys: Mapping[str, Ed25519PublicKey], output: Any) -> dict[str, Any]:
+        """The claims, if a published key signed them and, given ``output``, if it is the
+        output they name."""
+        key = keys.get(self.kid)
+        if key is None:
+            raise ReceiptInvalid({"detail": f"no published key has id {self.kid!r}"})
+        try:
+            key.verify(self.signature, self.signed)
+        except InvalidSignature:
+            raise ReceiptInvalid({"detail": "the receipt's signature does not match"}) from None
+        if output is not None:
+            digest = hashlib.sha256(
+                json.dumps(output, sort_keys=True, separators=(",", ":")).encode()
+            ).hexdigest()
+            if digest != self.claims.get("output_sha256"):
+                raise ReceiptInvalid({"detail": "the output is not the one the receipt names"})
+        return dict(self.claims)
+
+
+def _remember_keys(keys: dict[str, Ed25519PublicKey], jwks: Mapping[str, Any]) -> None:
+    for jwk in jwks["keys"]:
+        keys[jwk["kid"]] = Ed25519PublicKey.from_public_bytes(_unb64(jwk["x"]))
+
+
+def _charge_of(answer: Mapping[str, Any], key: str, claims: dict[str, Any]) -> Charge:
+    return Charge(
+        charge_id=answer["charge_id"],
+        dataset=answer["dataset"],
+        mechanism=answer["mechanism"],
+        partitions=list(answer["partitions"]),
+        output=answer["output"],
+        cost=_amount(answer["cost"]),
+        charged=_amount(answer.get("charged")),
+        multiplicity=int(answer.get("multiplicity", 1)),
+        remaining=_amount(answer.get("remaining")),
+        receipt=answer["receipt"],
+        created_at=answer["created_at"],
+        idempotency_key=key,
+        claims=claims,
+    )
+
+
+def _preview_of(answer: Mapping[str, Any]) -> Preview:
+    return Preview(
+        bool(answer["granted"]),
+        _amount(answer.get("cost")),
+        _amount(answer.get("remaining_after")),
+        answer.get("scope"),
+        answer.get("reason"),
+    )
+
+
+def _plan_of(answer: Mapping[str, Any]) -> Plan:
+    return Plan(
+        answer.get("fits"),
+        answer.get("limited_by"),
+        _amount(answer["params"]) if "params" in answer else None,
+        dict(answer),
+    )
 
 
 def _charge_body(

@@ -4,6 +4,8 @@ service committed them)."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -16,7 +18,9 @@ from typing import Any
 import pytest
 
 from accountant.client import (
+    AsyncClient,
     BudgetExhausted,
+    Charge,
     Client,
     Forbidden,
     InvalidRequest,
@@ -218,3 +222,34 @@ def test_the_client_imports_without_flask_or_database_drivers() -> None:
         "and sys.modules[m] is not None]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_async_client_charges_concurrently_and_retries_lost_answers(server: str) -> None:
+    """Eight charges at once through a proxy that loses every other charge's answer after the
+    service committed it: eight distinct charges, each charged once, then a typed denial."""
+    with Client(server, ADMIN_KEY) as admin:
+        admin.create_dataset(
+            name="clicks", privacy_unit="record", accounting="pure", budget={"epsilon": 2}
+        )
+
+    async def run(base: str) -> list[Charge]:
+        async with AsyncClient(base, ADMIN_KEY, deadline=30) as client:
+            results = await asyncio.gather(
+                *[client.charge(dataset="clicks", partitions=["a"], **LAPLACE) for _ in range(8)]
+            )
+            with pytest.raises(BudgetExhausted):
+                await client.charge(dataset="clicks", partitions=["a"], **LAPLACE)
+            assert (await client.budget("clicks"))["loss"]["epsilon"] == 2.0
+            return list(results)
+
+    with dropping_proxy(server) as proxy:
+        attempts = itertools.count()
+        proxy.decide = lambda line: (
+            "drop" if line.startswith(b"POST /v1/charges ") and next(attempts) % 2 == 0 else None
+        )
+        results = asyncio.run(run(proxy.base))
+    assert [action for _, action in proxy.seen].count("drop") >= 4
+    assert len({r.charge_id for r in results}) == 8 and all(r.claims for r in results)
+    with Client(server, ADMIN_KEY) as admin:
+        statuses = [e["status"] for e in admin.ledger(dataset="clicks")]
+    assert sorted(statuses) == ["denied"] + ["granted"] * 8
