@@ -145,3 +145,39 @@ def test_patching_windows_may_repeat_an_existing_period(api: Api) -> None:
     )
     assert response.status_code == 200, response.get_json()
     assert [w["period"] for w in api.budget()["windows"]] == ["1h", "1d"]
+
+
+def test_every_scope_of_the_budget_report_says_what_is_left(api: Api) -> None:
+    """Lifetime, the most spent partition, each window and the caller's quota each state
+    what is left, in the dataset's mode and, on zcdp, in epsilon at the dataset's delta."""
+    api.make_dataset(
+        accounting="zcdp",
+        budget={"epsilon": 2, "delta": 1e-6},
+        partition_budget={"epsilon": 1},
+        windows=[{"period": "1d", "epsilon": 1.5}],
+    )
+    key = api.make_consumer("svc", datasets=["clicks"], quotas={"clicks": {"epsilon": 1.2}})
+    service = api.as_key(key)
+    gaussian: dict[str, Any] = {"mechanism": "gaussian", "params": {"sigma": 10, "sensitivity": 1}}
+    assert service.charge(partitions=["a"], **gaussian).status_code == 201
+    assert service.charge(partitions=["a"], **gaussian).status_code == 201
+    assert service.charge(partitions=["b"], **gaussian).status_code == 201
+    report = service.budget()
+    left = {
+        "lifetime": report["remaining"],
+        "partition": report["partitions"]["remaining"],
+        "window": report["windows"][0]["remaining"],
+        "quota": report["consumer"]["remaining"],
+    }
+    limits = {
+        "lifetime": report["limit"],
+        "partition": report["partition_limit"],
+        "window": report["windows"][0]["limit"],
+        "quota": report["consumer"]["quota"],
+    }
+    spent = {"lifetime": 0.01, "partition": 0.01, "window": 0.01, "quota": 0.01}  # rho
+    for scope, amount in left.items():
+        assert set(amount) >= {"rho", "epsilon", "delta"}, scope
+        expected = float(limits[scope]["rho"]) - spent[scope]
+        assert abs(amount["rho"] - expected) < 1e-9, scope
+        assert amount["epsilon"] > 0, scope

@@ -490,11 +490,14 @@ def budget_report(
         ),
     }
     if dataset.has_partition_limit and dataset.partition_limit is not None:
+        limited = tuple(n for n in names if dataset.partition_limit[n] is not None)
         report["partition_limit"] = _stated(
-            mode,
-            _as_amount(dataset.partition_limit),
-            dataset,
-            tuple(n for n in names if dataset.partition_limit[n] is not None),
+            mode, _as_amount(dataset.partition_limit), dataset, limited
+        )
+        # what the most spent partition has left: no partition has less
+        most_spent = lifetime.max_spend if lifetime else Amount()
+        report["partitions"]["remaining"] = _stated(
+            mode, remaining(dataset.partition_limit, most_spent, names), dataset, limited
         )
     return report
 
