@@ -291,9 +291,7 @@ class Client:
     ) -> Plan:
         """How many more such charges fit; with ``count`` and the noise parameter left out
         of ``params``, the least-noise parameters for which ``count`` of them fit."""
-        body = _charge_body(dataset, partitions, mechanism, params, None, release)
-        if count is not None:
-            body["count"] = count
+        body = _charge_body(dataset, partitions, mechanism, params, None, release, count)
         answer = self._call("POST", "/v1/charges/plan", json=body)
         return _plan_of(answer)
 
@@ -501,9 +499,7 @@ class AsyncClient:
         release: str = "joint",
         count: int | None = None,
     ) -> Plan:
-        body = _charge_body(dataset, partitions, mechanism, params, None, release)
-        if count is not None:
-            body["count"] = count
+        body = _charge_body(dataset, partitions, mechanism, params, None, release, count)
         return _plan_of(await self._request("POST", "/v1/charges/plan", {"json": body}))
 
     async def get_charge(self, charge_id: str) -> dict[str, Any]:
@@ -666,6 +662,7 @@ def _charge_body(
     params: Mapping[str, Any],
     input: Mapping[str, Any] | None,
     release: str,
+    count: int | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "dataset": dataset,
@@ -676,6 +673,8 @@ def _charge_body(
     }
     if input is not None:
         body["input"] = dict(input)
+    if count is not None:
+        body["count"] = count
     return body
 
 

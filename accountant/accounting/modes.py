@@ -128,34 +128,40 @@ class Mode:
             "dataset cannot account it; state its noise as sigma or rho"
         )
 
+    def lead(self, amount: Amount) -> Decimal:
+        """An amount's figure in the mode's measure alone (epsilon, rho, rdp or mu), without
+        the epsilon conversion that ``report`` adds."""
+        if self.name == "gdp":
+            return mu_of(amount.rho)
+        if self.converts:
+            return RHO.to_decimal(amount.rho)
+        return EPSILON.to_decimal(amount.epsilon)
+
     def report(self, amount: Amount, dataset_delta: int) -> dict[str, Decimal]:
         """An amount as the API shows it (API.md: zcdp amounts carry rho, epsilon, delta;
         rdp amounts rdp, order, epsilon, delta; gdp amounts mu, epsilon, delta)."""
         delta = DELTA.to_decimal(dataset_delta)
         if self.name == "zcdp":
             return {
-                "rho": RHO.to_decimal(amount.rho),
+                "rho": self.lead(amount),
                 "epsilon": epsilon_of_rho(amount.rho, dataset_delta),
                 "delta": delta,
             }
         if self.name == "rdp":
             assert self.order is not None
             return {
-                "rdp": RHO.to_decimal(amount.rho),
+                "rdp": self.lead(amount),
                 "order": self.order,
                 "epsilon": epsilon_of_rdp(amount.rho, dataset_delta, self.order),
                 "delta": delta,
             }
         if self.name == "gdp":
             return {
-                "mu": mu_of(amount.rho),
+                "mu": self.lead(amount),
                 "epsilon": epsilon_of_mu2(amount.rho, dataset_delta),
                 "delta": delta,
             }
-        return {
-            "epsilon": EPSILON.to_decimal(amount.epsilon),
-            "delta": DELTA.to_decimal(amount.delta),
-        }
+        return {"epsilon": self.lead(amount), "delta": DELTA.to_decimal(amount.delta)}
 
 
 MODES: dict[str, Mode] = {

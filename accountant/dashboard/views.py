@@ -148,6 +148,7 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
         scopes.append(
             {
                 "scope": f"window {window['period']}",
+                "period": window["period"],
                 "kind": "allocation",
                 "used_pct": _used(dataset, window["loss"], window["limit"]),
                 "loss": window["loss"],
@@ -207,13 +208,13 @@ def overview(who: Principal) -> Any:
         scopes = _scopes(dataset, report)
         windows = [
             {
-                "period": s["scope"].removeprefix("window "),
+                "period": s["period"],
                 "loss": _figure(s["loss"].get(measure, Decimal(0))),
                 "limit": _figure(s["limit"].get(measure, Decimal(0))),
                 "used_pct": s["used_pct"],
             }
             for s in scopes
-            if s["scope"].startswith("window")
+            if "period" in s
         ]
         marks = _marks(scopes)
         rows.append(
@@ -257,12 +258,11 @@ def dataset(who: Principal, name: str) -> Any:
         (isoformat((first_day + i) * 86_400)[:10], daily_map.get(first_day + i, 0.0))
         for i in range(30)
     ]
-    delta = found.limit_delta or 0
+    # the measure alone: the epsilon conversion of each point would cost a search each
     history = [
-        (at / 1e6, float(found.mode.report(amount, delta)[measure]))
+        (at / 1e6, float(found.mode.lead(amount)))
         for at, amount in dashboard_reads.loss_history(db(), found, now_us)
     ]
-    loss, limit = float(report["loss"][measure]), float(report["limit"][measure])
     scopes = _scopes(found, report)
     whole = sum(total for _, total in seen.consumer_totals) or 1
     used = scopes[0]["used_pct"]
@@ -282,12 +282,11 @@ def dataset(who: Principal, name: str) -> Any:
         delta=report["loss"].get("delta") if found.mode.converts else None,
         loss_chart=charts.loss_over_time(
             history,
-            _limit_steps(found, report, measure, limit),
+            _limit_steps(found, report, measure, float(report["limit"][measure])),
             found.created_at / 1e6,
             now_us / 1e6,
             measure,
         ),
-        final_loss=loss,
         daily=charts.bars(daily, f"charged {stored} per day (cost × multiplicity)"),
         partitions=[
             {"key": key, "spent": _units(unit, value)} for key, value in seen.top_partitions
