@@ -135,7 +135,8 @@ def _uses_zcdp_form(params: Mapping[str, Any]) -> bool:
 
 #: The Gaussian-DP parameter charged on gdp datasets is Δ/σ times this: the grid sampler's
 #: privacy profile is a discrete Gaussian's, which can exceed the continuous one's by a
-#: relative amount of order 1/σ in grid units (σ >= 2^40 there); docs/accounting.md.
+#: relative amount of order 1/σ^2 in grid units (σ >= 2^40 there). docs/accounting.md proves
+#: that this margin covers the whole profile, tails included, for any number of values.
 GDP_MARGIN = 1 + Fraction(1, 2**20)
 
 

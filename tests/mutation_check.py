@@ -130,6 +130,13 @@ MUTATIONS = [
         "GDP_MARGIN = 1 + Fraction(0)",
         ("tests/test_rdp_gdp.py::test_the_charged_mu_dominates_the_grid_sampler",),
     ),
+    Mutation(
+        "gdp charges a coordinate that moves by one grid unit mu = 1/s",
+        "plugins/gaussian.py",
+        "GDP_MARGIN = 1 + Fraction(1, 2**20)",
+        "GDP_MARGIN = 1 + Fraction(0)",
+        ("tests/test_rdp_gdp.py::test_a_coordinate_moved_by_one_grid_unit_stays_within_its_share",),
+    ),
 ]
 
 #: Where each source folder lives as an importable package in the copy.

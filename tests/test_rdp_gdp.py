@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 from accountant.accounting.modes import (
+    _grid_units,
     epsilon_of_mu2,
     gdp_delta,
     mu_limit,
@@ -282,9 +283,59 @@ def test_epsilon_of_mu_inverts_the_profile() -> None:
             mu = mpmath.sqrt(mpmath.mpf(mu2) / RHO.scale)
             at = gdp_delta(mpmath.mpf(str(epsilon)), mu)
             assert at <= mpmath.mpf("1e-6")  # rounded up: delta at the reported epsilon
-            assert gdp_delta(mpmath.mpf(str(epsilon)) - mpmath.mpf("1e-7"), mu) > mpmath.mpf(
-                "1e-6"
-            ) * (1 - mpmath.mpf("1e-4"))
+            # and it is the least such epsilon on the grid of epsilon units (10^-9)
+            assert gdp_delta(mpmath.mpf(str(epsilon)) - mpmath.mpf("1e-9"), mu) > mpmath.mpf("1e-6")
+
+
+@pytest.mark.parametrize("guess", [None, 1, 12_344, 12_345, 12_347, 99_999, 10**15])
+def test_the_grid_search_finds_the_least_point_from_any_proposal(guess: int | None) -> None:
+    """epsilon_of_mu2 steps from a floating-point proposal; a proposal that is missing, or
+    off by any amount, only costs time."""
+    calls: list[int] = []
+
+    def within(units: int) -> bool:
+        calls.append(units)
+        return units >= 12_345
+
+    assert _grid_units(within, guess) == 12_345
+    if guess in (12_344, 12_345, 12_347):
+        assert len(calls) <= 6  # a close proposal takes a few evaluations, not a search
+
+
+def test_epsilon_of_mu_from_a_float_proposal_matches_a_search_at_60_digits() -> None:
+    """The least grid epsilon with delta(epsilon) <= delta, found without the float
+    proposal (doubling and bisection on the grid, every comparison at 60 digits), equals
+    what epsilon_of_mu2 answers, over mu from 10^-3 to 10^2 and delta from 10^-15 to 0.1."""
+    for mu2 in (10**6, 37 * 10**8, 10**10, 10**12, 7 * 10**12, 10**14, 10**16):
+        for delta in (10**3, 10**6, 10**12, 10**17):
+            with mpmath.workdps(60):
+                mu = mpmath.sqrt(mpmath.mpf(mu2) / RHO.scale)
+                target = mpmath.mpf(delta) / DELTA.scale
+
+                def within(units: int, mu: mpmath.mpf = mu, target: mpmath.mpf = target) -> bool:
+                    return bool(gdp_delta(mpmath.mpf(units) / 10**9, mu) <= target)
+
+                units = 0 if within(0) else _grid_units(within, None)
+                expected = Decimal(units) / 10**9
+            assert epsilon_of_mu2.__wrapped__(mu2, delta) == expected, (mu2, delta)
+
+
+def test_the_smoothing_kernel_of_the_domination_proof() -> None:
+    """Step (2) of docs/accounting.md's proof that the grid sampler is (D/sigma)(1 + 2^-20)
+    GDP: sum_j g(y - j), with g the N(0, t^2) density, is within 3 exp(-2 pi^2 t^2) of 1
+    (Poisson summation), checked where the deviation is large enough to see; and the
+    constants of step (4)."""
+    for t in (1, 2):
+        with mpmath.workdps(90):
+            bound = 3 * mpmath.exp(-2 * mpmath.pi**2 * t**2)
+            deviations = [
+                abs(mpmath.fsum(mpmath.npdf(y - j, 0, t) for j in range(-40 * t, 40 * t + 2)) - 1)
+                for y in (mpmath.mpf(i) / 16 for i in range(17))
+            ]
+            assert max(deviations) <= bound
+            assert max(deviations) >= bound / 2  # the bound is the size of the effect
+    assert mpmath.npdf(0) / mpmath.ncdf(0) >= 0.79  # the normal's hazard rate at 0
+    assert mpmath.npdf(1) / mpmath.ncdf(1) >= 0.28  # its reversed hazard rate at 1
 
 
 # The charged mu dominates the implemented sampler's privacy profile: the real-valued
@@ -305,6 +356,23 @@ def test_the_charged_mu_dominates_the_grid_sampler(sigma: str) -> None:
                 assert discrete_gaussian_delta(sigma2, moved, e) <= gdp_delta(
                     e, mu * moved / shift
                 ), (moved, float(e))
+
+
+@pytest.mark.parametrize("moved", [1, 2])
+def test_a_coordinate_moved_by_one_grid_unit_stays_within_its_share(moved: int) -> None:
+    """In a release of several values a coordinate may move by a single grid unit: its
+    share of the charged mu is (moved / s)(1 + 2^-20), s the sampled sigma in grid units.
+    Its exact profile stays within that share's at epsilon from 0 to 40 times the share,
+    where delta falls below 10^-300 (the proof in docs/accounting.md covers the rest)."""
+    sigma2, _ = _grid_gaussian({"sigma": "1", "sensitivity": "1"})
+    with mpmath.workdps(60):
+        s = mpmath.sqrt(mpmath.mpf(sigma2.numerator) / sigma2.denominator)
+        margin = gaussian.GDP_MARGIN
+        share = moved / s * mpmath.mpf(margin.numerator) / margin.denominator
+        for step in range(0, 8 * 40 + 1):
+            e = share * step / 8
+            assert discrete_gaussian_delta(sigma2, moved, e) <= gdp_delta(e, share), step
+        assert gdp_delta(share * 40, share) < mpmath.mpf(10) ** -300
 
 
 def test_a_small_discrete_gaussian_exceeds_its_continuous_profile() -> None:

@@ -39,7 +39,16 @@ from typing import Literal
 
 import mpmath
 
-from accountant.exact import DELTA, EPSILON, RHO, SATURATION, Amount, ComponentName, Limit
+from accountant.exact import (
+    DELTA,
+    EPSILON,
+    MAX_EPSILON,
+    RHO,
+    SATURATION,
+    Amount,
+    ComponentName,
+    Limit,
+)
 
 ModeName = Literal["pure", "approx", "zcdp", "rdp", "gdp"]
 _CONTEXT = decimal.Context(prec=60)
@@ -311,26 +320,72 @@ def _mu_limit(epsilon: Decimal, delta: Decimal) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def epsilon_of_mu2(mu2_units: int, delta_units: int) -> Decimal:
-    """The least epsilon whose delta(epsilon) under mu-GDP is at most ``delta``, rounded up
-    (delta(epsilon) falls as epsilon grows: bisection, keeping the high end)."""
+    """The least epsilon on the 10^-9 grid of epsilon units whose delta(epsilon) under
+    mu-GDP is at most ``delta`` (delta(epsilon) falls as epsilon grows).
+
+    Floating point only proposes a grid point; every comparison that decides the answer is
+    made at 60 digits, at the point less a guard. The proposal is stepped until delta is
+    within the target there and above it one unit lower, so a poor proposal costs only
+    time: if it is more than a few units off, a bisection on the grid takes over."""
     if mu2_units == 0:
         return Decimal(0)
     with mpmath.workdps(_DIGITS):
         mu = mpmath.sqrt(mpmath.mpf(mu2_units) / RHO.scale)
         target = mpmath.mpf(delta_units) / DELTA.scale
-        low, high = mpmath.mpf(0), mpmath.mpf(1)
-        if gdp_delta(low, mu) <= target:
+        guard = mpmath.mpf(str(_GUARD))
+
+        def within(units: int) -> bool:
+            epsilon = mpmath.mpf(units) / EPSILON.scale - guard
+            return bool(gdp_delta(max(epsilon, mpmath.mpf(0)), mu) <= target)
+
+        if within(0):
             return Decimal(0)
-        while gdp_delta(high, mu) > target:
+        guess = _epsilon_of_mu_float(float(mu), delta_units / DELTA.scale)
+        units = _grid_units(within, guess)
+    return EPSILON.to_decimal(units)
+
+
+def _epsilon_of_mu_float(mu: float, delta: float) -> int | None:
+    """A floating-point estimate of epsilon_of_mu2's answer in epsilon units, or None."""
+
+    def excess(epsilon: float) -> float:
+        upper = 0.5 * math.erfc((epsilon / mu - mu / 2) / math.sqrt(2))
+        lower = math.exp(epsilon) * 0.5 * math.erfc((epsilon / mu + mu / 2) / math.sqrt(2))
+        return upper - lower - delta
+
+    try:
+        low, high = 0.0, 1.0
+        while excess(high) > 0:
             low, high = high, high * 2
-        while high - low > mpmath.mpf(10) ** -12 * max(1, high):
+            if high > float(MAX_EPSILON):
+                return None
+        for _ in range(80):
             middle = (low + high) / 2
-            if gdp_delta(middle, mu) > target:
-                low = middle
+            low, high = (middle, high) if excess(middle) > 0 else (low, middle)
+        return math.ceil(high * EPSILON.scale)
+    except (OverflowError, ValueError):
+        return None
+
+
+def _grid_units(within: Callable[[int], bool], guess: int | None) -> int:
+    """The least units u >= 1 with within(u), where within is monotone and within(0) fails:
+    from ``guess`` by single steps when it is close, else by doubling and bisection."""
+    if guess is not None:
+        units = max(1, guess)
+        for _ in range(4):
+            if not within(units):
+                units += 1
+            elif units > 1 and within(units - 1):
+                units -= 1
             else:
-                high = middle
-        epsilon = Decimal(mpmath.nstr(high, 40, strip_zeros=False))
-    return EPSILON.to_decimal(EPSILON.cost_units(epsilon + _GUARD))
+                return units
+    low, high = 0, 1  # within(low) fails; find a high where it holds
+    while not within(high):
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if within(middle) else (middle, high)
+    return high
 
 
 def mu_of(mu2_units: int, *, down: bool = False) -> Decimal:
