@@ -39,6 +39,16 @@ def _key_hasher(settings: Settings) -> KeyHasher:
     return key_hashing.load_or_create(Path(settings.key_hash_secret_file))
 
 
+def _existing_key_hasher(settings: Settings) -> KeyHasher | None:
+    """The key-hash secret if this host has it (never created here), else None."""
+    from pathlib import Path
+
+    from accountant import key_hashing
+
+    path = Path(settings.key_hash_secret_file)
+    return key_hashing.load_or_create(path) if path.exists() else None
+
+
 def _database(settings: Settings) -> Engine:
     """The engine of a database that 'accountant init' has set up. Anything else is one
     line saying what to do, and nothing is created (no folder, no file)."""
@@ -411,10 +421,14 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
     from accountant.services import ledger as ledger_service
 
     anchors = _anchors(copies)
-    sessions = make_session_factory(_database(_settings()))
+    settings = _settings()
+    sessions = make_session_factory(_database(settings))
+    hasher = _existing_key_hasher(settings)
     with sessions() as session:
         result = ledger_service.verify(
-            session, progress=lambda n: click.echo(f"  {n} entries checked ...", err=True)
+            session,
+            progress=lambda n: click.echo(f"  {n} entries checked ...", err=True),
+            hasher=hasher,
         )
         missing = ledger_service.anchors_missing(session, anchors) if result.ok else []
     for problem in missing:
@@ -423,6 +437,12 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
         sys.exit(1)
     if result.ok:
         click.echo(f"ok: {result.entries} entries in {len(result.heads)} chains")
+        if not result.seals_checked:
+            click.echo(
+                "note: seals not checked (run this where the key-hash secret "
+                "ACCOUNTANT_KEY_HASH_SECRET_FILE is, after the service has started once)",
+                err=True,
+            )
         for name, head in sorted(result.heads.items()):
             click.echo(f"  {name} {head}")
         return
@@ -431,7 +451,8 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
         if result.first_bad is None
         else f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
     )
-    click.echo(f"DAMAGED: dataset {result.dataset!r}{where}: {result.reason}", err=True)
+    subject = "" if result.dataset is None else f"dataset {result.dataset!r}{where}: "
+    click.echo(f"DAMAGED: {subject}{result.reason}", err=True)
     sys.exit(1)
 
 

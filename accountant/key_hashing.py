@@ -48,6 +48,12 @@ class KeyHasher:
     def of_digest(self, digest: bytes) -> str:
         return hmac.new(self.secret, digest, hashlib.sha256).hexdigest()
 
+    def seal(self, content: bytes) -> str:
+        """HMAC-SHA256 of ``content`` under a key derived from the secret for seals
+        (``accountant.seals``), apart from the keys' hashes."""
+        key = hmac.new(self.secret, b"accountant seal key v1", hashlib.sha256).digest()
+        return hmac.new(key, content, hashlib.sha256).hexdigest()
+
 
 def load_or_create(path: Path) -> KeyHasher:
     """The secret in ``path`` (hex), created once when missing."""
@@ -70,16 +76,16 @@ def register(connection: Connection, hasher: KeyHasher) -> None:
 def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> None:
     """In the caller's transaction, before any key is hashed: make ``hasher``'s secret the
     database's if it has none, rehashing every key stored as plain SHA-256 (before keyed
-    hashing); raise ``KeyHashSecretMismatch`` if the database has another."""
-    known = connection.execute(select(KeyHashSecret.id)).scalar()
+    hashing); raise ``KeyHashSecretMismatch`` if the database has another. The first time,
+    seal every dataset and consumer as it stands (``accountant.seals``)."""
+    known, sealed_at = connection.execute(
+        select(KeyHashSecret.id, KeyHashSecret.sealed_at)
+    ).one_or_none() or (None, None)
+    now = time.time_ns() // 1000
     if known is None:
         connection.execute(
             insert(KeyHashSecret).values(
-                {
-                    KeyHashSecret.slot: 1,
-                    KeyHashSecret.id: hasher.id,
-                    KeyHashSecret.created_at: time.time_ns() // 1000,
-                }
+                {KeyHashSecret.slot: 1, KeyHashSecret.id: hasher.id, KeyHashSecret.created_at: now}
             )
         )
         for key_id, stored in connection.execute(select(ApiKey.id, ApiKey.key_hash)).all():
@@ -88,8 +94,13 @@ def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> No
                 .where(ApiKey.id == key_id)
                 .values(key_hash=hasher.of_digest(bytes.fromhex(stored)))
             )
-        return
-    _check(known, hasher)
+    else:
+        _check(known, hasher)
+    if sealed_at is None:
+        from accountant import seals  # seals hash with this module's KeyHasher
+
+        seals.seal_everything(connection, hasher)
+        connection.execute(update(KeyHashSecret).values(sealed_at=now))
 
 
 def _check(known: str | None, hasher: KeyHasher) -> None:

@@ -35,15 +35,20 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 
 def _upgrade_data(database_url: str) -> None:
     import time
+    from pathlib import Path
 
+    from accountant import key_hashing
     from accountant.config import load_settings
     from accountant.db import make_engine, make_session_factory
     from accountant.services.conversions import upgrade_zcdp_limits
 
-    engine = make_engine(load_settings({"database_url": database_url}), service=False)
+    settings = load_settings({"database_url": database_url})
+    secret = Path(settings.key_hash_secret_file)
+    hasher = key_hashing.load_or_create(secret) if secret.exists() else None
+    engine = make_engine(settings, service=False)
     try:
         with make_session_factory(engine)() as session:
-            upgrade_zcdp_limits(session, time.time_ns() // 1000)
+            upgrade_zcdp_limits(session, time.time_ns() // 1000, hasher)
     finally:
         engine.dispose()
 

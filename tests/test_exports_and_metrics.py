@@ -166,4 +166,5 @@ def test_a_ten_thousand_entry_export_round_trips(api: Api, app: Flask) -> None:
         "ok": True,
         "entries": 10_000,
         "heads": {"clicks": stored[-1][1]},
+        "seals_checked": True,
     }

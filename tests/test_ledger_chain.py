@@ -249,3 +249,130 @@ def test_limits_rewritten_with_a_matching_digest_are_caught_by_the_charges(
     body = busy.get("/v1/ledger/verify").get_json()
     assert body["ok"] is False and body["dataset"] == "other"
     assert "last ledger entry" in body["reason"]
+
+
+#: Edits a chain cannot see, since no entry records them, and the seal that shows each.
+SEALED = {
+    "limits and digest edited before the first entry": (
+        "fresh",
+        None,
+    ),
+    "quota raised": (
+        "UPDATE grants SET quota_epsilon = quota_epsilon * 100 WHERE has_quota",
+        "consumer 'svc'",
+    ),
+    "quota removed": (
+        "UPDATE grants SET has_quota = false, quota_epsilon = NULL, quota_delta = NULL, "
+        "quota_rho = NULL WHERE has_quota",
+        "consumer 'svc'",
+    ),
+    "grant added": (
+        "INSERT INTO grants (consumer_id, dataset_id, has_quota) SELECT c.id, d.id, false "
+        "FROM consumers AS c, datasets AS d WHERE c.name = 'svc' AND d.name = 'other'",
+        "consumer 'svc'",
+    ),
+    "role escalated": ("UPDATE consumers SET role = 'admin' WHERE name = 'svc'", "consumer 'svc'"),
+    "revoked key restored": (
+        "UPDATE api_keys SET revoked_at = NULL WHERE revoked_at IS NOT NULL",
+        "consumer 'svc'",
+    ),
+    "key moved to the admin": (
+        "UPDATE api_keys SET consumer_id = (SELECT id FROM consumers WHERE name = 'admin') "
+        "WHERE revoked_at IS NULL AND consumer_id = (SELECT id FROM consumers WHERE name = 'svc')",
+        "consumer 'admin'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEALED))
+def test_seals_catch_what_the_chain_cannot(
+    busy: Api, database_url: str, signing_key_file: str, case: str
+) -> None:
+    busy.make_dataset("fresh", budget={"epsilon": 1})  # no entry yet
+    busy.make_consumer("svc", datasets=["clicks"], quotas={"clicks": {"epsilon": 0.5}})
+    spare = busy.post("/v1/consumers/svc/keys", {}).get_json()["id"]
+    assert busy.call("DELETE", f"/v1/keys/{spare}").status_code == 204
+    before = busy.get("/v1/ledger/verify").get_json()
+    assert before["ok"] is True and before["seals_checked"] is True
+    statement, named = SEALED[case]
+    if statement == "fresh":
+        _rewrite_terms(database_url, "fresh")
+    else:
+        _sql(database_url, statement)
+    body = busy.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and body["seals_checked"] is True, body
+    if named is None:
+        assert body["dataset"] == "fresh" and "sealed" in body["reason"]
+    else:
+        assert body["dataset"] is None and named in body["reason"]
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_KEY_HASH_SECRET_FILE": str(Path(signing_key_file).parent / "key-hash-secret"),
+    }
+    result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "DAMAGED" in result.stderr and "sealed" in result.stderr
+
+
+def test_without_the_secret_verify_checks_the_chains_and_says_so(
+    busy: Api, database_url: str, tmp_path: Path
+) -> None:
+    """A role escalated in the database shows only in a seal: the command without the
+    key-hash secret says the chains are ok and that it did not check seals; the service,
+    which holds the secret, reports the edit."""
+    busy.make_consumer("svc", datasets=["clicks"])
+    _sql(database_url, "UPDATE consumers SET role = 'admin' WHERE name = 'svc'")
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_KEY_HASH_SECRET_FILE": str(tmp_path / "absent"),
+    }
+    result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and "seals not checked" in result.stderr
+    assert not (tmp_path / "absent").exists()  # verify never creates a secret
+    body = busy.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and "consumer 'svc'" in body["reason"]
+
+
+def _rewrite_terms(database_url: str, name: str) -> None:
+    """Raise a dataset's lifetime limit tenfold and store the matching digest, as someone
+    who can write the database but holds no secret can."""
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from accountant.models import Dataset
+    from accountant.services import terms
+
+    engine = create_engine(database_url)
+    with Session(engine) as session:
+        dataset = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one()
+        assert dataset.limit_epsilon is not None
+        dataset.limit_epsilon = dataset.limit_epsilon * 10
+        dataset.terms_sha256 = terms.digest(dataset)
+        session.commit()
+    engine.dispose()
+
+
+def test_a_database_from_before_seals_is_sealed_once_at_the_next_start(
+    busy: Api, database_url: str, signing_key_file: str
+) -> None:
+    from accountant.app import create_app
+
+    busy.make_consumer("svc", datasets=["clicks"], quotas={"clicks": {"epsilon": 0.5}})
+    _sql(database_url, "UPDATE datasets SET terms_seal = NULL")
+    _sql(database_url, "UPDATE consumers SET seal = NULL")
+    _sql(database_url, "UPDATE key_hash_secrets SET sealed_at = NULL")  # as migration 0011 leaves
+    body = busy.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is True and body["seals_checked"] is False
+    restarted = Api(
+        create_app(
+            {"database_url": database_url, "signing_key_file": signing_key_file}
+        ).test_client()
+    )
+    body = restarted.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is True and body["seals_checked"] is True
+    assert all(row[0] for row in run_sql(database_url, "SELECT terms_seal FROM datasets"))
+    _sql(database_url, "UPDATE consumers SET seal = NULL WHERE name = 'svc'")  # never resealed
+    create_app({"database_url": database_url, "signing_key_file": signing_key_file})
+    body = restarted.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and "consumer 'svc'" in body["reason"]

@@ -61,7 +61,9 @@ def update(name: str) -> Any:
     caller = principal("admin")
     body = json_body(schemas.CONSUMER_PATCH)
     session = db()
-    consumer = consumers.update_consumer(session, name, body, caller, now_us())
+    consumer = consumers.update_consumer(
+        session, name, body, caller, now_us(), runtime().key_hasher
+    )
     session.commit()
     return consumers.describe_consumer(consumer, _dataset_names())
 
@@ -96,6 +98,6 @@ def revoke(key_id: str) -> Any:
     principal("admin")
     session = db()
     begin_write(session)
-    consumers.revoke_key(session, key_id, now_us())
+    consumers.revoke_key(session, key_id, now_us(), runtime().key_hasher)
     session.commit()
     return "", 204

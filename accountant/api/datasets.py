@@ -8,7 +8,7 @@ from flask import Blueprint, request
 
 from accountant.api import schemas
 from accountant.api.auth import principal
-from accountant.api.common import db, json_body, now_us
+from accountant.api.common import db, json_body, now_us, runtime
 from accountant.db import begin_write
 from accountant.errors import Forbidden, field_error
 from accountant.models import Dataset
@@ -33,7 +33,7 @@ def create() -> Any:
     body = json_body(schemas.DATASET_CREATE)
     session = db()
     begin_write(session)
-    dataset = datasets.create(session, body, now_us())
+    dataset = datasets.create(session, body, now_us(), runtime().key_hasher)
     session.commit()
     return datasets.describe(dataset), 201
 
@@ -60,7 +60,14 @@ def patch(name: str) -> Any:
     session = db()
     begin_write(session)
     dataset = datasets.find(session, name, lock=True)
-    datasets.update_limits(session, dataset, body, Actor(caller.consumer_id, caller.name), now_us())
+    datasets.update_limits(
+        session,
+        dataset,
+        body,
+        Actor(caller.consumer_id, caller.name),
+        now_us(),
+        runtime().key_hasher,
+    )
     session.commit()
     return datasets.describe(dataset)
 

@@ -79,7 +79,7 @@ def list_entries() -> Any:
 @bp.get("/v1/ledger/verify")
 def verify() -> Any:
     principal("admin", "auditor")
-    return ledger_reads.verification(db())
+    return ledger_reads.verification(db(), runtime().key_hasher)
 
 
 EXPORT_FIELDS = [

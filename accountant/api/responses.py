@@ -229,6 +229,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         dataset=OPTIONAL_STRING,
         reason=OPTIONAL_STRING,
         first_bad_entry={"anyOf": [_ref("LedgerEntry"), {"type": "null"}]},
+        seals_checked=BOOLEAN,
     ),
     "JWKSet": _object(
         ["keys"],

@@ -417,7 +417,7 @@ def ledger_page(who: Principal) -> Any:
     # Verifying reads every entry, so it runs when asked, not on every page view.
     verification = {"ok": None, "entries": 0, "reason": ""}
     if request.args.get("verify"):
-        result = ledger_service.verify(db())
+        result = ledger_service.verify(db(), hasher=runtime().key_hasher)
         verification = {"ok": result.ok, "entries": result.entries, "reason": result.reason or ""}
     dataset_names, consumer_names = dashboard_reads.names(db())
     return _page(

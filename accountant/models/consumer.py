@@ -16,6 +16,8 @@ class Consumer(Base):
     name: Mapped[Name] = mapped_column(unique=True)
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[Microseconds]
+    #: ``seals.of_consumer``: its role, grants, quotas and keys as the service last set them.
+    seal: Mapped[str | None] = mapped_column(String(64))
 
     grants: Mapped[list[Grant]] = relationship(
         back_populates="consumer", cascade="all, delete-orphan"

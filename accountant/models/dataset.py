@@ -41,6 +41,8 @@ class Dataset(Base):
     ledger_head: Mapped[str] = mapped_column(String(64), default="")
     #: ``services.terms.digest`` of the limits as the service last set them.
     terms_sha256: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    #: ``seals.of_terms`` of that digest: only a holder of the key-hash secret can make it.
+    terms_seal: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[Microseconds]
 
     windows: Mapped[list[WindowBudget]] = relationship(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Integer, String
+from sqlalchemy import BigInteger, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from accountant.models.base import Base, Microseconds
@@ -16,3 +16,5 @@ class KeyHashSecret(Base):
     slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     id: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[Microseconds]
+    #: When every dataset and consumer was first sealed (``accountant.seals``).
+    sealed_at: Mapped[int | None] = mapped_column(BigInteger)

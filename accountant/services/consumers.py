@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session, selectinload
 
+from accountant import seals
 from accountant.accounting.modes import Mode, limit_of, mode_of
 from accountant.driver import Driver
 from accountant.errors import Conflict, InvalidRequest, NotFound
@@ -84,6 +85,7 @@ def issue_key(
     )
     session.add(row)
     session.flush()
+    seals.seal_consumer(session, hasher, consumer.id)
     return row, plaintext
 
 
@@ -93,11 +95,13 @@ def display_prefix(plaintext: str) -> str:
     return KEY_PREFIX if plaintext.startswith(KEY_PREFIX) else ""
 
 
-def revoke_key(session: Session, key_id: str, now: int) -> None:
+def revoke_key(session: Session, key_id: str, now: int, hasher: KeyHasher) -> None:
     row = session.get(ApiKey, key_id)
     if row is None or row.revoked_at is not None:
         raise NotFound(f"no active key with id {key_id!r}; list keys with GET /v1/consumers")
     row.revoked_at = now
+    session.flush()
+    seals.seal_consumer(session, hasher, row.consumer_id)
 
 
 def create_consumer(
@@ -288,7 +292,12 @@ def grant_of(session: Session, consumer_id: int, dataset_id: int) -> Grant | Non
 
 
 def update_consumer(
-    session: Session, name: str, body: dict[str, Any], actor: Principal, now: int
+    session: Session,
+    name: str,
+    body: dict[str, Any],
+    actor: Principal,
+    now: int,
+    hasher: KeyHasher,
 ) -> Consumer:
     """Apply a PATCH of grants (``datasets``: the new set) and quotas (a limit, or null to
     remove one). Each dataset whose grant or quota changes gets a ledgered limit change on
@@ -380,6 +389,7 @@ def update_consumer(
             loss_after=lifetime_loss(session, dataset),
         )
     session.flush()
+    seals.seal_consumer(session, hasher, consumer.id)
     return consumer
 
 

@@ -18,11 +18,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from accountant import seals
 from accountant.accounting.modes import rho_limit
 from accountant.accounting.windows import PERIOD_NAMES
 from accountant.db import begin_write
 from accountant.driver import Driver
 from accountant.exact import DELTA, EPSILON, Limit
+from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, Grant
 from accountant.services import ledger, terms
 from accountant.services.datasets import describe_limit, lifetime_loss
@@ -48,10 +50,13 @@ def _raised(row: Any, prefix: str, dataset_delta: int) -> bool:
     return True
 
 
-def upgrade_zcdp_limits(session: Session, now: int) -> int:
-    """Raise every zcdp limit that the conversion allows to be larger; the datasets changed."""
+def upgrade_zcdp_limits(session: Session, now: int, hasher: KeyHasher | None = None) -> int:
+    """Raise every zcdp limit that the conversion allows to be larger; the datasets changed.
+    With ``hasher``, reseal what changed (without it, on a host without the key-hash
+    secret, the rows stay as sealed and ``ledger verify`` reports them)."""
     begin_write(session)
     changed = 0
+    resealed: set[int] = set()
     for dataset in session.execute(
         select(Dataset).where(Dataset.accounting == "zcdp").order_by(Dataset.id).with_for_update()
     ).scalars():
@@ -85,6 +90,7 @@ def upgrade_zcdp_limits(session: Session, now: int) -> int:
         for grant, consumer in grants:
             old = describe_limit(_limit(grant, "quota"), dataset.mode)
             if _raised(grant, "quota", delta):
+                resealed.add(grant.consumer_id)
                 changes.append(
                     (
                         f"consumer:{consumer}",
@@ -96,6 +102,8 @@ def upgrade_zcdp_limits(session: Session, now: int) -> int:
             continue
         changed += 1
         dataset.terms_sha256 = terms.digest(dataset)
+        if hasher is not None:
+            dataset.terms_seal = seals.of_terms(hasher, dataset.name, dataset.terms_sha256)
         session.flush()
         loss = lifetime_loss(session, dataset)
         for scope, before, after in changes:
@@ -115,6 +123,10 @@ def upgrade_zcdp_limits(session: Session, now: int) -> int:
                 },
                 loss_after=loss,
             )
+    if hasher is not None:
+        session.flush()
+        for consumer_id in sorted(resealed):
+            seals.seal_consumer(session, hasher, consumer_id)
     session.commit()
     return changed
 

@@ -9,6 +9,7 @@ from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
+from accountant import seals
 from accountant.accounting.checks import remaining
 from accountant.accounting.loss import LossRule, ScopeBooks, ScopeState, loss_now
 from accountant.accounting.modes import MODES, Mode, limit_of, mode_of, mu_of, rdp_order
@@ -16,6 +17,7 @@ from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoform
 from accountant.driver import Driver
 from accountant.errors import Conflict, NotFound, field_error
 from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
+from accountant.key_hashing import KeyHasher
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
 from accountant.services import ledger, terms
 
@@ -53,7 +55,7 @@ def _limit(mode: Mode, stated: dict[str, Any], at_delta: Decimal | None, where: 
         raise field_error(where, str(error)) from None
 
 
-def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
+def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) -> Dataset:
     accounting = body.get("accounting", "approx")
     unit = body["privacy_unit"]
     for bound in ("max_partitions_per_user", "max_records_per_user"):
@@ -88,7 +90,7 @@ def create(session: Session, body: dict[str, Any], now: int) -> Dataset:
     )
     _set_partition_limit(dataset, mode, body.get("partition_budget"))
     _set_windows(dataset, mode, body.get("windows", []))
-    dataset.terms_sha256 = terms.digest(dataset)
+    _seal_terms(dataset, hasher)
     session.add(dataset)
     try:
         session.flush()
@@ -192,8 +194,19 @@ def describe(dataset: Dataset) -> dict[str, Any]:
     return view
 
 
+def _seal_terms(dataset: Dataset, hasher: KeyHasher) -> None:
+    """Record the digest of the dataset's terms as the service sets them, and its seal."""
+    dataset.terms_sha256 = terms.digest(dataset)
+    dataset.terms_seal = seals.of_terms(hasher, dataset.name, dataset.terms_sha256)
+
+
 def update_limits(
-    session: Session, dataset: Dataset, body: dict[str, Any], actor: Any, now: int
+    session: Session,
+    dataset: Dataset,
+    body: dict[str, Any],
+    actor: Any,
+    now: int,
+    hasher: KeyHasher,
 ) -> None:
     """Apply a PATCH (the dataset row is locked); ledger each changed limit."""
     mode = dataset.mode
@@ -233,7 +246,7 @@ def update_limits(
                 _rebuild_window(
                     session, dataset, Window.containing(budget.period_seconds, now / 1e6)
                 )
-    dataset.terms_sha256 = terms.digest(dataset)
+    _seal_terms(dataset, hasher)
     loss = lifetime_loss(session, dataset)  # a limit change leaves the loss as it was
     for scope, old, new in changes:
         ledger.append(

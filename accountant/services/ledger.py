@@ -16,9 +16,11 @@ from sqlalchemy import Select, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from accountant import seals
 from accountant.driver import Driver, compiled
 from accountant.exact import Amount
-from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.key_hashing import KeyHasher
+from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry
 from accountant.services import terms
 from accountant.services.dataset_state import DatasetState
 
@@ -208,9 +210,11 @@ class Verification:
     first_bad: LedgerEntry | None = None
     dataset: str | None = None
     reason: str | None = None
+    #: whether every dataset's and consumer's seal was recomputed (``accountant.seals``)
+    seals_checked: bool = False
 
 
-def verify(session: Session, progress: Any = None) -> Verification:
+def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = None) -> Verification:
     """Recompute each dataset's chain from its first entry.
 
     An edited entry no longer matches its hash; a deleted or reordered one
@@ -221,6 +225,10 @@ def verify(session: Session, progress: Any = None) -> Verification:
     longer matches the terms digest the service recorded. A chain truncated
     together with its recorded head is caught only against an earlier copy:
     ``anchors_missing``.
+
+    With ``hasher`` (the key-hash secret), every seal is recomputed too: terms edited
+    together with their digest (before a dataset's first entry, say) and consumers' roles,
+    grants, quotas and keys edited in the database show there (``accountant.seals``).
     """
     consumers = dict(session.execute(select(Consumer.id, Consumer.name)).all())
     checked = 0
@@ -275,7 +283,13 @@ def verify(session: Session, progress: Any = None) -> Verification:
             return Verification(False, checked, heads, None, dataset.name, problem)
         if dataset.ledger_seq:
             heads[dataset.name] = expected_prev
-    return Verification(True, checked, heads)
+    sealed = session.execute(select(KeyHashSecret.sealed_at)).scalar() is not None
+    if hasher is None or not sealed:
+        return Verification(True, checked, heads)
+    found = seals.broken(session, hasher)
+    if found is not None:
+        return Verification(False, checked, heads, None, found[0], found[1], seals_checked=True)
+    return Verification(True, checked, heads, seals_checked=True)
 
 
 def _terms_problem(dataset: Dataset, recorded: str) -> str | None:

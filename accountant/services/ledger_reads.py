@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from accountant.accounting.windows import isoformat
 from accountant.errors import NotFound
 from accountant.exact import Amount
+from accountant.key_hashing import KeyHasher
 from accountant.models import ChargeCount, Consumer, Dataset, LedgerEntry
 from accountant.services import ledger
 from accountant.services.ledger import LedgerFilter
@@ -107,11 +108,17 @@ def export_rows(session: Session, filters: LedgerFilter) -> Iterator[dict[str, A
         after, left = last_id, left - len(described)
 
 
-def verification(session: Session) -> dict[str, Any]:
-    """``ledger.verify`` as the API reports it, with the first bad entry described."""
-    result = ledger.verify(session)
+def verification(session: Session, hasher: KeyHasher) -> dict[str, Any]:
+    """``ledger.verify`` (seals included) as the API reports it, with the first bad entry
+    described."""
+    result = ledger.verify(session, hasher=hasher)
     if result.ok:
-        return {"ok": True, "entries": result.entries, "heads": result.heads}
+        return {
+            "ok": True,
+            "entries": result.entries,
+            "heads": result.heads,
+            "seals_checked": result.seals_checked,
+        }
     bad = None
     if result.first_bad is not None:
         dataset = session.get(Dataset, result.first_bad.dataset_id)
@@ -126,6 +133,7 @@ def verification(session: Session) -> dict[str, Any]:
         "dataset": result.dataset,
         "reason": result.reason,
         "first_bad_entry": bad,
+        "seals_checked": result.seals_checked,
     }
 
 
