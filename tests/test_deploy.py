@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from accountant.config import PREFIX, Settings
+from accountant.config import PREFIX, Settings, load_settings
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 SETTINGS = {PREFIX + f.name.upper() for f in fields(Settings)}
@@ -52,6 +52,18 @@ def test_the_deployment_probes_and_secrets_fit_together() -> None:
     assert wanted <= set(secret["stringData"])
     mount = next(m for m in container["volumeMounts"] if m["name"] == "signing-key")
     assert config["data"]["ACCOUNTANT_SIGNING_KEY_FILE"].startswith(mount["mountPath"] + "/")
+    # every pod reads the same three secret files from the read-only mount: the noise and
+    # key-hash secrets default to the signing key's folder, where no pod could create them
+    settings = load_settings(
+        {"signing_key_file": config["data"]["ACCOUNTANT_SIGNING_KEY_FILE"], "database_url": "x"}
+    )
+    items = next(v for v in pod["volumes"] if v["name"] == "signing-key")["secret"]["items"]
+    mounted = {f"{mount['mountPath']}/{item['path']}" for item in items}
+    assert {
+        settings.signing_key_file,
+        settings.noise_secret_file,
+        settings.key_hash_secret_file,
+    } <= mounted
     service = _load_all(DEPLOY / "k8s" / "service.yaml")[0]
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     job = _load_all(DEPLOY / "k8s" / "migrate-job.yaml")[0]
