@@ -11,7 +11,6 @@ from typing import Any
 from flask import Flask, Response, g, request
 from sqlalchemy.exc import (
     DataError,
-    DBAPIError,
     IntegrityError,
     OperationalError,
     ProgrammingError,
@@ -46,7 +45,11 @@ def create_app(
     clock: Clock | None = None,
     extra_plugins: Iterable[tuple[str, object]] = (),
 ) -> Flask:
-    """Build the service. ``config`` overrides environment settings (tests pass a mapping)."""
+    """Build the service, and nothing else: it reads the key and secret files, which must
+    exist, and opens no database connection. ``prepare_host`` (run by ``accountant init``
+    and ``accountant serve``) creates those files, registers them with the database and
+    creates the first admin. ``config`` overrides environment settings (tests pass a
+    mapping)."""
     settings = config if isinstance(config, Settings) else load_settings(config)
     structured_logging.configure(settings.log_level)
     app = Flask(__name__)
@@ -54,7 +57,7 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     engine = make_engine(settings)
     pm, refusals = make_plugin_manager(settings.disabled_plugins, extra_plugins)
-    signer = signing.load_or_create(Path(settings.signing_key_file))
+    signer = signing.load(Path(settings.signing_key_file))
     clock = clock or SystemClock()
     app.extensions["accountant"] = Runtime(
         settings=settings,
@@ -65,13 +68,13 @@ def create_app(
         signer=signer,
         clock=clock,
         charging=ChargeContext(
-            noise=noise.load_or_create(Path(settings.noise_secret_file)),
+            noise=noise.load(Path(settings.noise_secret_file)),
             signer=signer,
             clock=clock,
             alerts=AlertDispatcher(pm, AlertSettings.of(settings)),
             signer_published=[False],
         ),
-        key_hasher=key_hashing.load_or_create(Path(settings.key_hash_secret_file)),
+        key_hasher=key_hashing.load(Path(settings.key_hash_secret_file)),
     )
     app.extensions["accountant_engine"] = engine
     for blueprint in (
@@ -111,28 +114,15 @@ def create_app(
         return response
 
     _register_error_handlers(app)
-    _register_signing_key(app)
-    _register_noise_secret(app)
-    _register_key_hasher(app)  # before any key is hashed: it may rehash the stored ones
-    if settings.admin_key:
-        bootstrap_admin(app, settings.admin_key)
     return app
 
 
-def _register_signing_key(app: Flask) -> None:
-    """Record the current public key so its receipts verify after a rotation."""
-    runtime: Runtime = app.extensions["accountant"]
-    with runtime.sessions() as session:
-        try:
-            begin_write(session)
-            register_key(session, runtime.signer, runtime.clock.now_us())
-            session.commit()
-            runtime.charging.signer_published[0] = True
-        except (OperationalError, ProgrammingError, IntegrityError) as error:
-            # no schema yet, or the database is unreachable, or another worker registered it
-            # at the same moment: the first charge publishes it in its own transaction
-            session.rollback()
-            log.info("signing key not registered yet", extra={"error": type(error).__name__})
+def prepared_app(config: Mapping[str, Any] | Settings | None = None, **options: Any) -> Flask:
+    """``prepare_host`` then ``create_app``: what ``accountant serve`` does, in one process
+    (tests, benchmarks)."""
+    settings = config if isinstance(config, Settings) else load_settings(config)
+    prepare_host(settings)
+    return create_app(settings, **options)
 
 
 def record_metric(update: Callable[[], object]) -> None:
@@ -184,47 +174,6 @@ def prepare_host(settings: Settings) -> None:
                     session.rollback()  # another host created it first
     finally:
         engine.dispose()
-
-
-def _register_key_hasher(app: Flask) -> None:
-    """Make this host's key-hash secret the database's, or refuse to start if it has another."""
-    runtime: Runtime = app.extensions["accountant"]
-    try:
-        with runtime.engine.connect() as connection:
-            key_hashing.register(connection, runtime.key_hasher)
-    except (OperationalError, ProgrammingError) as error:  # no schema yet
-        log.info("key-hash secret not registered yet", extra={"error": type(error).__name__})
-
-
-def _register_noise_secret(app: Flask) -> None:
-    """Make this host's noise secret the database's, or refuse to start if it has another."""
-    runtime: Runtime = app.extensions["accountant"]
-    try:
-        with runtime.engine.connect() as connection:
-            noise.register(connection, runtime.charging.noise)
-    except (OperationalError, ProgrammingError) as error:  # no schema yet
-        log.info("noise secret not registered yet", extra={"error": type(error).__name__})
-
-
-def bootstrap_admin(app: Flask, key: str) -> None:
-    """Create the first admin from ``ACCOUNTANT_ADMIN_KEY`` once; skip if no schema yet."""
-    runtime: Runtime = app.extensions["accountant"]
-    session = runtime.sessions()
-    try:
-        begin_write(session)
-        if ensure_first_admin(session, key, time.time_ns() // 1000, runtime.key_hasher):
-            log.info("created the first admin consumer 'admin' from ACCOUNTANT_ADMIN_KEY")
-        session.commit()
-    except IntegrityError:
-        session.rollback()  # another worker or host created it first
-    except (OperationalError, DBAPIError) as error:
-        session.rollback()
-        log.warning(
-            "could not create the first admin; is the schema migrated?",
-            extra={"error": type(error).__name__},
-        )
-    finally:
-        session.close()
 
 
 def _response(problem: problems.Problem) -> Response:

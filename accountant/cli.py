@@ -129,13 +129,16 @@ def _safe_url(url: str) -> str:
 
 @main.command()
 def init() -> None:
-    """Upgrade the schema and print a first admin key if no admin exists yet."""
+    """Upgrade the schema, create the key and secret files, and print a first admin key if
+    no admin exists yet."""
+    from accountant.app import prepare_host
     from accountant.db import begin_write, make_engine, make_session_factory
     from accountant.migrate import upgrade
     from accountant.services.consumers import KEY_PREFIX, ensure_first_admin
 
     settings = _settings()
     upgrade(settings.database_url)
+    prepare_host(settings)  # the key and secret files, registered; ACCOUNTANT_ADMIN_KEY's admin
     sessions = make_session_factory(make_engine(settings, service=False))
     hasher = _key_hasher(settings)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
@@ -439,8 +442,8 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
         click.echo(f"ok: {result.entries} entries in {len(result.heads)} chains")
         if not result.seals_checked:
             click.echo(
-                "note: seals not checked (run this where the key-hash secret "
-                "ACCOUNTANT_KEY_HASH_SECRET_FILE is, after the service has started once)",
+                "note: seals not checked: run this with the database's key-hash secret "
+                "(ACCOUNTANT_KEY_HASH_SECRET_FILE), after the service has started once",
                 err=True,
             )
         for name, head in sorted(result.heads.items()):

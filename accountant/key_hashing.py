@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from accountant.db import WRITE
-from accountant.keyfiles import load_secret, secret_id
+from accountant.keyfiles import create_secret, load_secret, secret_id
 from accountant.models import ApiKey, KeyHashSecret
 
 
@@ -57,6 +57,12 @@ class KeyHasher:
 
 def load_or_create(path: Path) -> KeyHasher:
     """The secret in ``path`` (hex), created once when missing."""
+    create_secret(path, "key-hash secret")
+    return load(path)
+
+
+def load(path: Path) -> KeyHasher:
+    """The secret in ``path`` (hex), which must exist."""
     secret = load_secret(path, "key-hash secret")
     return KeyHasher(secret, secret_id(secret, b"accountant key-hash secret id v1"))
 

@@ -39,10 +39,29 @@ def create_once(path: Path, content: bytes, what: str) -> None:
         os.unlink(temporary)
 
 
-def load_secret(path: Path, what: str) -> bytes:
-    """The secret in ``path`` (at least 32 bytes in hex), created once with 32 random bytes
-    when missing; a warning if other users may read it."""
+class MissingKeyFile(RuntimeError):
+    """A key or secret file the service reads does not exist yet."""
+
+
+def require(path: Path, what: str) -> None:
+    """Raise ``MissingKeyFile`` unless ``path`` exists: building the app never creates one."""
+    if not path.exists():
+        raise MissingKeyFile(
+            f"the {what} file {path} does not exist: run 'accountant init', or start the "
+            "service with 'accountant serve', which creates it (every host of one database "
+            "must use the same file)"
+        )
+
+
+def create_secret(path: Path, what: str) -> None:
+    """Write 32 random bytes in hex to ``path`` unless it exists (``create_once``)."""
     create_once(path, os.urandom(32).hex().encode() + b"\n", what)
+
+
+def load_secret(path: Path, what: str) -> bytes:
+    """The secret in ``path`` (at least 32 bytes in hex), which must exist; a warning if
+    other users may read it."""
+    require(path, what)
     warn_if_readable_by_others(path, what)
     try:
         secret = bytes.fromhex(path.read_text().strip())

@@ -29,7 +29,7 @@ from pathlib import Path
 from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
 
-from accountant.keyfiles import load_secret, secret_id
+from accountant.keyfiles import create_secret, load_secret, secret_id
 from accountant.models import Base
 from accountant.randomness import KeyedRandomSource, RandomSource
 
@@ -60,6 +60,12 @@ def from_bytes(secret: bytes) -> NoiseSecret:
 
 def load_or_create(path: Path) -> NoiseSecret:
     """The secret in ``path`` (hex), created once when missing."""
+    create_secret(path, "noise secret")
+    return load(path)
+
+
+def load(path: Path) -> NoiseSecret:
+    """The secret in ``path`` (hex), which must exist."""
     return from_bytes(load_secret(path, "noise secret"))
 
 

@@ -22,7 +22,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from accountant.keyfiles import create_once, warn_if_readable_by_others
+from accountant.keyfiles import create_once, require, warn_if_readable_by_others
 
 
 class ReceiptError(ValueError):
@@ -53,6 +53,12 @@ def load_or_create(path: Path) -> Ed25519PrivateKey:
         ),
         "receipt-signing key",
     )
+    return load(path)
+
+
+def load(path: Path) -> Ed25519PrivateKey:
+    """The receipt-signing key in ``path`` (PEM), which must exist."""
+    require(path, "receipt-signing key")
     warn_if_readable_by_others(path, "receipt-signing key")
     key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     if not isinstance(key, Ed25519PrivateKey):

@@ -14,12 +14,12 @@ HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 def service(folder: Path, name: str = "bench", url: str | None = None) -> tuple[Any, str]:
     """(test client, database URL) of a fresh service with dataset "bench" (record unit), on
     ``url`` (an empty database) or a new SQLite file in ``folder``."""
-    from accountant.app import create_app
+    from accountant.app import prepared_app
     from accountant.migrate import upgrade
 
     url = url or f"sqlite:///{folder / name}.db"
     upgrade(url)
-    app = create_app(
+    app = prepared_app(
         {
             "database_url": url,
             "admin_key": ADMIN_KEY,

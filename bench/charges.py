@@ -213,8 +213,8 @@ def prepare(url: str, folder: str) -> None:
         "input": {"values": [1.0]},
     }
     code = (
-        "from accountant.app import create_app\n"
-        "app = create_app()\n"
+        "from accountant.app import prepared_app\n"
+        "app = prepared_app()\n"
         "c = app.test_client()\n"
         f"h = {{'Authorization': 'Bearer {ADMIN_KEY}'}}\n"
         f"r = c.post('/v1/datasets', headers=h, json={dataset!r})\n"

@@ -24,7 +24,7 @@ def main() -> None:
     args = parser.parse_args()
     from sqlalchemy import insert, select
 
-    from accountant.app import create_app
+    from accountant.app import prepared_app
     from accountant.db import begin_write
     from accountant.driver import Driver
     from accountant.exact import Amount
@@ -35,7 +35,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{Path(folder) / 'bench.db'}"
         upgrade(url)
-        app = create_app(
+        app = prepared_app(
             {
                 "database_url": url,
                 "admin_key": ADMIN_KEY,

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant.db import dispose_all
 from accountant.migrate import upgrade
 
@@ -123,7 +123,7 @@ def signing_key_file(tmp_path: Path) -> str:
 
 @pytest.fixture
 def app(database_url: str, signing_key_file: str) -> Flask:
-    return create_app(
+    return prepared_app(
         {"database_url": database_url, "admin_key": ADMIN_KEY, "signing_key_file": signing_key_file}
     )
 

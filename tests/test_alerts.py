@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant_plugins import alerts_webhook
 from tests.conftest import ADMIN_KEY, Api
 
@@ -56,7 +56,7 @@ def receiver() -> Iterator[_Receiver]:
 
 
 def _app(database_url: str, signing_key_file: str, url: str, **extra: Any) -> Flask:
-    return create_app(
+    return prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,

@@ -20,7 +20,12 @@ BIN = Path(sys.executable).parent / "accountant"
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "ACCOUNTANT_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", **extra}
+    return {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
+        "ACCOUNTANT_SIGNING_KEY_FILE": str(tmp_path / "keys" / "signing-key.pem"),
+        **extra,
+    }
 
 
 def test_every_command_has_help() -> None:
@@ -47,6 +52,12 @@ def test_init_prints_one_admin_key_and_keys_create_works(tmp_path: Path) -> None
     first = subprocess.run([BIN, "init"], env=env, capture_output=True, text=True, check=True)
     key = first.stdout.strip()
     assert key.startswith("pba_") and len(key) > 40
+    # init creates what the app only reads (create_app creates nothing)
+    assert sorted(p.name for p in (tmp_path / "keys").iterdir()) == [
+        "key-hash-secret",
+        "noise-secret",
+        "signing-key.pem",
+    ]
     again = subprocess.run([BIN, "init"], env=env, capture_output=True, text=True, check=True)
     assert again.stdout == "" and "already exists" in again.stderr
     made = subprocess.run(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant.clock import FrozenClock
 from tests.conftest import ADMIN_KEY, Api, run_sql
 
@@ -36,7 +36,7 @@ def clock() -> ScriptedClock:
 
 @pytest.fixture
 def api(database_url: str, signing_key_file: str, clock: ScriptedClock) -> Iterator[Api]:
-    app = create_app(
+    app = prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,

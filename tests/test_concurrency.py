@@ -22,10 +22,10 @@ def _charge_many(
     start: Any,
     results: Any,
 ) -> None:
-    from accountant.app import create_app
+    from accountant.app import prepared_app
 
     # the same key folder as the test's app, so the same noise secret (one per database)
-    app = create_app({"database_url": database_url, "signing_key_file": signing_key_file})
+    app = prepared_app({"database_url": database_url, "signing_key_file": signing_key_file})
     client = Api(app.test_client(), ADMIN_KEY)
     start.wait(timeout=120)  # every process starts charging at the same moment
     codes = []

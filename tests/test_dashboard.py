@@ -7,7 +7,7 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from tests.conftest import ADMIN_KEY, Api
 
 
@@ -216,7 +216,7 @@ def test_the_session_cookie_is_secure_behind_tls(
         }
         if setting is not None:
             config["cookie_secure"] = setting
-        with create_app(config).test_client() as client:
+        with prepared_app(config).test_client() as client:
             response = client.get("/dashboard/sign-in", **request)
             return response.headers["Set-Cookie"]
 

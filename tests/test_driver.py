@@ -126,12 +126,12 @@ def test_sqlite_writers_of_one_process_queue_and_give_up_after_the_lock_timeout(
     """A second writer waits in the process's write gate while the first holds it, is
     answered 503 once the lock timeout has passed (never left hanging), and writes as soon
     as the first is done."""
-    from accountant.app import create_app
+    from accountant.app import prepared_app
     from tests.conftest import ADMIN_KEY, Api
 
     if not database_url.startswith("sqlite"):
         pytest.skip("the write gate is SQLite's")
-    app = create_app(
+    app = prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,

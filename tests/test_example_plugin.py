@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from flask.testing import FlaskClient
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant.plugins import MechanismRegistry, make_plugin_manager
 from tests.conftest import ADMIN_KEY, Api
 
@@ -45,7 +45,7 @@ def test_the_example_charges_and_runs_through_the_api(api: Api, client: FlaskCli
 
 
 def test_disabling_the_example_by_configuration(database_url: str) -> None:
-    app = create_app(
+    app = prepared_app(
         {"database_url": database_url, "admin_key": ADMIN_KEY, "disabled_plugins": ("bounded_sum",)}
     )
     names = {
@@ -71,7 +71,7 @@ def test_a_plugin_that_raises_on_import_is_refused_not_fatal(
 ) -> None:
     _, refusals = make_plugin_manager()
     assert [(r.plugin, "boom at import" in r.reason) for r in refusals] == [("exploding", True)]
-    app = create_app({"database_url": database_url, "admin_key": ADMIN_KEY})
+    app = prepared_app({"database_url": database_url, "admin_key": ADMIN_KEY})
     mechanisms = Api(app.test_client()).get("/v1/mechanisms").get_json()["mechanisms"]
     assert "laplace" in {m["name"] for m in mechanisms}
     env = {**os.environ, "PYTHONPATH": str(broken_distribution)}

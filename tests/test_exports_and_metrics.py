@@ -10,7 +10,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import event, select
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant.db import begin_write
 from accountant.driver import Driver
 from accountant.exact import Amount
@@ -80,7 +80,7 @@ def test_a_scrape_reads_no_ledger_entry(api: Api, app: Flask, client: FlaskClien
 
 def test_metrics_can_require_a_key(database_url: str, signing_key_file: str) -> None:
     key = "m" * 40
-    app = create_app(
+    app = prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,

@@ -152,7 +152,7 @@ def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
 ) -> None:
     from sqlalchemy.engine import make_url
 
-    from accountant.app import create_app
+    from accountant.app import prepared_app
 
     if not database_url.startswith("postgresql"):
         pytest.skip("the database is cut at the network; SQLite has none")
@@ -160,7 +160,7 @@ def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
     proxy = _Proxy((url.host or "127.0.0.1", url.port or 5432))
     try:
         proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(False)
-        app = create_app(
+        app = prepared_app(
             {
                 "database_url": proxied,
                 "admin_key": ADMIN_KEY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from tests.conftest import ADMIN_KEY, Api
 
 CHARGE = (
@@ -88,7 +88,7 @@ def test_two_hundred_thousand_partitions_in_one_declaration(
 ) -> None:
     # a volume test, not a stall test: generous timeouts, so a loaded machine cannot fail it
     api = Api(
-        create_app(
+        prepared_app(
             {
                 "database_url": database_url,
                 "admin_key": ADMIN_KEY,

@@ -74,9 +74,9 @@ def test_raw_noise_is_replayed_but_never_stored(api: Api, database_url: str) -> 
 
 
 def _retry_at_once(database_url: str, signing_key_file: str, start: Any, results: Any) -> None:
-    from accountant.app import create_app
+    from accountant.app import prepared_app
 
-    app = create_app({"database_url": database_url, "signing_key_file": signing_key_file})
+    app = prepared_app({"database_url": database_url, "signing_key_file": signing_key_file})
     api = Api(app.test_client(), ADMIN_KEY)
     start.wait(timeout=120)
     replies = [_keyed(api, "storm", input={"values": [1.0, 2.0]}) for _ in range(5)]

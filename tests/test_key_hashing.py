@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant.key_hashing import KeyHashSecretMismatch
 from tests.conftest import ADMIN_KEY, Api, run_sql
 
@@ -60,7 +60,7 @@ def test_keys_hashed_before_are_rehashed_once_and_keep_working(
     assert api.as_key(key).get("/v1/consumers/me").status_code == 401  # not yet rehashed
     config = {"database_url": database_url, "signing_key_file": signing_key_file}
     for _ in range(2):  # the second start changes nothing
-        restarted = Api(create_app(config).test_client())
+        restarted = Api(prepared_app(config).test_client())
         for plaintext in (ADMIN_KEY, key):
             assert restarted.as_key(plaintext).get("/v1/consumers/me").status_code == 200
         assert hashlib.sha256(key.encode()).hexdigest() not in _stored(database_url)
@@ -75,8 +75,8 @@ def test_a_host_with_another_secret_refuses_to_start(
         "key_hash_secret_file": str(tmp_path / "elsewhere" / "key-hash-secret"),
     }
     with pytest.raises(KeyHashSecretMismatch, match="ACCOUNTANT_KEY_HASH_SECRET_FILE"):
-        create_app(other)
+        prepared_app(other)
     # the same secret, copied, starts
     copied = tmp_path / "copied-secret"
     copied.write_text(Path(app.extensions["accountant"].settings.key_hash_secret_file).read_text())
-    create_app({**other, "key_hash_secret_file": str(copied)})
+    prepared_app({**other, "key_hash_secret_file": str(copied)})

@@ -330,6 +330,10 @@ def test_without_the_secret_verify_checks_the_chains_and_says_so(
     result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
     assert result.returncode == 0 and "seals not checked" in result.stderr
     assert not (tmp_path / "absent").exists()  # verify never creates a secret
+    (tmp_path / "other").write_text("ab" * 32)  # another database's secret proves nothing
+    env["ACCOUNTANT_KEY_HASH_SECRET_FILE"] = str(tmp_path / "other")
+    result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0 and "seals not checked" in result.stderr
     body = busy.get("/v1/ledger/verify").get_json()
     assert body["ok"] is False and "consumer 'svc'" in body["reason"]
 
@@ -356,7 +360,7 @@ def _rewrite_terms(database_url: str, name: str) -> None:
 def test_a_database_from_before_seals_is_sealed_once_at_the_next_start(
     busy: Api, database_url: str, signing_key_file: str
 ) -> None:
-    from accountant.app import create_app
+    from accountant.app import prepared_app
 
     busy.make_consumer("svc", datasets=["clicks"], quotas={"clicks": {"epsilon": 0.5}})
     _sql(database_url, "UPDATE datasets SET terms_seal = NULL")
@@ -365,7 +369,7 @@ def test_a_database_from_before_seals_is_sealed_once_at_the_next_start(
     body = busy.get("/v1/ledger/verify").get_json()
     assert body["ok"] is True and body["seals_checked"] is False
     restarted = Api(
-        create_app(
+        prepared_app(
             {"database_url": database_url, "signing_key_file": signing_key_file}
         ).test_client()
     )
@@ -373,6 +377,6 @@ def test_a_database_from_before_seals_is_sealed_once_at_the_next_start(
     assert body["ok"] is True and body["seals_checked"] is True
     assert all(row[0] for row in run_sql(database_url, "SELECT terms_seal FROM datasets"))
     _sql(database_url, "UPDATE consumers SET seal = NULL WHERE name = 'svc'")  # never resealed
-    create_app({"database_url": database_url, "signing_key_file": signing_key_file})
+    prepared_app({"database_url": database_url, "signing_key_file": signing_key_file})
     body = restarted.get("/v1/ledger/verify").get_json()
     assert body["ok"] is False and "consumer 'svc'" in body["reason"]

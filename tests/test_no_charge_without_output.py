@@ -263,7 +263,7 @@ def test_a_mechanism_that_fails_after_preparing_charges_nothing(
     database_url: str, signing_key_file: str
 ) -> None:
     from accountant import hookimpl
-    from accountant.app import create_app
+    from accountant.app import prepared_app
     from accountant.mechanism import Mechanism
     from accountant_plugins.laplace import LAPLACE
     from tests.conftest import ADMIN_KEY
@@ -278,7 +278,7 @@ def test_a_mechanism_that_fails_after_preparing_charges_nothing(
 
             return [replace(LAPLACE, name="broken", run=broken)]
 
-    app = create_app(
+    app = prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,

@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 
 from accountant import hookimpl, hookspecs
 from accountant.alerts import AlertSettings, BudgetAlert
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant.mechanism import Cost, Mechanism, PrivacyContext
 from accountant.noise import from_bytes
 from accountant.plugins import MechanismRegistry, make_plugin_manager
@@ -95,7 +95,7 @@ def test_every_hook_is_called_with_what_its_spec_promises(
     database_url: str, signing_key_file: str
 ) -> None:
     recorder = _Recorder()
-    app = create_app(
+    app = prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,
@@ -125,7 +125,7 @@ def test_one_failing_alert_plugin_reaches_neither_the_others_nor_the_charge(
             raise RuntimeError("a plugin's bug")
 
     recorder = _Recorder()
-    app = create_app(
+    app = prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,

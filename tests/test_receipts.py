@@ -14,7 +14,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from flask.testing import FlaskClient
 
-from accountant.app import bootstrap_admin, create_app
+from accountant.app import create_app, prepared_app
+from accountant.db import begin_write
+from accountant.services.consumers import ensure_first_admin
 from tests.conftest import ADMIN_KEY, Api
 
 
@@ -69,7 +71,7 @@ def test_the_key_file_is_private_and_old_receipts_verify_after_rotation(
     old_receipt = api.charge().get_json()["receipt"]
     assert stat.S_IMODE(os.stat(signing_key_file).st_mode) == 0o600
     rotated = Path(signing_key_file).with_name("rotated.pem")
-    app = create_app({"database_url": database_url, "signing_key_file": str(rotated)})
+    app = prepared_app({"database_url": database_url, "signing_key_file": str(rotated)})
     new_api = Api(app.test_client(), ADMIN_KEY)
     new_receipt = new_api.charge().get_json()["receipt"]
     keys = new_api.client.get("/v1/receipts/public-key").get_json()["keys"]
@@ -104,7 +106,7 @@ def test_a_key_first_used_before_it_could_be_published_still_verifies_after_rota
     from accountant.migrate import upgrade
 
     url = f"sqlite:///{tmp_path / 'late.db'}"
-    early = create_app(
+    early = prepared_app(
         {
             "database_url": url,
             "admin_key": ADMIN_KEY,
@@ -112,13 +114,17 @@ def test_a_key_first_used_before_it_could_be_published_still_verifies_after_rota
         }
     )
     upgrade(url)
-    bootstrap_admin(early, ADMIN_KEY)  # the admin only: the key stays unpublished
+    runtime = early.extensions["accountant"]
+    with runtime.sessions() as session:  # the admin only: the key stays unpublished
+        begin_write(session)
+        ensure_first_admin(session, ADMIN_KEY, 0, runtime.key_hasher)
+        session.commit()
     api = Api(early.test_client())
     assert api.get("/v1/receipts/public-key").status_code == 200
     assert api.make_dataset()
     receipt = api.charge().get_json()["receipt"]
     rotated = Api(
-        create_app(
+        prepared_app(
             {
                 "database_url": url,
                 "admin_key": ADMIN_KEY,
@@ -129,12 +135,43 @@ def test_a_key_first_used_before_it_could_be_published_still_verifies_after_rota
     assert rotated.post("/v1/receipts/verify", {"receipt": receipt}).get_json()["valid"] is True
 
 
+def test_building_the_app_creates_nothing_and_says_what_to_run(tmp_path: Path) -> None:
+    """create_app reads the key files and writes nothing: no file, no admin, no key
+    published; a missing file is an error naming the command that creates it."""
+    from accountant.keyfiles import MissingKeyFile
+    from accountant.migrate import upgrade
+    from tests.conftest import run_sql
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    upgrade(url)
+    settings = {
+        "database_url": url,
+        "admin_key": ADMIN_KEY,
+        "signing_key_file": str(tmp_path / "keys" / "signing.pem"),
+    }
+    with pytest.raises(MissingKeyFile, match="accountant init"):
+        create_app(settings)
+    assert not (tmp_path / "keys").exists()
+    prepared_app(settings)  # creates the files, the admin, and publishes the key
+    for table in ("consumers", "signing_keys", "noise_secrets", "key_hash_secrets"):
+        run_sql(url, f"DELETE FROM {table}")
+    app = create_app(settings)
+    assert sorted(p.name for p in (tmp_path / "keys").iterdir()) == [
+        "key-hash-secret",
+        "noise-secret",
+        "signing.pem",
+    ]
+    assert app.extensions["accountant"].settings.admin_key == ADMIN_KEY
+    for table in ("consumers", "signing_keys", "noise_secrets", "key_hash_secrets"):
+        assert run_sql(url, f"SELECT COUNT(*) FROM {table}") == [(0,)], table
+
+
 def test_a_secret_file_others_can_read_is_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     settings = {"database_url": url, "signing_key_file": str(tmp_path / "signing.pem")}
-    create_app(settings)
+    prepared_app(settings)
     assert not [r for r in caplog.records if "readable" in r.getMessage()]
     (tmp_path / "signing.pem").chmod(0o644)
     (tmp_path / "noise-secret").chmod(0o640)

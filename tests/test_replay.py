@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from accountant import hookimpl, noise
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant.cli import main
 from accountant.mechanism import Mechanism
 from accountant.randomness import RandomSource
@@ -41,7 +41,7 @@ def _app(
     secret: str = "noise-secret",
     **extra: Any,
 ) -> Any:
-    return create_app(
+    return prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,
@@ -130,7 +130,7 @@ class _Plugin:
 
 
 def _upgraded(database_url: str, tmp_path: Path, mechanism: Mechanism) -> Api:
-    app = create_app(
+    app = prepared_app(
         {
             "database_url": database_url,
             "admin_key": ADMIN_KEY,

@@ -8,7 +8,7 @@ from flask import Flask
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.pool import NullPool
 
-from accountant.app import create_app
+from accountant.app import prepared_app
 from accountant.db import dispose_all
 from accountant.migrate import downgrade, upgrade
 from tests.conftest import ADMIN_KEY, Api, dump, run_sql
@@ -75,7 +75,7 @@ def test_models_and_migrations_agree(database_url: str) -> None:
 
 def test_readyz_is_503_until_the_schema_is_at_head(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'r.db'}"
-    app: Flask = create_app({"database_url": url})
+    app: Flask = prepared_app({"database_url": url})
     client = app.test_client()
     assert client.get("/healthz").status_code == 200
     response = client.get("/readyz")
@@ -89,7 +89,7 @@ def test_first_admin_from_the_environment_is_created_once(tmp_path: Path) -> Non
     url = f"sqlite:///{tmp_path / 'a.db'}"
     upgrade(url)
     for _ in range(3):
-        app = create_app({"database_url": url, "admin_key": ADMIN_KEY})
+        app = prepared_app({"database_url": url, "admin_key": ADMIN_KEY})
         dispose_all()
     consumers = Api(app.test_client()).get("/v1/consumers").get_json()["consumers"]
     assert [(c["name"], c["role"]) for c in consumers] == [("admin", "admin")]
