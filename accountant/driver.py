@@ -8,11 +8,12 @@ one pooled connection: the request's own (``Driver.checkout``, which begins
 and commits its transactions itself) or a session's, inside the session's
 transaction (``Driver.of``).
 
-Statements are written once, in SQLite's named style (``:name``), and
-translated for psycopg (``%(name)s``). A list value expands in place to
-``(:name_0, :name_1, ...)``, for ``IN`` lists. Driver errors are re-raised as
-SQLAlchemy's (``IntegrityError``, ``OperationalError``, ...), so callers
-handle one family of exceptions whichever layer sent the statement.
+Statements are built from the tables' metadata with SQLAlchemy Core and compiled once per
+backend (``statement``, ``upsert``) into text in the named style (``:name``), translated
+for psycopg (``%(name)s``); a few maintenance statements are plain text in that style. A
+list value expands in place to ``(:name_0, :name_1, ...)``, for ``IN`` lists. Driver
+errors are re-raised as SQLAlchemy's (``IntegrityError``, ``OperationalError``, ...), so
+callers handle one family of exceptions whichever layer sent the statement.
 
 Round trips. On PostgreSQL every statement waits for the server, and a
 charge holds its dataset's lock across all of them. Inside ``pipeline()``
@@ -37,15 +38,18 @@ import weakref
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from sqlalchemy import Engine
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 Params = Mapping[str, Any]
@@ -159,7 +163,7 @@ class Driver:
         finally:
             self._pipelined = False
 
-    def send(self, sql: str, params: Params | None, then: Callable[[Rows], T]) -> Pending[T]:
+    def send(self, sql: SQL, params: Params | None, then: Callable[[Rows], T]) -> Pending[T]:
         """Send a statement now; its rows, passed through ``then``, are read on demand."""
         cursor = self._connection.cursor()
         self._execute(sql, params or {}, cursor)
@@ -168,16 +172,16 @@ class Driver:
             pending.result()  # sqlite3 steps a statement as it is read: finish it now
         return pending
 
-    def rows(self, sql: str, params: Params | None = None) -> Rows:
+    def rows(self, sql: SQL, params: Params | None = None) -> Rows:
         self._execute(sql, params or {})
         return self.fetch(self._cursor)
 
-    def row(self, sql: str, params: Params | None = None) -> Any:
+    def row(self, sql: SQL, params: Params | None = None) -> Any:
         """The first row (a named tuple), or None."""
         found = self.rows(sql, params)
         return found[0] if found else None
 
-    def run(self, sql: str, params: Params | None = None) -> None:
+    def run(self, sql: SQL, params: Params | None = None) -> None:
         self._execute(sql, params or {})
 
     def fetch(self, cursor: Any) -> Rows:
@@ -189,7 +193,9 @@ class Driver:
             return [make(row) for row in rows]
         return rows
 
-    def _execute(self, sql: str, params: Params, cursor: Any = None) -> None:
+    def _execute(self, sql: SQL, params: Params, cursor: Any = None) -> None:
+        if isinstance(sql, Statement):
+            sql = sql.postgresql if self.postgres else sql.sqlite
         lists = tuple(
             (name, len(value)) for name, value in params.items() if isinstance(value, list | tuple)
         )
@@ -296,13 +302,46 @@ class Pending(Generic[T]):
         return value
 
 
-def compiled(statement: ClauseElement) -> str:
-    """A SQLAlchemy Core statement built from the tables' metadata, as SQL text in the named
-    style this driver sends (compile it once, at import, and keep the text)."""
-    return str(statement.compile(dialect=_NAMED_DIALECT))
+@dataclass(frozen=True)
+class Statement:
+    """A SQLAlchemy Core statement built from the tables' metadata, compiled once for each
+    backend into SQL text in the named style this driver sends."""
+
+    sqlite: str
+    postgresql: str
 
 
-_NAMED_DIALECT = sqlite.dialect(paramstyle="named")
+#: What the driver runs: text in the named style, or a statement built from the metadata.
+SQL = str | Statement
+
+
+def statement(clause: ClauseElement) -> Statement:
+    """Compile ``clause`` for both backends (once, at import or in a cached builder). An
+    expanding ``bindparam(name, expanding=True)`` becomes ``:name``, which the driver
+    expands to a list in place."""
+    return Statement(_compiled(clause, _SQLITE), _compiled(clause, _POSTGRESQL))
+
+
+def upsert(build: Callable[[Callable[..., Any]], ClauseElement]) -> Statement:
+    """``statement`` for an ``INSERT ... ON CONFLICT``, which each dialect builds with its
+    own ``insert``: ``build`` is called with SQLite's, then PostgreSQL's."""
+    return Statement(
+        _compiled(build(sqlite.insert), _SQLITE), _compiled(build(postgresql.insert), _POSTGRESQL)
+    )
+
+
+def _compiled(clause: ClauseElement, dialect: Dialect) -> str:
+    compiled = cast(SQLCompiler, clause.compile(dialect=dialect))
+    bound = sorted(name for name, param in compiled.binds.items() if param.value is not None)
+    if bound:  # the text would need values this driver is never given
+        raise ValueError(f"write constants as literal_column, not as parameters: {bound}")
+    return _POSTCOMPILE.sub(r":\1", str(compiled))
+
+
+_SQLITE = sqlite.dialect(paramstyle="named")
+# the base dialect, without a driver's bind casts
+_POSTGRESQL = PGDialect(paramstyle="named")  # type: ignore[no-untyped-call]  # unannotated
+_POSTCOMPILE = re.compile(r"\(__\[POSTCOMPILE_(\w+)\]\)")
 
 
 @lru_cache(maxsize=256)

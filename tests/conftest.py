@@ -49,6 +49,13 @@ def postgres_template() -> Iterator[str | None]:
         connection.execute(text(f"DROP DATABASE IF EXISTS {_TEMPLATE} WITH (FORCE)"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _key_files_outside_the_checkout(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Commands and apps that name no key file use this folder, not ./var of the checkout."""
+    folder = tmp_path_factory.mktemp("default-keys")
+    os.environ.setdefault("ACCOUNTANT_SIGNING_KEY_FILE", str(folder / "signing-key.pem"))
+
+
 @pytest.fixture(autouse=True)
 def _close_connections() -> Iterator[None]:
     yield

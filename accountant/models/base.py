@@ -17,6 +17,9 @@ NAMING_CONVENTION = {
 
 #: A privacy amount in integer units (see ``accountant.exact``); exact on every backend.
 Units = Annotated[int, mapped_column(BigInteger, nullable=False, default=0)]
+#: A running total of a scope (``Tally``), 0 until the first charge: a default the table
+#: holds, so the charge path's insert names only the scope's key.
+RunningTotal = Annotated[int, mapped_column(BigInteger, nullable=False, server_default="0")]
 #: An optional limit in integer units; NULL means "not limited in this component".
 LimitUnits = Annotated[int | None, mapped_column(BigInteger, nullable=True)]
 #: A moment as integer microseconds since the epoch, UTC: exact and sortable everywhere.

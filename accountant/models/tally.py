@@ -11,7 +11,7 @@ from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, UniqueCon
 from sqlalchemy.orm import Mapped, mapped_column
 
 from accountant.exact import Amount
-from accountant.models.base import Base, Units
+from accountant.models.base import Base, RunningTotal, Units
 
 
 class Tally(Base):
@@ -26,12 +26,12 @@ class Tally(Base):
     consumer_id: Mapped[int] = mapped_column(Integer, default=0)
     period_seconds: Mapped[int] = mapped_column(Integer, default=0)
     window_start: Mapped[int] = mapped_column(BigInteger, default=0)
-    total_epsilon: Mapped[Units]
-    total_delta: Mapped[Units]
-    total_rho: Mapped[Units]
-    max_epsilon: Mapped[Units]
-    max_delta: Mapped[Units]
-    max_rho: Mapped[Units]
+    total_epsilon: Mapped[RunningTotal]
+    total_delta: Mapped[RunningTotal]
+    total_rho: Mapped[RunningTotal]
+    max_epsilon: Mapped[RunningTotal]
+    max_delta: Mapped[RunningTotal]
+    max_rho: Mapped[RunningTotal]
 
     @property
     def total(self) -> Amount:

@@ -9,13 +9,28 @@ they travel with the COMMIT in one round trip.
 
 from __future__ import annotations
 
+import functools
 from decimal import Decimal
 from typing import Any
 
+from sqlalchemy import (
+    BindParameter,
+    ColumnClause,
+    Select,
+    bindparam,
+    case,
+    delete,
+    insert,
+    literal_column,
+    select,
+    update,
+)
+
 from accountant.accounting.loss import ScopeKey, max_after, total_after
 from accountant.accounting.windows import PERIODS
-from accountant.driver import Driver
+from accountant.driver import Driver, Statement, statement, upsert
 from accountant.exact import Amount
+from accountant.models import ChargeCount, Partition, Tally, TallySpend
 from accountant.services import ledger
 from accountant.services.evaluation import ChargeRequest, Evaluation
 
@@ -59,11 +74,20 @@ def record(
     )
 
 
+_ONE: ColumnClause[Any] = literal_column("1")
+
 #: /metrics reports these counts, so that a scrape never reads the ledger.
-_COUNT_CHARGE = (
-    "INSERT INTO charge_counts (dataset_id, mechanism, outcome, count) "
-    "VALUES (:d, :m, :o, 1) ON CONFLICT (dataset_id, mechanism, outcome) "
-    "DO UPDATE SET count = charge_counts.count + 1"
+_COUNT_CHARGE = upsert(
+    lambda insert: (
+        insert(ChargeCount)
+        .values(
+            dataset_id=bindparam("d"), mechanism=bindparam("m"), outcome=bindparam("o"), count=_ONE
+        )
+        .on_conflict_do_update(
+            index_elements=[ChargeCount.dataset_id, ChargeCount.mechanism, ChargeCount.outcome],
+            set_={ChargeCount.count: ChargeCount.count + _ONE},
+        )
+    )
 )
 
 
@@ -92,10 +116,9 @@ def add_to_scopes(driver: Driver, evaluation: Evaluation, now_us: int) -> None:
     dataset = evaluation.dataset
     missing = [key for key in evaluation.partitions if key not in evaluation.partition_ids]
     if missing:
-        values = ", ".join(f"(:d, :k{i}, :t)" for i in range(len(missing)))
         params: dict[str, Any] = {"d": dataset.id, "t": now_us}
         params.update((f"k{i}", key) for i, key in enumerate(missing))
-        driver.run(f"INSERT INTO partitions (dataset_id, key, created_at) VALUES {values}", params)
+        driver.run(_insert_partitions(len(missing)), params)
     fresh = _insert_tallies(
         driver, dataset.id, [s.key for s in evaluation.scopes if s.tally is None]
     )
@@ -110,11 +133,10 @@ def add_to_scopes(driver: Driver, evaluation: Evaluation, now_us: int) -> None:
         cost,
         None if evaluation.all_partitions else evaluation.partitions,
     )
-    rows, params = [], {}
+    params = {}
     for i, (scope, tally_id) in enumerate(zip(evaluation.scopes, tally_ids, strict=True)):
         total = total_after(scope.state, cost, m)
         highest = max_after(scope.state, cost)
-        rows.append(f"(:id{i}, :te{i}, :td{i}, :tr{i}, :me{i}, :md{i}, :mr{i})")
         params.update(
             {
                 f"id{i}": tally_id,
@@ -126,12 +148,47 @@ def add_to_scopes(driver: Driver, evaluation: Evaluation, now_us: int) -> None:
                 f"mr{i}": highest.rho,
             }
         )
-    # One statement for every scope row (VALUES names its columns column1... on both).
-    driver.run(
-        "UPDATE tallies SET total_epsilon = v.column2, total_delta = v.column3, "
-        "total_rho = v.column4, max_epsilon = v.column5, max_delta = v.column6, "
-        f"max_rho = v.column7 FROM (VALUES {', '.join(rows)}) AS v WHERE tallies.id = v.column1",
-        params,
+    driver.run(_update_tallies(len(tally_ids)), params)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_partitions(count: int) -> Statement:
+    """Partitions charged for the first time: ``count`` rows in one statement."""
+    rows: list[dict[Any, Any]] = [
+        {
+            Partition.dataset_id: bindparam("d"),
+            Partition.key: bindparam(f"k{i}"),
+            Partition.created_at: bindparam("t"),
+        }
+        for i in range(count)
+    ]
+    return statement(insert(Partition).values(rows))
+
+
+#: Each scope row's new totals and maxima, by its id: one CASE per column.
+_TALLY_COLUMNS = {
+    "te": Tally.total_epsilon,
+    "td": Tally.total_delta,
+    "tr": Tally.total_rho,
+    "me": Tally.max_epsilon,
+    "md": Tally.max_delta,
+    "mr": Tally.max_rho,
+}
+
+
+@functools.lru_cache(maxsize=16)
+def _update_tallies(count: int) -> Statement:
+    """Every scope row of a charge, updated in one statement (:id{i} and its new values)."""
+    ids: list[BindParameter[Any]] = [bindparam(f"id{i}") for i in range(count)]
+    return statement(
+        update(Tally)
+        .where(Tally.id.in_(ids))
+        .values(
+            {
+                column: case(*((Tally.id == ids[i], bindparam(f"{name}{i}")) for i in range(count)))
+                for name, column in _TALLY_COLUMNS.items()
+            }
+        )
     )
 
 
@@ -140,34 +197,53 @@ def _prune_windows(driver: Driver, dataset_id: int, now: int) -> None:
     window length ago. No charge or report reads them again (a charge reads the windows
     around its own clock, so a host whose clock lags by less than that still finds the
     window it charges), and the ledger keeps every charge."""
-    old = (
-        "SELECT id FROM tallies WHERE dataset_id = :d AND kind = 'window' "
-        "AND window_start + period_seconds < :cutoff"
-    )
     params = {"d": dataset_id, "cutoff": now - max(PERIODS.values())}
-    driver.run(f"DELETE FROM tally_spends WHERE tally_id IN ({old})", params)
-    driver.run(f"DELETE FROM tallies WHERE id IN ({old})", params)
+    driver.run(_PRUNE_SPENDS, params)
+    driver.run(_PRUNE_TALLIES, params)
+
+
+_ENDED = select(Tally.id).where(
+    Tally.dataset_id == bindparam("d"),
+    Tally.kind == literal_column("'window'"),
+    Tally.window_start + Tally.period_seconds < bindparam("cutoff"),
+)
+_PRUNE_SPENDS = statement(delete(TallySpend).where(TallySpend.tally_id.in_(_ENDED)))
+_PRUNE_TALLIES = statement(delete(Tally).where(Tally.id.in_(_ENDED)))
 
 
 def _insert_tallies(driver: Driver, dataset_id: int, keys: list[ScopeKey]) -> dict[ScopeKey, int]:
     """Rows for scopes charged for the first time (a new window, a new consumer): their ids."""
     if not keys:
         return {}
-    values = ", ".join(
-        f"(:d, :kind{i}, :c{i}, :p{i}, :s{i}, 0, 0, 0, 0, 0, 0)" for i in range(len(keys))
-    )
     params: dict[str, Any] = {"d": dataset_id}
     for i, (kind, consumer, period, start) in enumerate(keys):
         params.update({f"kind{i}": kind, f"c{i}": consumer, f"p{i}": period, f"s{i}": start})
-    rows = driver.rows(
-        "INSERT INTO tallies (dataset_id, kind, consumer_id, period_seconds, window_start, "
-        "total_epsilon, total_delta, total_rho, max_epsilon, max_delta, max_rho) "
-        f"VALUES {values} RETURNING kind, consumer_id, period_seconds, window_start, id",
-        params,
-    )
+    rows = driver.rows(_insert_tallies_statement(len(keys)), params)
     return {
         (row.kind, row.consumer_id, row.period_seconds, row.window_start): row.id for row in rows
     }
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_tallies_statement(count: int) -> Statement:
+    """``count`` new scope rows, their totals at the tables' default (0); their ids back."""
+    rows: list[dict[Any, Any]] = [
+        {
+            Tally.dataset_id: bindparam("d"),
+            Tally.kind: bindparam(f"kind{i}"),
+            Tally.consumer_id: bindparam(f"c{i}"),
+            Tally.period_seconds: bindparam(f"p{i}"),
+            Tally.window_start: bindparam(f"s{i}"),
+        }
+        for i in range(count)
+    ]
+    return statement(
+        insert(Tally)
+        .values(rows)
+        .returning(
+            Tally.kind, Tally.consumer_id, Tally.period_seconds, Tally.window_start, Tally.id
+        )
+    )
 
 
 def _upsert_spends(
@@ -175,11 +251,7 @@ def _upsert_spends(
 ) -> None:
     """Add the cost to s(p) of every charged partition (``keys``; None: all) in every scope:
     one statement, which finds partitions created earlier in the transaction by their key.
-
-    ``ON CONFLICT ... DO UPDATE`` has the same syntax on SQLite and
-    PostgreSQL; SQLite needs the WHERE clause of the SELECT to parse it.
     """
-    only = "" if keys is None else " AND p.key IN :keys"
     params: dict[str, Any] = {
         "tallies": tally_ids,
         "dataset": dataset_id,
@@ -189,12 +261,33 @@ def _upsert_spends(
     }
     if keys is not None:
         params["keys"] = keys
-    driver.run(
-        "INSERT INTO tally_spends (tally_id, partition_id, epsilon, delta, rho) "
-        "SELECT t.id, p.id, :e, :d, :r FROM tallies AS t, partitions AS p "
-        f"WHERE t.id IN :tallies AND p.dataset_id = :dataset{only} "
-        "ON CONFLICT (tally_id, partition_id) DO UPDATE SET "
-        "epsilon = tally_spends.epsilon + excluded.epsilon, "
-        "delta = tally_spends.delta + excluded.delta, rho = tally_spends.rho + excluded.rho",
-        params,
+    driver.run(_UPSERT_SPENDS[keys is not None], params)
+
+
+def _upsert_spends_statement(some: bool) -> Statement:
+    """The cost added to s(p) of every scope (:tallies) and partition (:keys if ``some``)
+    (SQLite needs the WHERE clause of the SELECT to parse ``ON CONFLICT``)."""
+    charged: Select[Any] = select(  # type: ignore[assignment]  # typed by its columns
+        Tally.id, Partition.id, bindparam("e"), bindparam("d"), bindparam("r")
+    ).where(
+        Tally.id.in_(bindparam("tallies", expanding=True)),
+        Partition.dataset_id == bindparam("dataset"),
     )
+    if some:
+        charged = charged.where(Partition.key.in_(bindparam("keys", expanding=True)))
+    columns = ["tally_id", "partition_id", "epsilon", "delta", "rho"]
+
+    def build(insert: Any) -> Any:
+        added = insert(TallySpend).from_select(columns, charged)
+        return added.on_conflict_do_update(
+            index_elements=[TallySpend.tally_id, TallySpend.partition_id],
+            set_={
+                name: getattr(TallySpend, name) + getattr(added.excluded, name)
+                for name in ("epsilon", "delta", "rho")
+            },
+        )
+
+    return upsert(build)
+
+
+_UPSERT_SPENDS = {some: _upsert_spends_statement(some) for some in (False, True)}

@@ -6,13 +6,13 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session, selectinload
 
 from accountant import seals
 from accountant.accounting.modes import Mode, limit_of, mode_of
-from accountant.driver import Driver
+from accountant.driver import Driver, statement
 from accountant.errors import Conflict, InvalidRequest, NotFound
 from accountant.exact import DELTA
 from accountant.key_hashing import KeyHasher, ensure_registered
@@ -44,19 +44,26 @@ def authenticate(driver: Driver, key: str, hasher: KeyHasher) -> Principal | Non
 
     One driver statement and no ORM objects: this runs on every request.
     """
-    rows = driver.rows(
-        "SELECT k.id AS key_id, c.id AS consumer_id, c.name, c.role, g.dataset_id "
-        "FROM api_keys AS k "
-        "JOIN consumers AS c ON c.id = k.consumer_id "
-        "LEFT JOIN grants AS g ON g.consumer_id = c.id "
-        "WHERE k.key_hash = :hash AND k.revoked_at IS NULL",
-        {"hash": hasher(key)},
-    )
+    rows = driver.rows(_AUTHENTICATE, {"hash": hasher(key)})
     if not rows:
         return None
     first = rows[0]
     granted = frozenset(row.dataset_id for row in rows if row.dataset_id is not None)
     return Principal(first.consumer_id, first.name, first.role, first.key_id, granted)
+
+
+_AUTHENTICATE = statement(
+    select(
+        ApiKey.id.label("key_id"),
+        Consumer.id.label("consumer_id"),
+        Consumer.name,
+        Consumer.role,
+        Grant.dataset_id,
+    )
+    .join(Consumer, Consumer.id == ApiKey.consumer_id)
+    .outerjoin(Grant, Grant.consumer_id == Consumer.id)
+    .where(ApiKey.key_hash == bindparam("hash"), ApiKey.revoked_at.is_(None))
+)
 
 
 def principal_of_key_id(session: Session, key_id: str) -> Principal | None:

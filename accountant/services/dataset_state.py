@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqlalchemy import and_, bindparam, select
+
 from accountant.accounting.loss import LossRule
 from accountant.accounting.modes import Mode, mode_of
-from accountant.driver import Driver, Pending, Rows
+from accountant.driver import Driver, Pending, Rows, Statement, statement
 from accountant.errors import NotFound
 from accountant.exact import Limit
+from accountant.models import Dataset, Grant, WindowBudget
 
 
 @dataclass(frozen=True)
@@ -60,18 +63,49 @@ class DatasetState:
         return LossRule(self.privacy_unit, self.max_partitions_per_user)
 
 
-_SELECT = (
-    "SELECT d.id, d.name, d.privacy_unit, d.accounting, d.rdp_order, d.max_partitions_per_user, "
-    "d.max_records_per_user, d.limit_epsilon, d.limit_delta, d.limit_rho, "
-    "d.has_partition_limit, d.partition_limit_epsilon, d.partition_limit_delta, "
-    "d.partition_limit_rho, d.ledger_seq, d.ledger_head, d.terms_sha256, "
-    "w.period_seconds, w.limit_epsilon AS window_epsilon, w.limit_delta AS window_delta, "
-    "w.limit_rho AS window_rho, g.dataset_id AS granted, g.has_quota, g.quota_epsilon, "
-    "g.quota_delta, g.quota_rho "
-    "FROM datasets AS d LEFT JOIN window_budgets AS w ON w.dataset_id = d.id "
-    "LEFT JOIN grants AS g ON g.dataset_id = d.id AND g.consumer_id = :consumer "
-    "WHERE d.name = :name ORDER BY w.period_seconds"
-)
+def _select(lock: bool) -> Statement:
+    """The dataset by name, one row per window budget, with one consumer's grant; ``lock``
+    takes the dataset row's lock on PostgreSQL (SQLite's write lock is the transaction's)."""
+    query = (
+        select(
+            Dataset.id,
+            Dataset.name,
+            Dataset.privacy_unit,
+            Dataset.accounting,
+            Dataset.rdp_order,
+            Dataset.max_partitions_per_user,
+            Dataset.max_records_per_user,
+            Dataset.limit_epsilon,
+            Dataset.limit_delta,
+            Dataset.limit_rho,
+            Dataset.has_partition_limit,
+            Dataset.partition_limit_epsilon,
+            Dataset.partition_limit_delta,
+            Dataset.partition_limit_rho,
+            Dataset.ledger_seq,
+            Dataset.ledger_head,
+            Dataset.terms_sha256,
+            WindowBudget.period_seconds,
+            WindowBudget.limit_epsilon.label("window_epsilon"),
+            WindowBudget.limit_delta.label("window_delta"),
+            WindowBudget.limit_rho.label("window_rho"),
+            Grant.dataset_id.label("granted"),
+            Grant.has_quota,
+            Grant.quota_epsilon,
+            Grant.quota_delta,
+            Grant.quota_rho,
+        )
+        .outerjoin(WindowBudget, WindowBudget.dataset_id == Dataset.id)
+        .outerjoin(
+            Grant, and_(Grant.dataset_id == Dataset.id, Grant.consumer_id == bindparam("consumer"))
+        )
+        .where(Dataset.name == bindparam("name"))
+        .order_by(WindowBudget.period_seconds)
+    )
+    return statement(query.with_for_update(of=Dataset) if lock else query)
+
+
+_SELECT = {lock: _select(lock) for lock in (False, True)}
 
 
 def send(
@@ -79,9 +113,8 @@ def send(
 ) -> Pending[DatasetState]:
     """The dataset named ``name`` with ``consumer_id``'s quota on it; its result is a 404 if
     there is none. ``lock`` locks the row on PostgreSQL."""
-    sql = _SELECT + (" FOR UPDATE OF d" if lock and driver.postgres else "")
     return driver.send(
-        sql, {"name": name, "consumer": consumer_id}, lambda rows: _state(name, rows)
+        _SELECT[lock], {"name": name, "consumer": consumer_id}, lambda rows: _state(name, rows)
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
@@ -396,13 +396,13 @@ def tally_state(
     top: dict[ComponentName, list[int]] = {}
     if rule.uses_top_k:
         for name in names:
+            spend = getattr(TallySpend, name)
             top[name] = list(
                 session.execute(
-                    text(
-                        f"SELECT {name} FROM tally_spends WHERE tally_id = :t "
-                        f"ORDER BY {name} DESC LIMIT :k"
-                    ),
-                    {"t": tally.id, "k": rule.max_partitions_per_user},
+                    select(spend)
+                    .where(TallySpend.tally_id == tally.id)
+                    .order_by(spend.desc())
+                    .limit(rule.max_partitions_per_user)
                 ).scalars()
             )
     return ScopeState(total=tally.total, max_all=tally.max_spend, top_all=top)

@@ -21,15 +21,28 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import (
+    BindParameter,
+    ScalarSelect,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+)
+
 from accountant.accounting import checks as rules
 from accountant.accounting import pricing
 from accountant.accounting.loss import LossRule, ScopeKey, ScopeState, charged
 from accountant.accounting.modes import Mode
 from accountant.accounting.windows import PERIODS, Window
-from accountant.driver import Driver, Pending, Rows
+from accountant.driver import Driver, Pending, Rows, Statement, statement
 from accountant.errors import Forbidden, field_error
 from accountant.exact import Amount, ComponentName
 from accountant.mechanism import Mechanism, UnusableParameters
+from accountant.models import Dataset, Partition, Tally, TallySpend
 from accountant.services import dataset_state, datasets
 from accountant.services.consumers import Principal
 from accountant.services.dataset_state import DatasetState
@@ -129,9 +142,7 @@ def send_reads(driver: Driver, request: ChargeRequest, now: float, *, lock: bool
     dataset = dataset_state.send(driver, request.dataset, request.principal.consumer_id, lock=lock)
     keys = None if request.partitions == "*" else list(request.partitions)
     partitions = driver.send(
-        "SELECT key, id FROM partitions WHERE dataset_id = "
-        "(SELECT id FROM datasets WHERE name = :name)"
-        + (" ORDER BY id" if keys is None else " AND key IN :keys"),
+        _PARTITIONS[keys is not None],
         {"name": request.dataset} | ({} if keys is None else {"keys": keys}),
         list,
     )
@@ -147,40 +158,84 @@ def _send_scopes(
         params.update({f"p{i}": period, f"s{i}": start, f"n{i}": start + period})
     if keys is not None:
         params["keys"] = keys
-    return driver.send(_scopes_sql(keys is not None), params, list)
+    return driver.send(_SCOPES[keys is not None], params, list)
 
 
-def _scopes_sql(touched: bool) -> str:
+def _dataset_id() -> ScalarSelect[int]:
+    """The id of the dataset named :name, so that no read waits for another's result."""
+    return select(Dataset.id).where(Dataset.name == bindparam("name")).scalar_subquery()
+
+
+def _partitions_statement(some: bool) -> Statement:
+    """(key, id) of the charged partitions that exist (:keys), or of every partition."""
+    query = select(Partition.key, Partition.id).where(Partition.dataset_id == _dataset_id())
+    if some:
+        return statement(query.where(Partition.key.in_(bindparam("keys", expanding=True))))
+    return statement(query.order_by(Partition.id))
+
+
+def _scopes_statement(touched: bool) -> Statement:
     """Every scope row of a dataset a charge may touch and, when ``touched``, the largest old
     s(p) of each among the charged partitions (``:keys``)."""
-    windows = " OR ".join(
-        f"(t.period_seconds = :p{i} AND t.window_start IN (:s{i}, :n{i}))"
-        for i in range(len(PERIODS))
+    windows = or_(
+        *(
+            and_(
+                Tally.period_seconds == bindparam(f"p{i}"),
+                Tally.window_start.in_([bindparam(f"s{i}"), bindparam(f"n{i}")]),
+            )
+            for i in range(len(PERIODS))
+        )
     )
-    maxima = (
-        "MAX(s.epsilon) AS touched_epsilon, MAX(s.delta) AS touched_delta, "
-        "MAX(s.rho) AS touched_rho"
-        if touched
-        else "NULL AS touched_epsilon, NULL AS touched_delta, NULL AS touched_rho"
+    components = ("epsilon", "delta", "rho")
+    maxima = [
+        (func.max(getattr(TallySpend, name)) if touched else null()).label(f"touched_{name}")
+        for name in components
+    ]
+    query = select(
+        Tally.id,
+        Tally.kind,
+        Tally.consumer_id,
+        Tally.period_seconds,
+        Tally.window_start,
+        Tally.total_epsilon,
+        Tally.total_delta,
+        Tally.total_rho,
+        Tally.max_epsilon,
+        Tally.max_delta,
+        Tally.max_rho,
+        *maxima,
     )
-    # Not correlated with t: the charged partitions' ids are looked up once, by key, and
-    # their s(p) rows by primary key, whatever the number of partitions and charges.
-    join = (
-        " LEFT JOIN tally_spends AS s ON s.tally_id = t.id AND s.partition_id IN "
-        "(SELECT p.id FROM partitions AS p WHERE p.dataset_id = "
-        "(SELECT id FROM datasets WHERE name = :name) AND p.key IN :keys)"
-        if touched
-        else ""
+    if touched:
+        # Not correlated with the tally: the charged partitions' ids are looked up once, by
+        # key, and their s(p) rows by primary key, whatever the number of partitions.
+        charged_ids = select(Partition.id).where(
+            Partition.dataset_id == _dataset_id(),
+            Partition.key.in_(bindparam("keys", expanding=True)),
+        )
+        query = query.outerjoin(
+            TallySpend,
+            and_(TallySpend.tally_id == Tally.id, TallySpend.partition_id.in_(charged_ids)),
+        ).group_by(Tally.id)
+    return statement(
+        query.where(
+            Tally.dataset_id == _dataset_id(),
+            or_(
+                Tally.kind == literal_column("'lifetime'"),
+                and_(
+                    Tally.kind == literal_column("'consumer'"), Tally.consumer_id == bindparam("c")
+                ),
+                and_(
+                    Tally.kind == literal_column("'window'"),
+                    Tally.consumer_id == literal_column("0"),
+                    windows,
+                ),
+            ),
+        )
     )
-    return (
-        "SELECT t.id, t.kind, t.consumer_id, t.period_seconds, t.window_start, "
-        "t.total_epsilon, t.total_delta, t.total_rho, t.max_epsilon, t.max_delta, "
-        f"t.max_rho, {maxima} FROM tallies AS t{join} "
-        "WHERE t.dataset_id = (SELECT id FROM datasets WHERE name = :name) AND "
-        "(t.kind = 'lifetime' OR (t.kind = 'consumer' AND t.consumer_id = :c) OR "
-        f"(t.kind = 'window' AND t.consumer_id = 0 AND ({windows})))"
-        + (" GROUP BY t.id" if touched else "")
-    )
+
+
+_PARTITIONS = {some: _partitions_statement(some) for some in (False, True)}
+_SCOPES = {touched: _scopes_statement(touched) for touched in (False, True)}
 
 
 def evaluate(driver: Driver, reads: Reads, request: ChargeRequest, now: float) -> Evaluation:
@@ -406,21 +461,40 @@ def _top_k(
     driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int], all_partitions: bool
 ) -> tuple[list[int], list[int]]:
     """The k largest s(p) inside and outside the charged set (an index range scan each)."""
-    base = f"SELECT {name} FROM tally_spends WHERE tally_id = :t"
-    order = f" ORDER BY {name} DESC LIMIT :k"
 
-    def column(sql: str) -> list[int]:
-        params = {"t": tally_id, "k": k} | ({"p": touched_ids} if ":p" in sql else {})
-        return [getattr(row, name) for row in driver.rows(sql, params)]
+    def column(among: str) -> list[int]:
+        params = {"t": tally_id, "k": k} | ({"p": touched_ids} if among != "all" else {})
+        return [getattr(row, name) for row in driver.rows(_top_k_statement(name, among), params)]
 
     if all_partitions:
-        return column(base + order), []
+        return column("all"), []
     if not touched_ids:
-        return [], column(base + order)
-    return (
-        column(base + " AND partition_id IN :p" + order),
-        column(base + " AND partition_id NOT IN :p" + order),
+        return [], column("all")
+    return column("in"), column("out")
+
+
+@functools.lru_cache(maxsize=16)
+def _top_k_statement(name: str, among: str) -> Statement:
+    """The :k largest s(p) of component ``name`` in tally :t: of every partition
+    (``among="all"``), of the partitions :p (``"in"``) or of the others (``"out"``)."""
+    spend = getattr(TallySpend, name)
+    query = select(spend).where(TallySpend.tally_id == bindparam("t"))
+    charged: BindParameter[int] = bindparam("p", expanding=True)
+    if among == "in":
+        query = query.where(TallySpend.partition_id.in_(charged))
+    elif among == "out":
+        query = query.where(TallySpend.partition_id.not_in(charged))
+    # the driver's :k as text, and an OFFSET written out, which SQLite's dialect would bind
+    limited = query.order_by(spend.desc()).limit(literal_column(":k"))
+    return statement(limited.offset(literal_column("0")))
+
+
+_SPENDS = statement(
+    select(TallySpend.partition_id, TallySpend.epsilon, TallySpend.delta, TallySpend.rho).where(
+        TallySpend.tally_id == bindparam("t"),
+        TallySpend.partition_id.in_(bindparam("p", expanding=True)),
     )
+)
 
 
 def _spends(driver: Driver, tally_id: int | None, ids: dict[str, int]) -> dict[str, Amount]:
@@ -430,9 +504,5 @@ def _spends(driver: Driver, tally_id: int | None, ids: dict[str, int]) -> dict[s
     keys = {partition_id: key for key, partition_id in ids.items()}
     return {
         keys[row.partition_id]: Amount(row.epsilon, row.delta, row.rho)
-        for row in driver.rows(
-            "SELECT partition_id, epsilon, delta, rho FROM tally_spends "
-            "WHERE tally_id = :t AND partition_id IN :p",
-            {"t": tally_id, "p": list(ids.values())},
-        )
+        for row in driver.rows(_SPENDS, {"t": tally_id, "p": list(ids.values())})
     }

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import bindparam, insert
+from sqlalchemy import bindparam, insert, select
 
-from accountant.driver import Driver, Pending, Rows, compiled
+from accountant.driver import Driver, Pending, Rows, statement
 from accountant.errors import field_error
-from accountant.models import IdempotencyKey
+from accountant.models import IdempotencyKey, LedgerEntry
 
 
 def key_of(body: dict[str, Any], header: str | None) -> str | None:
@@ -64,13 +64,22 @@ class Outcome:
 
 def find(driver: Driver, consumer_id: int, key: str) -> Pending[Outcome | None]:
     """The response remembered for ``key``, if any: sent now, read on demand."""
-    return driver.send(
-        "SELECT k.request_hash, k.charge_id, k.status, k.body, k.headers, e.noise_secret, "
-        "e.implementation FROM idempotency_keys AS k LEFT JOIN ledger_entries AS e "
-        "ON e.charge_id = k.charge_id WHERE k.consumer_id = :c AND k.key = :k",
-        {"c": consumer_id, "k": key},
-        _outcome,
+    return driver.send(_FIND, {"c": consumer_id, "k": key}, _outcome)
+
+
+_FIND = statement(
+    select(
+        IdempotencyKey.request_hash,
+        IdempotencyKey.charge_id,
+        IdempotencyKey.status,
+        IdempotencyKey.body,
+        IdempotencyKey.headers,
+        LedgerEntry.noise_secret,
+        LedgerEntry.implementation,
     )
+    .outerjoin(LedgerEntry, LedgerEntry.charge_id == IdempotencyKey.charge_id)
+    .where(IdempotencyKey.consumer_id == bindparam("c"), IdempotencyKey.key == bindparam("k"))
+)
 
 
 def _outcome(rows: Rows) -> Outcome | None:
@@ -111,7 +120,7 @@ def remember(driver: Driver, consumer_id: int, key: str, outcome: Outcome, now: 
     )
 
 
-_INSERT = compiled(
+_INSERT = statement(
     insert(IdempotencyKey).values(
         {
             name: bindparam(name)

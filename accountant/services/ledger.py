@@ -12,12 +12,12 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, bindparam, func, insert, select
+from sqlalchemy import Select, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from accountant import seals
-from accountant.driver import Driver, compiled
+from accountant.driver import Driver, statement
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry
@@ -125,10 +125,7 @@ def append(
     for name in ("partitions", "params", "detail"):
         values[name] = json.dumps(values[name])
     driver.run(_INSERT, values)
-    driver.run(
-        "UPDATE datasets SET ledger_seq = :seq, ledger_head = :head WHERE id = :id",
-        {"seq": values["seq"], "head": values["hash"], "id": dataset.id},
-    )
+    driver.run(_ADVANCE_HEAD, {"seq": values["seq"], "head": values["hash"], "id": dataset.id})
     if isinstance(dataset, Dataset):  # keep a loaded ORM row in step with the database
         set_committed_value(dataset, "ledger_seq", values["seq"])
         set_committed_value(dataset, "ledger_head", values["hash"])
@@ -144,7 +141,12 @@ class ChainHead(NamedTuple):
 
 #: Every column an entry is written with (its id is the database's).
 _COLUMNS = tuple(c.name for c in LedgerEntry.__table__.columns if c.name != "id")
-_INSERT = compiled(insert(LedgerEntry).values({name: bindparam(name) for name in _COLUMNS}))
+_INSERT = statement(insert(LedgerEntry).values({name: bindparam(name) for name in _COLUMNS}))
+_ADVANCE_HEAD = statement(
+    update(Dataset)
+    .where(Dataset.id == bindparam("id"))
+    .values(ledger_seq=bindparam("seq"), ledger_head=bindparam("head"))
+)
 
 
 @dataclass(frozen=True)

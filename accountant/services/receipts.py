@@ -8,10 +8,10 @@ from decimal import Decimal
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from accountant.driver import Driver
+from accountant.driver import Driver, upsert
 from accountant.models import Dataset, LedgerEntry, SigningKey
 from accountant.signing import public_jwk, sign
 
@@ -27,11 +27,16 @@ def publish(driver: Driver, private: Ed25519PrivateKey, now: int) -> None:
     """Keep the public half of ``private`` in the current transaction, if it is not kept yet:
     the charge that first signs with a key publishes it, atomically with itself."""
     jwk = public_jwk(private.public_key())
-    driver.run(
-        "INSERT INTO signing_keys (kid, public_jwk, created_at) VALUES (:k, :j, :t) "
-        "ON CONFLICT (kid) DO NOTHING",
-        {"k": jwk["kid"], "j": json.dumps(jwk), "t": now},
+    driver.run(_PUBLISH, {"k": jwk["kid"], "j": json.dumps(jwk), "t": now})
+
+
+_PUBLISH = upsert(
+    lambda insert: (
+        insert(SigningKey)
+        .values(kid=bindparam("k"), public_jwk=bindparam("j"), created_at=bindparam("t"))
+        .on_conflict_do_nothing(index_elements=[SigningKey.kid])
     )
+)
 
 
 def jwks(session: Session, private: Ed25519PrivateKey) -> list[dict[str, str]]:
