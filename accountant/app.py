@@ -135,11 +135,13 @@ def record_metric(update: Callable[[], object]) -> None:
 
 
 def prepare_host(settings: Settings) -> None:
-    """What ``accountant serve`` does once before it starts any worker: create the signing key
-    and noise secret files, publish the signing key, check the noise secret, create the first
-    admin. It opens its own connections and closes all of them: a SQLite connection inherited
-    across fork shares its file locks with the parent, and when the parent dies the WAL can be
-    deleted under the workers, losing acknowledged charges."""
+    """What ``accountant init`` and ``accountant serve`` do once before any worker starts:
+    create the signing key, noise secret and key-hash secret files, publish the signing key,
+    register the secrets (or refuse another database's), seal a database from before seals,
+    and create the first admin from ``ACCOUNTANT_ADMIN_KEY``. It opens its own connections
+    and closes all of them: a SQLite connection inherited across fork shares its file locks
+    with the parent, and when the parent dies the WAL can be deleted under the workers,
+    losing acknowledged charges."""
     engine = make_engine(settings)
     try:
         signer = signing.load_or_create(Path(settings.signing_key_file))
