@@ -40,7 +40,14 @@ def of_terms(hasher: KeyHasher, name: str, terms_sha256: str) -> str:
 
 def seal_consumer(executor: Executor, hasher: KeyHasher, consumer_id: int) -> None:
     """Seal ``consumer_id`` as its rows now stand (call after the session's changes are
-    flushed)."""
+    flushed). The consumer row is locked first: a transaction that changed one of its keys
+    or grants at the same moment has then committed, and the reads after the lock see its
+    change (READ COMMITTED reads each statement afresh), so no seal leaves out another's."""
+    # FOR NO KEY UPDATE: it waits for another sealer, not for the key-share lock that
+    # inserting a key or grant row takes on its consumer
+    executor.execute(
+        select(Consumer.id).where(Consumer.id == consumer_id).with_for_update(key_share=True)
+    )
     executor.execute(
         update(Consumer)
         .where(Consumer.id == consumer_id)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
 
 from tests.conftest import Api, run_sql
 
@@ -380,3 +382,20 @@ def test_a_database_from_before_seals_is_sealed_once_at_the_next_start(
     prepared_app({"database_url": database_url, "signing_key_file": signing_key_file})
     body = restarted.get("/v1/ledger/verify").get_json()
     assert body["ok"] is False and "consumer 'svc'" in body["reason"]
+
+
+def test_keys_issued_at_once_leave_a_seal_that_holds(app: Flask, database_url: str) -> None:
+    """Each key issued reseals its consumer from what the transaction sees; without the
+    consumer row's lock, two at once on PostgreSQL each leave out the other's key."""
+    api = Api(app.test_client())
+    api.make_dataset()
+    api.make_consumer("svc", datasets=["clicks"])
+
+    def issue(_: int) -> int:
+        with app.test_client() as client:
+            return int(Api(client).post("/v1/consumers/svc/keys", {}).status_code)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert set(pool.map(issue, range(24))) == {201}
+    body = api.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is True and body["seals_checked"] is True, body
