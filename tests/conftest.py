@@ -136,6 +136,23 @@ def app(database_url: str, signing_key_file: str) -> Flask:
 
 
 @pytest.fixture
+def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
+    """The base URL of ``accountant serve`` on the test's database, with the test admin key
+    (a module may define its own ``server``)."""
+    from tests.server import running_service
+
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_LOG_LEVEL": "WARNING",
+    }
+    with running_service(env, tmp_path / "serve.log") as running:
+        yield running.base
+
+
+@pytest.fixture
 def client(app: Flask) -> Iterator[FlaskClient]:
     with app.test_client() as test_client:
         yield test_client

@@ -6,10 +6,8 @@ The browser comes from the system (``apt-get install chromium``, as .ci/run does
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,7 +15,6 @@ import pytest
 import requests
 
 from tests.conftest import ADMIN_KEY
-from tests.server import running_service
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(__file__).parent.parent / "test-artifacts" / "screenshots"
@@ -38,19 +35,6 @@ pytestmark = [
         reason="needs Debian's chromium package (apt-get install chromium; .ci/run installs it)",
     ),
 ]
-
-
-@pytest.fixture
-def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
-    env = {
-        **os.environ,
-        "ACCOUNTANT_DATABASE_URL": database_url,
-        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
-        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-        "ACCOUNTANT_LOG_LEVEL": "WARNING",
-    }
-    with running_service(env, tmp_path / "serve.log") as running:
-        yield running.base
 
 
 def _api(base: str, method: str, path: str, body: Any = None, key: str = ADMIN_KEY) -> Any:

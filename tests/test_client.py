@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +28,6 @@ from accountant.client import (
 )
 from tests.conftest import ADMIN_KEY
 from tests.dropping_proxy import dropping_proxy
-from tests.server import running_service
 
 pytestmark = pytest.mark.slow
 
@@ -39,19 +36,6 @@ LAPLACE: dict[str, Any] = {
     "params": {"epsilon": 0.25, "sensitivity": 1},
     "input": {"values": [10.0, 20.0]},
 }
-
-
-@pytest.fixture
-def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
-    env = {
-        **os.environ,
-        "ACCOUNTANT_DATABASE_URL": database_url,
-        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
-        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-        "ACCOUNTANT_LOG_LEVEL": "WARNING",
-    }
-    with running_service(env, tmp_path / "serve.log") as running:
-        yield running.base
 
 
 @pytest.fixture

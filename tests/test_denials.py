@@ -31,7 +31,29 @@ def test_dataset_scope_is_409_and_changes_nothing(api: Api) -> None:
     entries = api.ledger()
     assert [e["status"] for e in entries] == ["granted", "denied"]
     assert entries[1]["charge_id"] == body["charge_id"]
-    assert api.get(f"/v1/charges/{body['charge_id']}").get_json()["status"] == "denied"
+    record = api.get(f"/v1/charges/{body['charge_id']}").get_json()
+    assert record["status"] == "denied"
+    assert set(record) == {
+        "charge_id",
+        "dataset",
+        "consumer",
+        "status",
+        "mechanism",
+        "release",
+        "partitions",
+        "params",
+        "cost",
+        "multiplicity",
+        "denial",
+        "created_at",
+    }
+    assert record["denial"] == {"scope": "dataset"} and record["cost"] == {
+        "epsilon": 0.5,
+        "delta": 0,
+    }
+    assert record["partitions"] == ["p1", "p2"] and record["consumer"] == "admin"
+    granted = api.get(f"/v1/charges/{entries[0]['charge_id']}").get_json()
+    assert granted["denial"] is None and granted["created_at"] == entries[0]["created_at"]
 
 
 def test_partition_scope_names_the_partition(api: Api) -> None:

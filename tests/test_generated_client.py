@@ -8,7 +8,6 @@ import importlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +15,9 @@ import pytest
 import requests
 
 from tests.conftest import ADMIN_KEY
-from tests.server import running_service
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture
-def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
-    env = {
-        **os.environ,
-        "ACCOUNTANT_DATABASE_URL": database_url,
-        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
-        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-        "ACCOUNTANT_LOG_LEVEL": "WARNING",
-    }
-    with running_service(env, tmp_path / "serve.log") as running:
-        yield running.base
 
 
 def _generate(base: str, folder: Path) -> tuple[Any, str]:

@@ -7,29 +7,14 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ADMIN_KEY
-from tests.server import running_service
 
 pytestmark = pytest.mark.slow
 TUTORIAL = Path(__file__).parent.parent / "docs" / "tutorial.md"
-
-
-@pytest.fixture
-def server(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterator[str]:
-    env = {
-        **os.environ,
-        "ACCOUNTANT_DATABASE_URL": database_url,
-        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
-        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
-        "ACCOUNTANT_LOG_LEVEL": "WARNING",
-    }
-    with running_service(env, tmp_path / "serve.log") as running:
-        yield running.base
 
 
 def test_the_tutorial_runs(server: str, tmp_path: Path) -> None:

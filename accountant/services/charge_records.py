@@ -7,10 +7,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from accountant.accounting.windows import isoformat
 from accountant.errors import Forbidden, NotFound
 from accountant.models import Consumer, Dataset, LedgerEntry
 from accountant.services.consumers import Principal
+from accountant.services.ledger_reads import describe_entry
 
 
 def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, Any]:
@@ -26,19 +26,27 @@ def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, A
     entry, dataset, consumer = row
     if caller.role == "service" and entry.consumer_id != caller.consumer_id:
         raise Forbidden("a service may read only its own charges")
-    return {
-        "charge_id": entry.charge_id,
-        "dataset": dataset.name,
-        "consumer": consumer,
-        "status": entry.status,
-        "mechanism": entry.mechanism,
-        "release": entry.release,
-        "partitions": entry.partitions,
-        "params": entry.params,
-        "cost": dataset.mode.report(entry.cost, dataset.limit_delta or 0),
-        "multiplicity": entry.multiplicity,
-        "denial": {k: v for k, v in (entry.detail or {}).items() if k != "terms_sha256"}
+    described = describe_entry(entry, dataset, consumer)
+    record = {name: described[name] for name in _FIELDS}
+    record["denial"] = (
+        {k: v for k, v in (entry.detail or {}).items() if k != "terms_sha256"}
         if entry.status == "denied"
-        else None,
-        "created_at": isoformat(entry.created_at / 1e6),
-    }
+        else None
+    )
+    return record
+
+
+#: What API.md's charge record takes from the entry as the ledger describes it.
+_FIELDS = (
+    "charge_id",
+    "dataset",
+    "consumer",
+    "status",
+    "mechanism",
+    "release",
+    "partitions",
+    "params",
+    "cost",
+    "multiplicity",
+    "created_at",
+)

@@ -12,7 +12,6 @@ changes nothing.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select
@@ -22,12 +21,10 @@ from accountant import seals
 from accountant.accounting.modes import rho_limit
 from accountant.accounting.windows import PERIOD_NAMES
 from accountant.db import begin_write
-from accountant.driver import Driver
 from accountant.exact import DELTA, EPSILON, Limit
 from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, Grant
-from accountant.services import ledger, terms
-from accountant.services.datasets import describe_limit, lifetime_loss
+from accountant.services.datasets import describe_limit, ledger_limit_changes, seal_terms
 
 REASON = (
     "zcdp limits recomputed from their stated (epsilon, delta) by the Canonne, Kamath "
@@ -101,28 +98,9 @@ def upgrade_zcdp_limits(session: Session, now: int, hasher: KeyHasher | None = N
         if not changes:
             continue
         changed += 1
-        dataset.terms_sha256 = terms.digest(dataset)
-        if hasher is not None:
-            dataset.terms_seal = seals.of_terms(hasher, dataset.name, dataset.terms_sha256)
+        seal_terms(dataset, hasher)
         session.flush()
-        loss = lifetime_loss(session, dataset)
-        for scope, before, after in changes:
-            ledger.append(
-                Driver.of(session),
-                dataset,
-                None,
-                kind="limit_change",
-                status="granted",
-                created_at=now,
-                detail={
-                    "scope": scope,
-                    "old": _text(before),
-                    "new": _text(after),
-                    "reason": REASON,
-                    "terms_sha256": dataset.terms_sha256,
-                },
-                loss_after=loss,
-            )
+        ledger_limit_changes(session, dataset, None, changes, REASON, now)
     if hasher is not None:
         session.flush()
         for consumer_id in sorted(resealed):
@@ -137,8 +115,3 @@ def _limit(row: Any, prefix: str) -> Limit:
         getattr(row, f"{prefix}_delta"),
         getattr(row, f"{prefix}_rho"),
     )
-
-
-def _text(limit: dict[str, Decimal]) -> dict[str, str]:
-    """Exact decimals as text, so the ledger detail hashes and stores exactly."""
-    return {name: str(value) for name, value in limit.items()}

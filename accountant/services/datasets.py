@@ -90,7 +90,7 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
     )
     _set_partition_limit(dataset, mode, body.get("partition_budget"))
     _set_windows(dataset, mode, body.get("windows", []))
-    _seal_terms(dataset, hasher)
+    seal_terms(dataset, hasher)
     session.add(dataset)
     try:
         session.flush()
@@ -194,10 +194,12 @@ def describe(dataset: Dataset) -> dict[str, Any]:
     return view
 
 
-def _seal_terms(dataset: Dataset, hasher: KeyHasher) -> None:
-    """Record the digest of the dataset's terms as the service sets them, and its seal."""
+def seal_terms(dataset: Dataset, hasher: KeyHasher | None) -> None:
+    """Record the digest of the dataset's terms as the service sets them, and its seal
+    (without ``hasher``, on a host without the key-hash secret, the seal stays as it was)."""
     dataset.terms_sha256 = terms.digest(dataset)
-    dataset.terms_seal = seals.of_terms(hasher, dataset.name, dataset.terms_sha256)
+    if hasher is not None:
+        dataset.terms_seal = seals.of_terms(hasher, dataset.name, dataset.terms_sha256)
 
 
 def update_limits(
@@ -246,8 +248,22 @@ def update_limits(
                 _rebuild_window(
                     session, dataset, Window.containing(budget.period_seconds, now / 1e6)
                 )
-    _seal_terms(dataset, hasher)
-    loss = lifetime_loss(session, dataset)  # a limit change leaves the loss as it was
+    seal_terms(dataset, hasher)
+    ledger_limit_changes(session, dataset, actor, changes, reason, now)
+
+
+def ledger_limit_changes(
+    session: Session,
+    dataset: Dataset,
+    actor: Any,
+    changes: list[tuple[str, Any, Any]],
+    reason: str | None,
+    now: int,
+) -> None:
+    """One ``limit_change`` entry per changed scope, (scope, old, new): the old and new terms
+    as exact text, the reason, and the terms digest the dataset now has. A limit change
+    leaves the loss as it was."""
+    loss = lifetime_loss(session, dataset)
     for scope, old, new in changes:
         ledger.append(
             Driver.of(session),
