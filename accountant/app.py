@@ -28,6 +28,7 @@ from accountant.dashboard import views as dashboard
 from accountant.dashboard.session import CookieSessions
 from accountant.db import begin_write, make_engine, make_session_factory
 from accountant.errors import AccountantError, Conflict, InvalidRequest, Unavailable
+from accountant.group_commit import GroupCommit
 from accountant.jsonio import DecimalJSONProvider, dumps
 from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, outcome_of
 from accountant.migrate import head_revision
@@ -73,6 +74,7 @@ def create_app(
             clock=clock,
             alerts=AlertDispatcher(pm, AlertSettings.of(settings)),
             signer_published=[False],
+            group=GroupCommit(settings.lock_timeout_ms / 1000),
         ),
         key_hasher=key_hashing.load(Path(settings.key_hash_secret_file)),
     )

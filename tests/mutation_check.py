@@ -89,6 +89,20 @@ MUTATIONS = [
         ("tests/test_mechanisms.py",),
     ),
     Mutation(
+        "a refused charge keeps its writes in a shared transaction",
+        "accountant/group_commit.py",
+        '        driver.run("ROLLBACK TO SAVEPOINT charge")\n',
+        "",
+        ("tests/test_group_commit.py",),
+    ),
+    Mutation(
+        "a database error fails every charge that shared its transaction",
+        "accountant/group_commit.py",
+        "        return len(taken) == 1 or not isinstance(error, IntegrityError)\n",
+        "        return True\n",
+        ("tests/test_group_commit.py",),
+    ),
+    Mutation(
         "replay ignores the implementation",
         "accountant/services/replay.py",
         "elif outcome.implementation != mechanism.implementation:",

@@ -17,6 +17,12 @@
 5. commit. On PostgreSQL the writes travel with the COMMIT in one round
    trip: a simple charge holds the lock for two round trips.
 
+Charges of one dataset that queue in this process while its transaction
+runs join that transaction, each in a savepoint, and share its commit
+(``accountant.group_commit``): each is checked against the totals the ones
+before it left, as if it had come alone, and none is answered before the
+commit.
+
 No charge is committed without its output (a failing mechanism rolls it
 back), and no output leaves before its charge is durable. Alerts are sent
 after the commit and never fail the charge.
@@ -36,6 +42,7 @@ from accountant.alerts import AlertDispatcher
 from accountant.clock import Clock
 from accountant.driver import Driver
 from accountant.errors import Forbidden, IdempotencyKeyReused, MechanismFailed
+from accountant.group_commit import GroupCommit
 from accountant.noise import NoiseSecret
 from accountant.services import charge_responses, charge_writes, idempotency, receipts, replay
 from accountant.services.evaluation import ChargeRequest, Evaluation, evaluate, send_reads
@@ -54,6 +61,8 @@ class ChargeContext:
     #: Whether the signer's public key is known to be in the database: until it is, every
     #: grant publishes it in its own transaction, so no receipt leaves with an unknown key.
     signer_published: list[bool]
+    #: The queues in which this process's charges of one dataset share a transaction.
+    group: GroupCommit
 
 
 @dataclass(frozen=True)
@@ -81,21 +90,18 @@ Submitted = Granted | Denied | Replayed
 def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -> Submitted:
     """Charge ``request`` once, or give its first response again; see the module's notes."""
     for attempt in (1, 2):
-        connection.begin_write()
         try:
-            with connection.pipeline():
-                done = _in_transaction(connection, request, context)
-                connection.commit()
+            done = context.group.run(
+                request.dataset,
+                connection,
+                lambda driver: _in_transaction(driver, request, context),
+            )
             break
         except IntegrityError:
             # PostgreSQL only: a duplicate with the same key on another dataset committed
             # between our read and our insert; everything rolled back, so read it again.
-            connection.rollback()
             if request.key is None or attempt == 2:
                 raise
-        except Exception:
-            connection.rollback()
-            raise
     if isinstance(done, idempotency.Outcome):  # outside the lock; no new alerts
         return Replayed(done, replay.output_of(done, request, context.noise))
     if isinstance(done, Granted):  # after the commit, never failing the charge
