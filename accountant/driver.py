@@ -221,14 +221,22 @@ class WriteGate:
     queue here first. A process's threads wait on a lock of their own, woken
     the moment the writer before them leaves; the one in front then takes an
     advisory lock on a file next to the database (``flock``), shared by every
-    process of the service, polling for it every half millisecond, and only
-    then begins. A writer waits at most ``timeout_s`` (the lock timeout,
+    process of the service, polling for it every 0.1 ms, and only then
+    begins. A writer waits at most ``timeout_s`` (the lock timeout,
     ``ACCOUNTANT_LOCK_TIMEOUT_MS``) in all, and is then refused (a 503).
     Writers outside the service (the command line) still meet SQLite's own
     lock and busy timeout.
+
+    Only the front writer of each process polls, and the lock stands free
+    while it sleeps. Measured with 2 processes under 6 clients: polling every
+    0.5 ms, the lock stood free 0.53 ms (median) at each hand-over between
+    processes and was held 77 % of the time; every 0.1 ms, 0.21 ms and 87 %,
+    with 584 charges/s becoming 715, at the same CPU per charge (2.0 ms). A
+    helper thread blocked in ``flock`` and woken by the kernel did worse
+    (661/s): it must then wake the writer, a second hand-over of the GIL.
     """
 
-    _POLL_S = 0.0005
+    _POLL_S = 0.0001
 
     def __init__(self, timeout_s: float, path: str | None) -> None:
         self._lock = threading.Lock()

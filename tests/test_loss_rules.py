@@ -7,6 +7,7 @@ running total (sum of c * m; m = 1 joint, min(k, |P|) parallel).
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -161,6 +162,17 @@ def test_record_level_sensitivity_is_scaled_by_the_contribution_bounds(api: Api)
     assert response.status_code == 201
     # The cost stays epsilon; the noise is calibrated to 1 * r * min(k, |P|) = 6.
     assert response.get_json()["cost"]["epsilon"] == 1
+    # The output released is the one drawn at sensitivity 6 with the charge's own noise.
+    runtime = api.client.application.extensions["accountant"]
+    laplace = runtime.registry.get("laplace")
+    source = runtime.charging.noise.source_for
+    charge_id = response.get_json()["charge_id"]
+
+    def drawn(sensitivity: int) -> Any:
+        run_params = {"epsilon": 1, "sensitivity": Decimal(sensitivity)}
+        return laplace.run(run_params, {"values": [10.0]}, source(charge_id))
+
+    assert response.get_json()["output"] == drawn(6) != drawn(1)
     entry = api.ledger()[0]
     assert Decimal(entry["cost"]["epsilon"]) == 1
     refused = api.make_dataset("rows")
