@@ -4,23 +4,27 @@ Every charge of a dataset takes the same lock (the dataset's row), so a
 dataset's charges run one at a time, and each pays for a commit of its own:
 an fsync of SQLite's WAL, or a flush and a round trip on PostgreSQL, while
 the next charges wait. So, within one process, the charges waiting for a
-dataset run together, in one thread (the leader): one transaction, each
-charge in a savepoint of its own, one commit for all of them.
+dataset run together, in one thread (the leader): one transaction, the
+first charge as a lone charge runs and each later one in a savepoint of its
+own, one commit for all of them.
 
 Each charge is what it was alone: it takes the dataset's lock (which its
 transaction already holds), reads the totals as the charges before it left
 them, and writes or is refused. A charge that raises is rolled back to its
-savepoint and the others go on. No thread returns before the commit, so a
-granted charge is acknowledged only once it is durable, and a commit that
-fails fails every charge of the transaction, none of which was answered.
+savepoint and the others go on (the first one, having no savepoint, ends
+the transaction and fails alone). A charge's outcome is handed to its
+thread only once the commit has returned: until then every charge of the
+transaction counts as failed, so a commit that fails, or a connection lost
+before it, answers none of them as granted.
 
 A database error inside the transaction (a duplicate key that another
 transaction committed meanwhile, say) aborts all of it. After an
 ``IntegrityError`` each of its charges runs again in a transaction of its
 own, as if they had never met; any other database error is every charge's.
 
-The leader takes what is queued when it starts, at most ``MAX_BATCH``
-charges, runs them, hands each thread its result and passes the lead to the
+The leader begins with its own charge, then takes the charges that queued
+meanwhile, again and again while any are queued, up to ``MAX_BATCH`` in all;
+then it commits, hands each thread its outcome and passes the lead to the
 first thread still queued. A thread whose charge is not taken within the
 lock timeout is refused as one that waits that long for the lock is (a
 503); once taken, it waits for the leader, whose every wait for the
