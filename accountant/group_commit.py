@@ -52,14 +52,13 @@ MAX_BATCH = 32
 class _Slot(Generic[T]):
     """One charge in the queue: its work, and what became of it."""
 
-    __slots__ = ("done", "error", "finished", "lead", "taken", "value", "work")
+    __slots__ = ("done", "error", "lead", "taken", "value", "work")
 
     def __init__(self, work: Callable[[Driver], T]) -> None:
         self.work = work
-        self.done = threading.Event()  # set when finished, or when handed the lead
+        self.done = threading.Event()  # set when its outcome is known, or it is to lead
         self.lead = False
         self.taken = False
-        self.finished = False
         self.value: T | None = None
         # Until its transaction commits, a charge has failed: nothing it did is durable.
         self.error: BaseException | None = OperationalError(
@@ -106,7 +105,7 @@ class GroupCommit:
                         queue.waiting.remove(slot)  # type: ignore[arg-type]  # as above
                         raise self._timed_out()
             slot.done.wait()
-        if not slot.finished:  # this thread leads, and its charge is first in the queue
+        if slot.lead:  # its charge is first in the queue
             self._lead(dataset, queue, driver)
         return slot.outcome()
 
@@ -136,8 +135,6 @@ class GroupCommit:
                     _transaction(driver, _only(slot), [slot])
         finally:
             with self._mutex:
-                for slot in taken:
-                    slot.finished = True
                 if queue.waiting:
                     queue.waiting[0].lead = True
                     queue.waiting[0].done.set()
