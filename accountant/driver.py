@@ -25,6 +25,18 @@ one round trip. The server still runs them in order, in the transaction,
 and an error surfaces at the next read or as the block ends. On SQLite, in
 process, there is no round trip to save: ``pipeline()`` does nothing and
 ``send`` reads at once.
+
+Transactions on PostgreSQL. A connection checked out for the hot path is in
+autocommit mode until it goes back to the pool: a read outside a write
+transaction is a transaction of its own, and ``begin_write`` sends an
+explicit ``BEGIN ISOLATION LEVEL READ COMMITTED`` with the next statement,
+in its round trip. psycopg's implicit ``BEGIN`` would cost a round trip of
+its own before a statement sent outside ``pipeline()``, and would leave the
+request's authentication read open, for the pool to roll back; psycopg
+forgets a connection's prepared statements at each rollback (``DEALLOCATE
+ALL``), so PostgreSQL would parse and plan the next charges' statements
+again. A connection goes back to the pool out of autocommit mode, for the
+sessions that share the pool.
 """
 
 from __future__ import annotations
@@ -60,15 +72,33 @@ T = TypeVar("T")
 class Driver:
     """A cursor on one pooled DBAPI connection, for statements in the named style."""
 
-    __slots__ = ("_connection", "_cursor", "_dbapi", "_gate", "_in_gate", "_pipelined", "postgres")
+    __slots__ = (
+        "_begin",
+        "_connection",
+        "_cursor",
+        "_dbapi",
+        "_gate",
+        "_in_gate",
+        "_own",
+        "_pipelined",
+        "postgres",
+    )
 
-    def __init__(self, connection: Any, dialect: Dialect, gate: WriteGate | None = None) -> None:
+    def __init__(
+        self, connection: Any, dialect: Dialect, gate: WriteGate | None = None, *, own: bool = False
+    ) -> None:
         self._connection = connection
         self._pipelined = False
         self.postgres = dialect.name == "postgresql"
         self._dbapi = dialect.dbapi
         self._cursor = connection.cursor()
         self._gate, self._in_gate = gate, False
+        # PostgreSQL, a connection of its own: in autocommit mode, with the transactions
+        # this driver begins itself (see ``begin_write``)
+        self._own = own and self.postgres
+        self._begin = False
+        if self._own:
+            self._call(setattr, connection.driver_connection, "autocommit", True)
 
     @classmethod
     def of(cls, session: Session) -> Driver:
@@ -82,15 +112,18 @@ class Driver:
         dbapi = engine.dialect.dbapi
         gate = WRITE_GATES.get(engine)
         try:
-            return cls(engine.raw_connection(), engine.dialect, gate)
+            return cls(engine.raw_connection(), engine.dialect, gate, own=True)
         except dbapi.Error as error:  # type: ignore[union-attr]  # DB-API modules are untyped
             raise DBAPIError.instance(None, None, error, dbapi.Error) from error  # type: ignore[union-attr]  # DB-API modules are untyped
 
     def begin_write(self) -> None:
         """Start a write transaction. SQLite takes the database's write lock now (``BEGIN
         IMMEDIATE``, see ``accountant.db``), after this process's earlier writers
-        (``WriteGate``); psycopg begins one with the first statement."""
+        (``WriteGate``). PostgreSQL: a connection of its own sends ``BEGIN`` with the next
+        statement, in the same round trip inside ``pipeline()``; a session's connection is
+        in the session's transaction already."""
         if self.postgres:
+            self._begin = self._own
             return
         if self._gate is not None:
             self._gate.enter()
@@ -102,23 +135,23 @@ class Driver:
             raise
 
     def begin_read(self) -> None:
-        """Start a read transaction: one snapshot for several statements on SQLite (on
-        PostgreSQL, READ COMMITTED, each statement sees what was committed when it began)."""
+        """Start a read transaction: one snapshot for several statements on SQLite. Nothing
+        on PostgreSQL: outside a write transaction each statement is one of its own, and
+        sees what was committed when it began, as it would in a READ COMMITTED transaction
+        (a session's connection is in the session's transaction already)."""
         if not self.postgres:
             self.run("BEGIN")
 
     def end_read(self) -> None:
         """End a transaction that has only read. SQLite: roll it back (it pins a snapshot, and
-        a write transaction must begin with ``BEGIN IMMEDIATE``). PostgreSQL: nothing, which
-        saves a round trip; between its statements a READ COMMITTED transaction holds no
-        snapshot, so the request's next statements may continue it, and giving the
-        connection back to the pool ends it."""
+        a write transaction must begin with ``BEGIN IMMEDIATE``). PostgreSQL: nothing."""
         if not self.postgres:
             self.rollback()
 
     def commit(self) -> None:
         """Commit; inside ``pipeline()``, the end of the block waits for it (and raises what
         any statement sent before it failed with)."""
+        self._begin = False
         if self._pipelined:
             self.run("COMMIT")  # psycopg's commit() would wait for a round trip of its own
         else:
@@ -129,6 +162,7 @@ class Driver:
 
     def rollback(self) -> None:
         """End the current transaction, if any, discarding its writes."""
+        self._begin = False
         try:
             self._call(self._connection.rollback)
         finally:
@@ -137,9 +171,24 @@ class Driver:
     def close(self) -> None:
         """Give the connection back to the pool (which rolls back what is left open)."""
         try:
+            if self._own:
+                self._end_autocommit()
             self._connection.close()
         finally:
             self._leave_gate()
+
+    def _end_autocommit(self) -> None:
+        """Leave autocommit mode before the pool lends the connection to a session.
+
+        A transaction left open (an error cut it short) is rolled back first. That is the
+        only rollback on this path: psycopg forgets the connection's prepared statements at
+        each one, and then parses and plans every statement again."""
+        raw = self._connection.driver_connection
+        try:
+            raw.rollback()  # nothing to send unless a transaction is open
+            raw.autocommit = False
+        except self._dbapi.Error:  # type: ignore[union-attr]  # DB-API modules are untyped
+            self._connection.invalidate()  # lost: never pooled again, in whatever mode
 
     def _leave_gate(self) -> None:
         if self._in_gate:
@@ -194,6 +243,9 @@ class Driver:
         return rows
 
     def _execute(self, sql: SQL, params: Params, cursor: Any = None) -> None:
+        if self._begin:  # see begin_write
+            self._begin = False
+            self._call(self._cursor.execute, "BEGIN ISOLATION LEVEL READ COMMITTED")
         if isinstance(sql, Statement):
             sql = sql.postgresql if self.postgres else sql.sqlite
         lists = tuple(

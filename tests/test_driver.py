@@ -163,3 +163,71 @@ def test_a_write_gate_that_cannot_open_its_file_lets_the_next_writer_try(tmp_pat
     for _ in range(2):  # the second attempt meets the same error, not a stuck queue
         with pytest.raises(FileNotFoundError):
             gate.enter()
+
+
+def _postgres_only(app: Flask) -> Any:
+    engine = app.extensions["accountant"].engine
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's connections are in autocommit mode between transactions")
+    return engine
+
+
+def test_a_connection_comes_back_to_the_pool_without_a_rollback_and_keeps_its_prepared_statements(
+    app: Flask,
+) -> None:
+    """Reads outside a write transaction leave nothing open, so the connection needs no
+    rollback when it goes back to the pool, a rollback at which psycopg would forget its
+    prepared statements, and PostgreSQL would parse and plan each statement again. It goes
+    back out of autocommit mode, ready for a session's transaction."""
+    from tests.conftest import Api
+
+    engine = _postgres_only(app)
+    Api(app.test_client()).make_dataset()
+    driver = Driver.checkout(engine)
+    raw = driver._connection.driver_connection
+    driver.begin_write()
+    driver.run(PARTITION, {"d": 1, "k": "kept"})
+    driver.commit()
+    for _ in range(8):  # psycopg prepares a statement at its 6th run
+        driver.row("SELECT id FROM datasets WHERE name = :name", {"name": "census"})
+    driver.close()
+    assert raw.info.transaction_status == raw.info.transaction_status.IDLE
+    assert raw.autocommit is False
+    try:
+        prepared = raw.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ("SELECT id FROM datasets WHERE name%",),
+        ).fetchone()
+        assert prepared == (1,)
+        assert raw.execute("SELECT key FROM partitions").fetchall() == [("kept",)]
+    finally:
+        raw.rollback()
+
+
+def test_a_transaction_left_open_is_rolled_back_before_the_connection_goes_back(
+    app: Flask,
+) -> None:
+    """A write transaction that an error cut short is undone, and the connection goes back
+    in the pool's mode; one lost meanwhile is thrown away, never pooled."""
+    from tests.conftest import Api
+
+    engine = _postgres_only(app)
+    Api(app.test_client()).make_dataset()
+    left = Driver.checkout(engine)
+    raw = left._connection.driver_connection
+    left.begin_write()
+    left.run(PARTITION, {"d": 1, "k": "undone"})
+    left.close()
+    assert raw.autocommit is False and not raw.closed
+    lost = Driver.checkout(engine)
+    lost_raw = lost._connection.driver_connection
+    lost.begin_write()
+    lost.run(PARTITION, {"d": 1, "k": "lost"})
+    killer = Driver.checkout(engine)
+    try:
+        killer.run("SELECT pg_terminate_backend(:pid)", {"pid": lost_raw.info.backend_pid})
+        lost.close()  # its rollback fails: the connection is discarded
+        assert lost_raw.closed
+        assert killer.rows("SELECT key FROM partitions") == []
+    finally:
+        killer.close()
