@@ -73,6 +73,7 @@ class Driver:
     """A cursor on one pooled DBAPI connection, for statements in the named style."""
 
     __slots__ = (
+        "_batch",
         "_begin",
         "_connection",
         "_cursor",
@@ -81,6 +82,7 @@ class Driver:
         "_in_gate",
         "_own",
         "_pipelined",
+        "_together",
         "postgres",
     )
 
@@ -89,9 +91,11 @@ class Driver:
     ) -> None:
         self._connection = connection
         self._pipelined = False
+        self._together = False  # see ``together``
+        self._batch: list[tuple[SQL, Params]] | None = None  # its statements on PostgreSQL
         self.postgres = dialect.name == "postgresql"
         self._dbapi = dialect.dbapi
-        self._cursor = connection.cursor()
+        self._cursor = self._new_cursor()
         self._gate, self._in_gate = gate, False
         # PostgreSQL, a connection of its own: in autocommit mode, with the transactions
         # this driver begins itself (see ``begin_write``)
@@ -214,7 +218,8 @@ class Driver:
 
     def send(self, sql: SQL, params: Params | None, then: Callable[[Rows], T]) -> Pending[T]:
         """Send a statement now; its rows, passed through ``then``, are read on demand."""
-        cursor = self._connection.cursor()
+        self._refuse_in_together()
+        cursor = self._new_cursor()
         self._execute(sql, params or {}, cursor)
         pending = Pending(self, cursor, then)
         if not self.postgres:
@@ -222,6 +227,7 @@ class Driver:
         return pending
 
     def rows(self, sql: SQL, params: Params | None = None) -> Rows:
+        self._refuse_in_together()
         self._execute(sql, params or {})
         return self.fetch(self._cursor)
 
@@ -231,23 +237,63 @@ class Driver:
         return found[0] if found else None
 
     def run(self, sql: SQL, params: Params | None = None) -> None:
-        self._execute(sql, params or {})
+        if self._batch is not None:
+            self._batch.append((sql, params or {}))
+        else:
+            self._execute(sql, params or {})
+
+    def _refuse_in_together(self) -> None:
+        if self._together:
+            raise RuntimeError("a together() block only writes; read before or after it")
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """Statements none of which depends on another's writes, run as one (PostgreSQL).
+
+        Each pipelined statement costs psycopg's Python and the server's dispatch, at
+        every charge. So on PostgreSQL the ``run`` statements of the block are held and,
+        as it ends, sent as one: all but the last as data-modifying ``WITH`` clauses of
+        the last (their parameters renamed apart). PostgreSQL runs every such clause to
+        completion, all against the snapshot the statement began with: which is why no
+        statement of the block may depend on another's writes. A block that raises sends
+        nothing. On SQLite the statements run one by one, as they come. On both, a read
+        in the block is refused.
+        """
+        if self._together:
+            raise RuntimeError("together() blocks do not nest")
+        self._together = True
+        self._batch = [] if self.postgres else None
+        try:
+            yield
+            batch = self._batch or []
+        finally:
+            self._together, self._batch = False, None
+        if len(batch) == 1:
+            self._execute(*batch[0])
+        elif batch:
+            params = {f"t{i}_{k}": v for i, (_, p) in enumerate(batch) for k, v in p.items()}
+            self._execute(_together(tuple(_text(sql, postgres=True) for sql, _ in batch)), params)
 
     def fetch(self, cursor: Any) -> Rows:
         """The rows of the statement last executed on ``cursor``, as named tuples: read a
         column by its name (``row.total_epsilon``), never by its position."""
         rows: Rows = self._call(cursor.fetchall)
-        if rows:
+        if rows and not self.postgres:  # psycopg's cursors make named tuples themselves
             make = _record(tuple(column[0] for column in cursor.description))._make
             return [make(row) for row in rows]
         return rows
+
+    def _new_cursor(self) -> Any:
+        if self.postgres:
+            # named from the result's field names, without building psycopg's description
+            return self._connection.cursor(row_factory=self._dbapi.rows.namedtuple_row)  # type: ignore[union-attr]  # DB-API modules are untyped
+        return self._connection.cursor()
 
     def _execute(self, sql: SQL, params: Params, cursor: Any = None) -> None:
         if self._begin:  # see begin_write
             self._begin = False
             self._call(self._cursor.execute, "BEGIN ISOLATION LEVEL READ COMMITTED")
-        if isinstance(sql, Statement):
-            sql = sql.postgresql if self.postgres else sql.sqlite
+        sql = _text(sql, self.postgres)
         lists = tuple(
             (name, len(value)) for name, value in params.items() if isinstance(value, list | tuple)
         )
@@ -402,6 +448,23 @@ _SQLITE = sqlite.dialect(paramstyle="named")
 # the base dialect, without a driver's bind casts
 _POSTGRESQL = PGDialect(paramstyle="named")  # type: ignore[no-untyped-call]  # unannotated
 _POSTCOMPILE = re.compile(r"\(__\[POSTCOMPILE_(\w+)\]\)")
+
+
+def _text(sql: SQL, postgres: bool) -> str:
+    if isinstance(sql, Statement):
+        return sql.postgresql if postgres else sql.sqlite
+    return sql
+
+
+@lru_cache(maxsize=256)
+def _together(texts: tuple[str, ...]) -> str:
+    """One PostgreSQL statement that runs ``texts`` (see ``Driver.together``): the i-th
+    one's parameters are renamed ``t{i}_name``."""
+    renamed = [_NAMED.sub(rf":t{i}_\1", text) for i, text in enumerate(texts)]
+    if any(text.lstrip()[:4].upper() == "WITH" for text in renamed):
+        raise ValueError("a statement with a WITH clause of its own cannot be run together")
+    clauses = ", ".join(f"t{i} AS ({text})" for i, text in enumerate(renamed[:-1]))
+    return f"WITH {clauses} {renamed[-1]}"
 
 
 @lru_cache(maxsize=256)

@@ -231,3 +231,29 @@ def test_a_transaction_left_open_is_rolled_back_before_the_connection_goes_back(
         assert killer.rows("SELECT key FROM partitions") == []
     finally:
         killer.close()
+
+
+def test_statements_run_together_each_take_effect(app: Flask, driver: Driver) -> None:
+    """A together() block's statements all run, in the transaction; on PostgreSQL as one
+    statement, so none of them sees what another wrote (which is why a block holds only
+    statements that do not depend on each other's writes, and refuses reads)."""
+    copy = (
+        "INSERT INTO partitions (dataset_id, key, created_at) "
+        "SELECT dataset_id, key || '-copy', 0 FROM partitions WHERE key = :k"
+    )
+    with driver.together():
+        driver.run(PARTITION, {"d": 1, "k": "a"})
+        driver.run(copy, {"k": "a"})
+        driver.run("UPDATE datasets SET ledger_seq = :seq WHERE id = :d", {"seq": 7, "d": 1})
+        with pytest.raises(RuntimeError, match="only writes"):
+            driver.rows("SELECT key FROM partitions")
+    one_statement = driver.postgres
+    assert _keys(driver.rows("SELECT key FROM partitions ORDER BY key")) == (
+        ["a"] if one_statement else ["a", "a-copy"]
+    )
+    assert driver.row("SELECT ledger_seq FROM datasets WHERE id = 1") == (7,)
+    if one_statement:  # held until the block ends: a block that raises sends nothing
+        with pytest.raises(ZeroDivisionError), driver.together():
+            driver.run(PARTITION, {"d": 1, "k": "never"})
+            raise ZeroDivisionError
+        assert driver.rows("SELECT key FROM partitions WHERE key = 'never'") == []

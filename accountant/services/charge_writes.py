@@ -1,10 +1,12 @@
 """What a charge writes under its dataset's lock: the scopes' new totals and its ledger entry.
 
-A grant adds the charge to every scope with one set-based upsert of s(p)
-and one update of the scope rows (their new T and max s(p) computed by
-``accounting.loss``); every charge, granted or denied, appends one ledger
-entry. None of these statements needs another's result, so on PostgreSQL
-they travel with the COMMIT in one round trip.
+A grant first creates the partitions and scope rows charged for the first
+time (``open_scopes``), then adds the charge to every scope with one
+set-based upsert of s(p) and one update of the scope rows (their new T and
+max s(p) computed by ``accounting.loss``); every charge, granted or denied,
+appends one ledger entry. None of these last statements depends on
+another's writes, so on PostgreSQL they run as one (``Driver.together``),
+sent with the COMMIT in one round trip.
 """
 
 from __future__ import annotations
@@ -110,9 +112,9 @@ def _denial_detail(evaluation: Evaluation) -> dict[str, Any]:
     return detail
 
 
-def add_to_scopes(driver: Driver, evaluation: Evaluation, now_us: int) -> None:
-    """Add a granted charge to every scope it touches, creating the partitions and scope
-    rows charged for the first time."""
+def open_scopes(driver: Driver, evaluation: Evaluation, now_us: int) -> list[int]:
+    """Create the partitions and scope rows a granted charge touches for the first time;
+    the ids of its scope rows, in the order of ``evaluation.scopes``."""
     dataset = evaluation.dataset
     missing = [key for key in evaluation.partitions if key not in evaluation.partition_ids]
     if missing:
@@ -124,16 +126,21 @@ def add_to_scopes(driver: Driver, evaluation: Evaluation, now_us: int) -> None:
     )
     if any(key[0] == "window" for key in fresh):
         _prune_windows(driver, dataset.id, now_us // 1_000_000)
-    tally_ids = [s.tally.id if s.tally is not None else fresh[s.key] for s in evaluation.scopes]
+    return [s.tally.id if s.tally is not None else fresh[s.key] for s in evaluation.scopes]
+
+
+def add_to_scopes(driver: Driver, evaluation: Evaluation, tally_ids: list[int]) -> None:
+    """Add a granted charge to every scope it touches (``open_scopes`` gave their ids): two
+    statements, neither of which depends on the other's writes."""
     cost, m = evaluation.priced.cost, evaluation.priced.multiplicity
     _upsert_spends(
         driver,
-        dataset.id,
+        evaluation.dataset.id,
         tally_ids,
         cost,
         None if evaluation.all_partitions else evaluation.partitions,
     )
-    params = {}
+    params: dict[str, Any] = {}
     for i, (scope, tally_id) in enumerate(zip(evaluation.scopes, tally_ids, strict=True)):
         total = total_after(scope.state, cost, m)
         highest = max_after(scope.state, cost)

@@ -11,9 +11,11 @@
 2. a request whose idempotency key is known gets its first response again,
    with its output regenerated exactly or refused (``replay``);
 3. price the release and check every scope (``evaluation.evaluate``);
-4. a grant adds the charge to every scope and runs the mechanism, inside
-   the transaction; every charge is ledgered and, with a key, its response
-   remembered (``charge_writes``, ``charge_responses``);
+4. a grant runs the mechanism inside the transaction, then adds the charge
+   to every scope; every charge is ledgered and, with a key, its response
+   remembered (``charge_writes``, ``charge_responses``). These writes do
+   not depend on each other's, and run together (``Driver.together``: one
+   statement on PostgreSQL);
 5. commit. On PostgreSQL the writes travel with the COMMIT in one round
    trip: a simple charge holds the lock for two round trips.
 
@@ -148,20 +150,23 @@ def _in_transaction(
     charge_id = str(uuid.uuid4())
     done: Granted | Denied
     if evaluation.granted:
-        charge_writes.add_to_scopes(connection, evaluation, now)
+        tally_ids = charge_writes.open_scopes(connection, evaluation, now)
         output, digest = _run(request, evaluation, charge_id, context.noise)
-        head = charge_writes.record(connection, evaluation, request, charge_id, now)
-        if not context.signer_published[0]:
-            receipts.publish(connection, context.signer, now)
-        response = charge_responses.granted(
-            evaluation, request, charge_id, now, digest, head, context.signer
-        )
-        done = Granted(evaluation, response, output)
-    else:
-        charge_writes.record(connection, evaluation, request, charge_id, now)
-        done = Denied(evaluation, charge_responses.denied(evaluation, request, charge_id, now))
-    if request.key is not None:
-        idempotency.remember(connection, consumer_id, request.key, done.response, now)
+    with connection.together():  # writes that do not depend on each other's
+        if evaluation.granted:
+            charge_writes.add_to_scopes(connection, evaluation, tally_ids)
+            head = charge_writes.record(connection, evaluation, request, charge_id, now)
+            if not context.signer_published[0]:
+                receipts.publish(connection, context.signer, now)
+            response = charge_responses.granted(
+                evaluation, request, charge_id, now, digest, head, context.signer
+            )
+            done = Granted(evaluation, response, output)
+        else:
+            charge_writes.record(connection, evaluation, request, charge_id, now)
+            done = Denied(evaluation, charge_responses.denied(evaluation, request, charge_id, now))
+        if request.key is not None:
+            idempotency.remember(connection, consumer_id, request.key, done.response, now)
     return done
 
 
