@@ -212,6 +212,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
                 "graceful_timeout": 10,
                 "timeout": 60,
                 "accesslog": None,
+                "logger_class": serving.Logger,
                 "errorlog": "-",
                 "loglevel": "warning",
                 "logconfig_dict": serving.LOGGING,

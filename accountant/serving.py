@@ -3,7 +3,8 @@
 gunicorn answers a request it cannot parse (a header or request line over its limits, a
 malformed chunk) itself, before the application sees it, with an HTML page. Those answers are
 problem+json here, like every other error of the service; and gunicorn's log lines are JSON
-objects, like the service's own.
+objects, like the service's own. The service writes no access log, and gunicorn builds no
+request lines for one (``Logger``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gunicorn import util
+from gunicorn import glogging, util
 
 from accountant.problems import PROBLEM_BASE
 
@@ -42,6 +43,18 @@ def write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
 def install() -> None:
     """Make gunicorn's workers answer their own errors with ``write_problem``."""
     util.write_error = write_problem
+
+
+class Logger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no type hints
+    """gunicorn's logger, without request lines unless an access log is configured.
+
+    The service writes no access log. But since its logging configuration is set
+    (``LOGGING``), gunicorn would still build each request line's fields, and a log
+    record that nothing writes: measured at 3.6 % of a worker's CPU under load."""
+
+    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+        if self.cfg.accesslog:
+            super().access(resp, req, environ, request_time)
 
 
 #: gunicorn's loggers write through the service's JSON formatter, on standard error.

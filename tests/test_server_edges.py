@@ -124,3 +124,25 @@ def test_every_log_line_is_json(database_url: str, signing_key_file: str, tmp_pa
     messages = [json.loads(line)["message"] for line in lines]
     assert any("Invalid request" in message for message in messages)  # gunicorn's
     assert any(message.startswith("serving on") for message in messages)  # the service's
+
+
+def test_gunicorn_builds_no_request_line_for_an_access_log_the_service_does_not_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The service's logging configuration makes gunicorn count its access log as enabled,
+    so it would build every request's access-log fields and record, which nothing writes.
+    With an access log configured, they are built."""
+    from gunicorn import glogging
+    from gunicorn.config import Config
+
+    from accountant import serving
+
+    monkeypatch.setattr(glogging.Logger, "access_log_enabled", True, raising=False)
+    built: list[object] = []
+    for accesslog in (None, "-"):
+        config = Config()
+        config.set("accesslog", accesslog)
+        logger = serving.Logger(config)
+        monkeypatch.setattr(logger, "atoms", lambda *args: built.append(args) or {})
+        logger.access(None, None, {}, None)
+        assert len(built) == (0 if accesslog is None else 1)
