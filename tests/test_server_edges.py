@@ -139,10 +139,15 @@ def test_gunicorn_builds_no_request_line_for_an_access_log_the_service_does_not_
 
     monkeypatch.setattr(glogging.Logger, "access_log_enabled", True, raising=False)
     built: list[object] = []
+
+    def atoms(*args: object) -> dict[str, str]:
+        built.append(args)
+        return {}
+
     for accesslog in (None, "-"):
         config = Config()
         config.set("accesslog", accesslog)
         logger = serving.Logger(config)
-        monkeypatch.setattr(logger, "atoms", lambda *args: built.append(args) or {})
+        monkeypatch.setattr(logger, "atoms", atoms)
         logger.access(None, None, {}, None)
         assert len(built) == (0 if accesslog is None else 1)
