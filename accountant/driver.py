@@ -10,8 +10,9 @@ transaction (``Driver.of``).
 
 Statements are built from the tables' metadata with SQLAlchemy Core and compiled once per
 backend (``statement``, ``upsert``) into text in the named style (``:name``), translated
-for psycopg (``%(name)s``); a few maintenance statements are plain text in that style. A
-list value expands in place to ``(:name_0, :name_1, ...)``, for ``IN`` lists. Driver
+for psycopg into PostgreSQL's own placeholders (``$1``), which it sends without parsing
+the text again; a few maintenance statements are plain text in that style. A list value
+expands in place to ``(:name_0, :name_1, ...)``, for ``IN`` lists. Driver
 errors are re-raised as SQLAlchemy's (``IntegrityError``, ``OperationalError``, ...), so
 callers handle one family of exceptions whichever layer sent the statement.
 
@@ -286,7 +287,11 @@ class Driver:
     def _new_cursor(self) -> Any:
         if self.postgres:
             # named from the result's field names, without building psycopg's description
-            return self._connection.cursor(row_factory=self._dbapi.rows.namedtuple_row)  # type: ignore[union-attr]  # DB-API modules are untyped
+            # and given PostgreSQL's own $1, $2, ... placeholders (``_render``)
+            return self._dbapi.RawCursor(  # type: ignore[union-attr]  # DB-API modules are untyped
+                self._connection.driver_connection,
+                row_factory=self._dbapi.rows.namedtuple_row,  # type: ignore[union-attr]  # as above
+            )
         return self._connection.cursor()
 
     def _execute(self, sql: SQL, params: Params, cursor: Any = None) -> None:
@@ -294,12 +299,14 @@ class Driver:
             self._begin = False
             self._call(self._cursor.execute, "BEGIN ISOLATION LEVEL READ COMMITTED")
         sql = _text(sql, self.postgres)
-        lists = tuple(
-            (name, len(value)) for name, value in params.items() if isinstance(value, list | tuple)
-        )
-        if lists:
-            params = _expand(params)
-        self._call((cursor or self._cursor).execute, _render(sql, self.postgres, lists), params)
+        lists = tuple((name, len(v)) for name, v in params.items() if type(v) in _LISTS)
+        text, order = _render(sql, self.postgres, lists)
+        values: Any
+        if order is not None:  # PostgreSQL: each placeholder's value, a list's item by index
+            values = [params[name] if i is None else params[name][i] for name, i in order]
+        else:
+            values = _expand(params) if lists else params
+        self._call((cursor or self._cursor).execute, text, values)
 
     def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -474,10 +481,14 @@ def _record(columns: tuple[str, ...]) -> Any:
     return namedtuple("Record", columns)
 
 
+#: The types of a list parameter, expanded in place for ``IN``.
+_LISTS = (list, tuple)
+
+
 def _expand(params: Params) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for name, value in params.items():
-        if isinstance(value, list | tuple):
+        if type(value) in _LISTS:
             flat.update((f"{name}_{i}", item) for i, item in enumerate(value))
         else:
             flat[name] = value
@@ -485,13 +496,22 @@ def _expand(params: Params) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1024)
-def _render(sql: str, postgres: bool, lists: tuple[tuple[str, int], ...]) -> str:
-    """``sql`` with list parameters expanded, in the driver's parameter style."""
+def _render(
+    sql: str, postgres: bool, lists: tuple[tuple[str, int], ...]
+) -> tuple[str, tuple[tuple[str, int | None], ...] | None]:
+    """``sql`` with list parameters expanded in place (``:keys`` to ``(:keys_0, ...)``).
+    For PostgreSQL, in its own placeholders (``$1``, ``$2``, ...), which psycopg sends as
+    they are, and what each number stands for: a parameter's name, with an index into it
+    for a list's item. For sqlite3, in the named style, and None."""
+    items: dict[str, tuple[str, int | None]] = {}
     for name, length in lists:
         if length == 0:
             raise ValueError(f"empty list for :{name}; an IN list needs one value at least")
-        items = ", ".join(f":{name}_{i}" for i in range(length))
-        sql = re.sub(rf"(?<![:\w]):{name}\b", f"({items})", sql)
-    if postgres:
-        return _NAMED.sub(r"%(\1)s", sql.replace("%", "%%"))
-    return sql
+        items.update((f"{name}_{i}", (name, i)) for i in range(length))
+        expanded = ", ".join(f":{name}_{i}" for i in range(length))
+        sql = re.sub(rf"(?<![:\w]):{name}\b", f"({expanded})", sql)
+    if not postgres:
+        return sql, None
+    numbers: dict[str, int] = {}
+    text = _NAMED.sub(lambda m: f"${numbers.setdefault(m.group(1), len(numbers) + 1)}", sql)
+    return text, tuple(items.get(name, (name, None)) for name in numbers)
