@@ -4,23 +4,27 @@ Every charge of a dataset takes the same lock (the dataset's row), so a
 dataset's charges run one at a time, and each pays for a commit of its own:
 an fsync of SQLite's WAL, or a flush and a round trip on PostgreSQL, while
 the next charges wait. So, within one process, the charges waiting for a
-dataset run together, in one thread (the leader): one transaction, the
-first charge as a lone charge runs and each later one in a savepoint of its
-own, one commit for all of them.
+dataset run together, in one thread (the leader): one transaction, each
+charge in turn as it would run alone, one commit for all of them.
 
 Each charge is what it was alone: it takes the dataset's lock (which its
 transaction already holds), reads the totals as the charges before it left
-them, and writes or is refused. A charge that raises is rolled back to its
-savepoint and the others go on (the first one, having no savepoint, ends
-the transaction and fails alone). A charge's outcome is handed to its
-thread only once the commit has returned: until then every charge of the
-transaction counts as failed, so a commit that fails, or a connection lost
-before it, answers none of them as granted.
+them, and writes or is refused (a refusal for want of budget is an outcome,
+not an error). A charge's outcome is handed to its thread only once the
+commit has returned: until then every charge of the transaction counts as
+failed, so a commit that fails, or a connection lost before it, answers
+none of them as granted.
 
-A database error inside the transaction (a duplicate key that another
-transaction committed meanwhile, say) aborts all of it. After an
-``IntegrityError`` each of its charges runs again in a transaction of its
-own, as if they had never met; any other database error is every charge's.
+A charge that raises (a 403, a 404, a failed mechanism) ends the
+transaction, and with it whatever the charges before it wrote. Alone, it
+has failed. With others, each of them runs again in a transaction of its
+own, as if they had never met: the one that raised fails again by itself,
+and what it may have written before it raised never reaches anyone's
+commit. So does a duplicate key that another transaction committed
+meanwhile (an ``IntegrityError``); any other database error is every
+charge's. Such errors are rare (a denial is not one), and savepoints, which
+would undo a charge alone, would cost every grouped charge two statements
+more.
 
 The leader begins with its own charge, then takes the charges that queued
 meanwhile, again and again while any are queued, up to ``MAX_BATCH`` in all;
@@ -28,8 +32,8 @@ then it commits, hands each thread its outcome and passes the lead to the
 first thread still queued. A thread whose charge is not taken within the
 lock timeout is refused as one that waits that long for the lock is (a
 503); once taken, it waits for the leader, whose every wait for the
-database has a deadline. A lone charge runs exactly as before: no
-savepoint, one transaction.
+database has a deadline. A lone charge runs exactly as before: one
+transaction.
 """
 
 from __future__ import annotations
@@ -44,8 +48,7 @@ from accountant.driver import Driver
 
 T = TypeVar("T")
 
-#: At most this many charges share a transaction. PostgreSQL keeps up to 64 subtransactions
-#: of a backend in shared memory; more would slow every other session's snapshots.
+#: At most this many charges share a transaction, so that a long queue still commits often.
 MAX_BATCH = 32
 
 
@@ -157,28 +160,38 @@ Take = Callable[[int], list[_Slot[object]]]
 
 def _transaction(driver: Driver, take: Take, taken: list[_Slot[object]]) -> bool:
     """Run in one transaction the charges ``take`` gives, until it gives none; ``taken``
-    lists them. Each is given its value or its own error only once the commit has
-    returned; until then, and whatever fails, each has failed. The first runs as a lone
-    charge does: if it raises, the transaction ends, and it alone has failed. False: an
-    ``IntegrityError`` rolled back several charges, which should each run again alone."""
-    decided: list[tuple[_Slot[object], object, BaseException | None]] = []
+    lists them. Each is given its value only once the commit has returned; until then, and
+    whatever fails, each has failed. A charge that raises ends the transaction: alone, it
+    has failed; with others, False says to run each again alone (``_again_alone``)."""
+    decided: list[tuple[_Slot[object], object]] = []
     first = take(1)  # a failed BEGIN is its failure alone
     try:
         driver.begin_write()
         with driver.pipeline():
             for slot in first:
-                decided.append((slot, slot.work(driver), None))
+                decided.append((slot, slot.work(driver)))
             while more := take(MAX_BATCH):  # those queued meanwhile join, while there is room
-                decided.extend((slot, *_in_savepoint(driver, slot)) for slot in more)
+                decided.extend((slot, slot.work(driver)) for slot in more)
             driver.commit()
     except BaseException as error:
         for slot in taken:  # before the rollback, which may fail too on a lost connection
             slot.value, slot.error = None, error
         driver.rollback()
-        return len(taken) == 1 or not isinstance(error, IntegrityError)
-    for slot, value, own_error in decided:
-        slot.value, slot.error = value, own_error
+        return len(taken) == 1 or not _again_alone(error)
+    for slot, value in decided:
+        slot.value, slot.error = value, None
     return True
+
+
+def _again_alone(error: BaseException) -> bool:
+    """Whether the charges of a transaction that ``error`` ended should each run again in
+    one of their own: yes when a charge raised (its refusal or failure: it fails again
+    alone, and what it wrote before it raised never reaches the others' commit) or met a
+    duplicate key that another transaction committed meanwhile; no when the database failed,
+    which is every charge's error."""
+    if isinstance(error, DBAPIError):
+        return isinstance(error, IntegrityError)
+    return isinstance(error, Exception)
 
 
 def _only(slot: _Slot[object]) -> Take:
@@ -191,19 +204,3 @@ def _only(slot: _Slot[object]) -> Take:
         return more
 
     return take
-
-
-def _in_savepoint(driver: Driver, slot: _Slot[object]) -> tuple[object, Exception | None]:
-    """Run ``slot``'s charge in a savepoint: (its value, None) or (None, the error it raised,
-    its writes undone). A database error aborts the whole transaction (``_transaction``)."""
-    driver.run("SAVEPOINT charge")
-    try:
-        value: object = slot.work(driver)
-        error = None
-    except DBAPIError:
-        raise
-    except Exception as raised:  # the charge's own refusal or failure
-        driver.run("ROLLBACK TO SAVEPOINT charge")
-        value, error = None, raised
-    driver.run("RELEASE SAVEPOINT charge")
-    return value, error

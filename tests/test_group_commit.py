@@ -1,6 +1,7 @@
 """Group commit on each real backend: charges that queue for a dataset while its transaction
-runs join it, each in a savepoint; one that fails takes only itself down; a database error
-sends each back to a transaction of its own; one that is never taken is refused in time."""
+runs join it; one that fails takes only itself down, as the others run again alone; a
+duplicate key sends each back to a transaction of its own; one that is never taken is
+refused in time."""
 
 from __future__ import annotations
 
@@ -120,7 +121,8 @@ def test_charges_queued_behind_a_transaction_join_it_and_a_failing_one_rolls_bac
     for caller in (leader, *others):
         assert caller.ended.wait(30)
     assert leader.driver is not None
-    # Every charge ran on the leader's connection, in its transaction.
+    # Every charge ran on the leader's connection: c's error ended the transaction, and
+    # each ran again in one of its own.
     assert [c.value for c in (leader, others[0], others[2])] == [
         (key, id(leader.driver)) for key in "abd"
     ]
@@ -156,6 +158,18 @@ def test_a_database_error_sends_each_charge_back_to_a_transaction_of_its_own(
     assert isinstance(callers[2].error, ValueError)
     assert [callers[i].value[0] for i in (0, 1, 4)] == ["a", "twice", "e"]
     assert _keys(engine) == ["a", "e", "twice"]
+
+
+def test_a_duplicate_key_met_in_a_shared_transaction_fails_only_its_own_charge(
+    engine: Any, queued: Callable[..., list[_Caller]]
+) -> None:
+    group = GroupCommit(wait_s=30)
+    callers = queued(group, engine, _insert("a"), _insert("twice"), _insert("twice"), _insert("d"))
+    for caller in callers:
+        assert caller.ended.wait(30)
+    assert isinstance(callers[2].error, IntegrityError)
+    assert [callers[i].value[0] for i in (0, 1, 3)] == ["a", "twice", "d"]
+    assert _keys(engine) == ["a", "d", "twice"]
 
 
 def test_a_charge_not_taken_within_the_wait_is_refused_and_never_runs(engine: Any) -> None:

@@ -20,7 +20,7 @@
    trip: a simple charge holds the lock for two round trips.
 
 Charges of one dataset that queue in this process while its transaction
-runs join that transaction, each in a savepoint, and share its commit
+runs join that transaction and share its commit
 (``accountant.group_commit``): each is checked against the totals the ones
 before it left, as if it had come alone, and none is answered before the
 commit.
