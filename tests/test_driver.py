@@ -165,26 +165,32 @@ def test_a_write_gate_that_cannot_open_its_file_lets_the_next_writer_try(tmp_pat
             gate.enter()
 
 
-def _postgres_only(app: Flask) -> Any:
+@pytest.fixture
+def postgres_engine(app: Flask) -> Any:
+    """The engine of a service on PostgreSQL, with one dataset (id 1)."""
+    from tests.conftest import Api
+
     engine = app.extensions["accountant"].engine
     if engine.dialect.name != "postgresql":
         pytest.skip("PostgreSQL's connections are in autocommit mode between transactions")
+    Api(app.test_client()).make_dataset()
     return engine
 
 
+def _psycopg(driver: Driver) -> Any:
+    """The psycopg connection under ``driver``."""
+    return driver._connection.driver_connection
+
+
 def test_a_connection_comes_back_to_the_pool_without_a_rollback_and_keeps_its_prepared_statements(
-    app: Flask,
+    postgres_engine: Any,
 ) -> None:
     """Reads outside a write transaction leave nothing open, so the connection needs no
     rollback when it goes back to the pool, a rollback at which psycopg would forget its
     prepared statements, and PostgreSQL would parse and plan each statement again. It goes
     back out of autocommit mode, ready for a session's transaction."""
-    from tests.conftest import Api
-
-    engine = _postgres_only(app)
-    Api(app.test_client()).make_dataset()
-    driver = Driver.checkout(engine)
-    raw = driver._connection.driver_connection
+    driver = Driver.checkout(postgres_engine)
+    raw = _psycopg(driver)
     driver.begin_write()
     driver.run(PARTITION, {"d": 1, "k": "kept"})
     driver.commit()
@@ -205,25 +211,21 @@ def test_a_connection_comes_back_to_the_pool_without_a_rollback_and_keeps_its_pr
 
 
 def test_a_transaction_left_open_is_rolled_back_before_the_connection_goes_back(
-    app: Flask,
+    postgres_engine: Any,
 ) -> None:
     """A write transaction that an error cut short is undone, and the connection goes back
     in the pool's mode; one lost meanwhile is thrown away, never pooled."""
-    from tests.conftest import Api
-
-    engine = _postgres_only(app)
-    Api(app.test_client()).make_dataset()
-    left = Driver.checkout(engine)
-    raw = left._connection.driver_connection
+    left = Driver.checkout(postgres_engine)
+    raw = _psycopg(left)
     left.begin_write()
     left.run(PARTITION, {"d": 1, "k": "undone"})
     left.close()
     assert raw.autocommit is False and not raw.closed
-    lost = Driver.checkout(engine)
-    lost_raw = lost._connection.driver_connection
+    lost = Driver.checkout(postgres_engine)
+    lost_raw = _psycopg(lost)
     lost.begin_write()
     lost.run(PARTITION, {"d": 1, "k": "lost"})
-    killer = Driver.checkout(engine)
+    killer = Driver.checkout(postgres_engine)
     try:
         killer.run("SELECT pg_terminate_backend(:pid)", {"pid": lost_raw.info.backend_pid})
         lost.close()  # its rollback fails: the connection is discarded
