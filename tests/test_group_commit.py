@@ -153,7 +153,8 @@ def test_a_database_error_sends_each_charge_back_to_a_transaction_of_its_own(
     )
     for caller in callers:
         assert caller.ended.wait(30)
-    # The second "twice" broke the shared transaction; run again alone, only it fails.
+    # c's error ended the shared transaction; run again alone, c fails, and so does the
+    # second "twice", on the first one's key.
     assert isinstance(callers[3].error, IntegrityError)
     assert isinstance(callers[2].error, ValueError)
     assert [callers[i].value[0] for i in (0, 1, 4)] == ["a", "twice", "e"]

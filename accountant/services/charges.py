@@ -153,9 +153,9 @@ def _in_transaction(
         tally_ids = charge_writes.open_scopes(connection, evaluation, now)
         output, digest = _run(request, evaluation, charge_id, context.noise)
     with connection.together():  # writes that do not depend on each other's
+        head = charge_writes.record(connection, evaluation, request, charge_id, now)
         if evaluation.granted:
             charge_writes.add_to_scopes(connection, evaluation, tally_ids)
-            head = charge_writes.record(connection, evaluation, request, charge_id, now)
             if not context.signer_published[0]:
                 receipts.publish(connection, context.signer, now)
             response = charge_responses.granted(
@@ -163,7 +163,6 @@ def _in_transaction(
             )
             done = Granted(evaluation, response, output)
         else:
-            charge_writes.record(connection, evaluation, request, charge_id, now)
             done = Denied(evaluation, charge_responses.denied(evaluation, request, charge_id, now))
         if request.key is not None:
             idempotency.remember(connection, consumer_id, request.key, done.response, now)
