@@ -34,7 +34,7 @@ from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, outcome_of
 from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
 from accountant.services.charges import ChargeContext
-from accountant.services.consumers import ensure_first_admin
+from accountant.services.consumers import KnownKeys, ensure_first_admin
 from accountant.services.receipts import register as register_key
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ def create_app(
             group=GroupCommit(settings.lock_timeout_ms / 1000),
         ),
         key_hasher=key_hashing.load(Path(settings.key_hash_secret_file)),
+        known_keys=KnownKeys(),
     )
     app.extensions["accountant_engine"] = engine
     for blueprint in (

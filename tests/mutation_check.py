@@ -103,6 +103,27 @@ MUTATIONS = [
         ("tests/test_group_commit.py",),
     ),
     Mutation(
+        "a charge trusts the key read before its lock",
+        "accountant/services/charges.py",
+        "    if not dataset.key_valid:",
+        "    if False:",
+        ("tests/test_known_keys.py",),
+    ),
+    Mutation(
+        "a remembered key is not read again when its request fails",
+        "accountant/api/auth.py",
+        "            known.remember(key_hash, _authenticated(key_hash))",
+        "            pass",
+        ("tests/test_known_keys.py",),
+    ),
+    Mutation(
+        "a charge reads grants from its authenticated principal",
+        "accountant/services/evaluation.py",
+        'if not (principal.role in {"admin", "auditor"} or dataset.granted):',
+        "if not principal.may_read(dataset.id):",
+        ("tests/test_known_keys.py",),
+    ),
+    Mutation(
         "replay ignores the implementation",
         "accountant/services/replay.py",
         "elif outcome.implementation != mechanism.implementation:",

@@ -106,7 +106,7 @@ def test_a_grant_removed_after_the_key_was_read_stops_the_charge(app: Any, api: 
     runtime = app.extensions["accountant"]
     connection = Driver.checkout(runtime.engine)
     try:
-        caller = authenticate(connection, key, runtime.key_hasher)  # read while the grant stands
+        caller = authenticate(connection, runtime.key_hasher(key))  # read while the grant stands
         connection.rollback()
         assert caller is not None and caller.granted
         assert api.call("PATCH", "/v1/consumers/svc", {"datasets": []}).status_code == 200

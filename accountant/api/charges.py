@@ -11,7 +11,7 @@ from flask import Blueprint, Response, request
 
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
-from accountant.api.auth import principal
+from accountant.api.auth import confirmed_on_failure, principal
 from accountant.api.common import db, driver, json_body, runtime
 from accountant.errors import field_error
 from accountant.jsonio import dumps
@@ -83,13 +83,14 @@ def _check_vector_limits(data: dict[str, Any]) -> None:
 
 @bp.post("/v1/charges")
 def create() -> Any:
-    caller = principal("admin", "service")
-    body = json_body(schemas.CHARGE)
-    key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
-    charge_request = replace(
-        _request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
-    )
-    done = charges.submit(driver(), charge_request, runtime().charging)
+    caller = principal("admin", "service", remembered=True)  # its key is read under the lock
+    with confirmed_on_failure():
+        body = json_body(schemas.CHARGE)
+        key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
+        charge_request = replace(
+            _request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
+        )
+        done = charges.submit(driver(), charge_request, runtime().charging)
     if isinstance(done, charges.Denied):
         return _render(done.response, None)
     return _render(done.response, done.output)

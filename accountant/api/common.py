@@ -20,6 +20,7 @@ from accountant.jsonio import JSONInputError, RefusedValue, loads
 from accountant.key_hashing import KeyHasher
 from accountant.plugins import MechanismRegistry
 from accountant.services.charges import ChargeContext
+from accountant.services.consumers import KnownKeys
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Runtime:
     clock: Clock
     charging: ChargeContext
     key_hasher: KeyHasher
+    known_keys: KnownKeys  # principals the charge path need not read again (``KnownKeys``)
 
 
 def runtime() -> Runtime:

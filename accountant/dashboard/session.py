@@ -57,7 +57,7 @@ def current() -> Principal | None:
 
 def sign_in(key: str) -> tuple[Principal | None, str | None]:
     """(principal, None) on success, else (None, the reason to show)."""
-    principal = authenticate(Driver.of(db()), key.strip(), runtime().key_hasher)
+    principal = authenticate(Driver.of(db()), runtime().key_hasher(key.strip()))
     if principal is None:
         return None, "Unknown or revoked API key."
     if principal.role not in ROLES:

@@ -43,10 +43,11 @@ from sqlalchemy.exc import IntegrityError
 from accountant.alerts import AlertDispatcher
 from accountant.clock import Clock
 from accountant.driver import Driver
-from accountant.errors import Forbidden, IdempotencyKeyReused, MechanismFailed
+from accountant.errors import Forbidden, IdempotencyKeyReused, MechanismFailed, Unauthorized
 from accountant.group_commit import GroupCommit
 from accountant.noise import NoiseSecret
 from accountant.services import charge_responses, charge_writes, idempotency, receipts, replay
+from accountant.services.consumers import UNKNOWN_KEY
 from accountant.services.evaluation import ChargeRequest, Evaluation, evaluate, send_reads
 
 log = logging.getLogger(__name__)
@@ -129,6 +130,8 @@ def _in_transaction(
         None if request.key is None else idempotency.find(connection, consumer_id, request.key)
     )
     dataset = reads.dataset.result()  # no such dataset: a 404 before anything else
+    if not dataset.key_valid:  # revoked since it was read, or remembered (``KnownKeys``)
+        raise Unauthorized(UNKNOWN_KEY)
     if remembered is not None and (first := remembered.result()) is not None:
         if first.request_hash != request.fingerprint:
             raise IdempotencyKeyReused(

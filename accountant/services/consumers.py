@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import bindparam, select
@@ -39,17 +39,45 @@ class Principal:
         return self.role == "admin" or (self.role == "service" and dataset_id in self.granted)
 
 
-def authenticate(driver: Driver, key: str, hasher: KeyHasher) -> Principal | None:
-    """The principal of an unrevoked key, or None. The lookup is by hash, never by the key.
+#: What a caller with an unknown or revoked key is told.
+UNKNOWN_KEY = "unknown or revoked API key; ask an admin for a key"
+
+
+def authenticate(driver: Driver, key_hash: str) -> Principal | None:
+    """The principal of the unrevoked key whose stored hash is ``key_hash`` (the key's, by
+    ``KeyHasher``), or None. The lookup is by hash, never by the key.
 
     One driver statement and no ORM objects: this runs on every request.
     """
-    rows = driver.rows(_AUTHENTICATE, {"hash": hasher(key)})
+    rows = driver.rows(_AUTHENTICATE, {"hash": key_hash})
     if not rows:
         return None
     first = rows[0]
     granted = frozenset(row.dataset_id for row in rows if row.dataset_id is not None)
     return Principal(first.consumer_id, first.name, first.role, first.key_id, granted)
+
+
+class KnownKeys:
+    """Principals this process has authenticated, by their key's hash, for the charge path:
+    a charge reads its key again under its dataset's lock (``dataset_state``), so a
+    principal found here never stands for more than the request's own transaction checks.
+    A key's consumer, name and role never change; its grants do, so they are not kept.
+    Bounded: emptied when full."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._found: dict[str, Principal] = {}
+        self._size = size
+
+    def get(self, key_hash: str) -> Principal | None:
+        return self._found.get(key_hash)
+
+    def remember(self, key_hash: str, principal: Principal) -> None:
+        if len(self._found) >= self._size:
+            self._found.clear()
+        self._found[key_hash] = replace(principal, granted=frozenset())
+
+    def forget(self, key_hash: str) -> None:
+        self._found.pop(key_hash, None)
 
 
 _AUTHENTICATE = statement(

@@ -2,8 +2,10 @@
 statement, as plain values.
 
 The charge path locks and reads the dataset on every request, so this is
-one driver statement (the row joined to its window budgets and to the
-charging consumer's grant) and no ORM object. ``lock=True`` takes the row
+one driver statement (the row joined to its window budgets, to the
+charging consumer's grant and to the caller's API key, which is read
+again here so that a key revoked before the lock charges nothing) and no
+ORM object. ``lock=True`` takes the row
 lock on PostgreSQL (``FOR UPDATE``); on SQLite the write transaction's
 ``BEGIN IMMEDIATE`` already holds the database's write lock. It is sent,
 not read (``Driver.send``), so that the charge's other reads can follow it
@@ -21,7 +23,7 @@ from accountant.accounting.modes import Mode, mode_of
 from accountant.driver import Driver, Pending, Rows, Statement, statement
 from accountant.errors import NotFound
 from accountant.exact import Limit
-from accountant.models import Dataset, Grant, WindowBudget
+from accountant.models import ApiKey, Dataset, Grant, WindowBudget
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class DatasetState:
     terms_sha256: str  # the digest of the terms as the service last set them
     quota: Limit | None  # the charging consumer's quota on this dataset
     granted: bool  # whether the charging consumer holds a grant on it, read under the lock
+    key_valid: bool  # whether the caller's API key is unrevoked, read under the lock
 
     @property
     def limit_delta(self) -> int | None:
@@ -64,8 +67,9 @@ class DatasetState:
 
 
 def _select(lock: bool) -> Statement:
-    """The dataset by name, one row per window budget, with one consumer's grant; ``lock``
-    takes the dataset row's lock on PostgreSQL (SQLite's write lock is the transaction's)."""
+    """The dataset by name, one row per window budget, with one consumer's grant and one
+    unrevoked API key; ``lock`` takes the dataset row's lock on PostgreSQL (SQLite's write
+    lock is the transaction's)."""
     query = (
         select(
             Dataset.id,
@@ -94,11 +98,13 @@ def _select(lock: bool) -> Statement:
             Grant.quota_epsilon,
             Grant.quota_delta,
             Grant.quota_rho,
+            ApiKey.id.label("key_id"),
         )
         .outerjoin(WindowBudget, WindowBudget.dataset_id == Dataset.id)
         .outerjoin(
             Grant, and_(Grant.dataset_id == Dataset.id, Grant.consumer_id == bindparam("consumer"))
         )
+        .outerjoin(ApiKey, and_(ApiKey.id == bindparam("key"), ApiKey.revoked_at.is_(None)))
         .where(Dataset.name == bindparam("name"))
         .order_by(WindowBudget.period_seconds)
     )
@@ -109,12 +115,15 @@ _SELECT = {lock: _select(lock) for lock in (False, True)}
 
 
 def send(
-    driver: Driver, name: str, consumer_id: int, *, lock: bool = False
+    driver: Driver, name: str, consumer_id: int, key_id: str, *, lock: bool = False
 ) -> Pending[DatasetState]:
-    """The dataset named ``name`` with ``consumer_id``'s quota on it; its result is a 404 if
-    there is none. ``lock`` locks the row on PostgreSQL."""
+    """The dataset named ``name`` with ``consumer_id``'s quota on it and whether the API key
+    ``key_id`` is unrevoked; its result is a 404 if there is none. ``lock`` locks the row on
+    PostgreSQL."""
     return driver.send(
-        _SELECT[lock], {"name": name, "consumer": consumer_id}, lambda rows: _state(name, rows)
+        _SELECT[lock],
+        {"name": name, "consumer": consumer_id, "key": key_id},
+        lambda rows: _state(name, rows),
     )
 
 
@@ -147,4 +156,5 @@ def _state(name: str, rows: Rows) -> DatasetState:
         terms_sha256=d.terms_sha256,
         quota=Limit(d.quota_epsilon, d.quota_delta, d.quota_rho) if d.has_quota else None,
         granted=d.granted is not None,
+        key_valid=d.key_id is not None,
     )
