@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,41 @@ def dump(database_url: str) -> str:
         for table in Base.metadata.sorted_tables
         for row in run_sql(database_url, f"SELECT * FROM {table.name}")
     )
+
+
+def charge_authenticated_before(app: Flask, key: str, change: Callable[[], Any]) -> Any:
+    """Submit a charge of 0.1 on clicks/p1 as ``key``'s principal, read before ``change``
+    runs: what a request sees whose key was read just before an admin's change and whose
+    transaction began just after it."""
+    from dataclasses import replace
+    from decimal import Decimal
+
+    from accountant.driver import Driver
+    from accountant.services import charges
+    from accountant.services.consumers import authenticate
+    from accountant.services.evaluation import ChargeRequest
+
+    runtime = app.extensions["accountant"]
+    connection = Driver.checkout(runtime.engine)
+    try:
+        caller = authenticate(connection, runtime.key_hasher(key))
+        connection.end_read()
+        assert caller is not None
+        change()
+        request = ChargeRequest(
+            "clicks",
+            ["p1"],
+            "joint",
+            runtime.registry.get("laplace"),
+            {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
+            None,
+            caller,
+            {"values": [1.0]},
+            runtime.charging.noise.id,
+        )
+        return charges.submit(connection, replace(request, fingerprint="x"), runtime.charging)
+    finally:
+        connection.close()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Api
+from tests.conftest import Api, charge_authenticated_before
 
 
 def test_a_service_reads_its_quota_and_what_is_left(api: Api) -> None:
@@ -92,39 +92,14 @@ def test_patching_consumers_is_for_admins_and_checks_its_input(api: Api) -> None
 def test_a_grant_removed_after_the_key_was_read_stops_the_charge(app: Any, api: Api) -> None:
     """The charge checks the grant as it stands under the dataset's lock, not as it was
     when the caller's key was read at the start of the request."""
-    from dataclasses import replace
-    from decimal import Decimal
-
-    from accountant.driver import Driver
     from accountant.errors import Forbidden
-    from accountant.services import charges
-    from accountant.services.consumers import authenticate
-    from accountant.services.evaluation import ChargeRequest
 
     api.make_dataset(budget={"epsilon": 10})
     key = api.make_consumer("svc", datasets=["clicks"])
-    runtime = app.extensions["accountant"]
-    connection = Driver.checkout(runtime.engine)
-    try:
-        caller = authenticate(connection, runtime.key_hasher(key))  # read while the grant stands
-        connection.rollback()
-        assert caller is not None and caller.granted
-        assert api.call("PATCH", "/v1/consumers/svc", {"datasets": []}).status_code == 200
-        request = ChargeRequest(
-            "clicks",
-            ["p1"],
-            "joint",
-            runtime.registry.get("laplace"),
-            {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
-            None,
-            caller,
-            {"values": [1.0]},
-            runtime.charging.noise.id,
+    with pytest.raises(Forbidden):
+        charge_authenticated_before(
+            app, key, lambda: api.call("PATCH", "/v1/consumers/svc", {"datasets": []})
         )
-        with pytest.raises(Forbidden):
-            charges.submit(connection, replace(request, fingerprint="x"), runtime.charging)
-    finally:
-        connection.close()
     assert api.budget()["loss"]["epsilon"] == 0
 
 

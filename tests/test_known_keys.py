@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any
 
 import pytest
 from flask import Flask
 
 from accountant.services.consumers import KnownKeys, Principal
-from tests.conftest import Api
+from tests.conftest import Api, charge_authenticated_before
 
 
 def _revoked_after_a_charge(api: Api) -> tuple[Api, str]:
@@ -62,38 +61,16 @@ def test_a_key_revoked_after_it_charged_gets_401_and_charges_nothing(
 def test_a_key_revoked_between_its_read_and_the_lock_charges_nothing(app: Any, api: Api) -> None:
     """The key is read again with the dataset under its lock, not only at the start of the
     request."""
-    from accountant.driver import Driver
     from accountant.errors import Unauthorized
-    from accountant.services import charges
-    from accountant.services.consumers import authenticate
-    from accountant.services.evaluation import ChargeRequest
 
     api.make_dataset(budget={"epsilon": 10})
     api.make_consumer("svc", datasets=["clicks"])
     issued = api.post("/v1/consumers/svc/keys").get_json()
-    runtime = app.extensions["accountant"]
     entries = len(api.ledger())
-    connection = Driver.checkout(runtime.engine)
-    try:
-        caller = authenticate(connection, runtime.key_hasher(issued["api_key"]))
-        connection.end_read()
-        assert caller is not None
-        assert api.call("DELETE", f"/v1/keys/{issued['id']}").status_code == 204
-        request = ChargeRequest(
-            "clicks",
-            ["p1"],
-            "joint",
-            runtime.registry.get("laplace"),
-            {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
-            None,
-            caller,
-            {"values": [1.0]},
-            runtime.charging.noise.id,
+    with pytest.raises(Unauthorized):
+        charge_authenticated_before(
+            app, issued["api_key"], lambda: api.call("DELETE", f"/v1/keys/{issued['id']}")
         )
-        with pytest.raises(Unauthorized):
-            charges.submit(connection, replace(request, fingerprint="x"), runtime.charging)
-    finally:
-        connection.close()
     assert api.budget()["loss"]["epsilon"] == 0
     assert len(api.ledger()) == entries
 
