@@ -18,8 +18,8 @@ def principal(*roles: str, remembered: bool = False) -> Principal:
 
     ``remembered``: a principal this process authenticated before stands in for the read
     of the key (``KnownKeys``). Only for a view whose transaction reads the key again under
-    its lock, and whose work runs in ``confirmed_on_failure``, so that a key revoked since gets a
-    401 whatever else went wrong."""
+    its lock, and whose work runs in ``confirmed_on_failure``, so that a key revoked since
+    gets a 401 whatever else went wrong."""
     found: Principal | None = g.get("principal")
     if found is None:
         header = request.headers.get("Authorization", "")

@@ -5,11 +5,11 @@ The charge path locks and reads the dataset on every request, so this is
 one driver statement (the row joined to its window budgets, to the
 charging consumer's grant and to the caller's API key, which is read
 again here so that a key revoked before the lock charges nothing) and no
-ORM object. ``lock=True`` takes the row
-lock on PostgreSQL (``FOR UPDATE``); on SQLite the write transaction's
-``BEGIN IMMEDIATE`` already holds the database's write lock. It is sent,
-not read (``Driver.send``), so that the charge's other reads can follow it
-in the same round trip.
+ORM object. ``lock=True`` takes the row lock on PostgreSQL
+(``FOR UPDATE``); on SQLite the write transaction's ``BEGIN IMMEDIATE``
+already holds the database's write lock. It is sent, not read
+(``Driver.send``), so that the charge's other reads can follow it in the
+same round trip.
 """
 
 from __future__ import annotations
