@@ -18,16 +18,26 @@ when ||x - x'||_2 <= Δ (triangle inequality: v = (x - x')/g + e, each
 noise scale, never into the charged cost. Raw noise (``size``) is the same
 with d = size: the caller rounds its values to the grid.
 
+Snapping is exact too. Input numbers arrive as decimals (or integers), and
+``grid_units`` rounds each x to the nearest integer multiple of g in integer
+arithmetic: turning x into a double first would move it by up to half its
+unit in the last place, which past 2^53 grid units exceeds the one grid unit
+per coordinate that calibration pays for (at 2^60 + 128 and 2^60 + 129, scale
+1, two neighbours became doubles 2^48 grid units apart).
+
 Every sampler here is exact: the grid Laplace is ``_exact.discrete_laplace``,
 and the grid Gaussian, whose sigma near 2^40 grid units is beyond what int64
-holds squared, is ``_exact.discrete_gaussian_large``. Outputs are turned into
-doubles only at the end (g times an integer, plus a grid value): rounding a
-released value is post-processing and costs nothing.
+holds squared, is ``_exact.discrete_gaussian_large``. A release is computed
+from k = snapped units + noise, an exact integer, alone (``release``): k is
+rounded once to a double and scaled by g, so what is published is a function
+of k, post-processing of an epsilon-DP value, and costs nothing.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -68,7 +78,8 @@ def grid_l2_sensitivity(
 
 
 def snap(values: FloatArray, grid: float) -> FloatArray:
-    """Round each value to a nearest multiple of ``grid`` (exact in binary64)."""
+    """Round each double to a nearest multiple of ``grid`` (exact in binary64). Inputs that
+    are decimals go through ``grid_units`` instead: their conversion to doubles is not."""
     small = np.abs(values) < _EXACT_MULTIPLES * grid
     inside = np.where(small, values, 0.0)  # no division of values the grid cannot hold
     snapped: FloatArray = np.where(small, np.round(inside / grid) * grid, values)
@@ -107,25 +118,76 @@ def discrete_gaussian(source: RandomSource, sigma2: Fraction, n: int) -> IntArra
     return _exact.discrete_gaussian_large(source, used.numerator, n)
 
 
-_LARGEST = np.finfo(np.float64).max
+_LARGEST = float(np.finfo(np.float64).max)
 
 
 def on_grid(noise: IntArray, grid: float) -> list[float]:
     """Integer noise times the grid, as doubles (exact below 2^53 grid units; beyond, rounding
-    and clipping to the largest double are post-processing)."""
-    return add_on_grid(np.zeros(noise.size), noise, grid)
+    is post-processing)."""
+    return _scaled(noise, grid)
 
 
-def add_on_grid(values: FloatArray, noise: IntArray, grid: float) -> list[float]:
-    """Grid values plus integer noise times the grid, as doubles."""
-    with np.errstate(over="ignore"):
-        total = values + noise.astype(np.float64) * grid
-    clipped: list[float] = np.clip(total, -_LARGEST, _LARGEST).tolist()
-    return clipped
+def grid_units(values: Sequence[Decimal | int | float], grid: float) -> list[int]:
+    """Each value divided by ``grid`` and rounded to the nearest integer (half to even),
+    exactly: x = n/d as integers, g = 2^e, so x/g = n 2^-e / d and one integer division
+    rounds it. Decimals, integers and doubles are all exact rationals; none is converted to
+    a double on the way."""
+    _, exponent = math.frexp(grid)  # grid = 0.5 * 2^exponent
+    shift = exponent - 1
+    units = []
+    for value in values:
+        numerator, denominator = value.as_integer_ratio()
+        if shift < 0:
+            numerator <<= -shift
+        else:
+            denominator <<= shift
+        quotient, remainder = divmod(numerator, denominator)
+        twice = 2 * remainder
+        if twice > denominator or (twice == denominator and quotient & 1):
+            quotient += 1
+        units.append(quotient)
+    return units
+
+
+#: Below this, a sum of grid units and noise is exact in int64.
+_INT64_SAFE = 2**62
+
+
+def release(units: list[int], noise: IntArray, grid: float) -> list[float]:
+    """The released doubles for snapped ``units`` plus integer ``noise``: k = units + noise
+    exactly, then k rounded once to a double (half to even) and scaled by the grid (a power
+    of two, so the scaling is exact), clipped to the largest double. Each output is a
+    function of its k alone."""
+    small = all(-_INT64_SAFE < unit < _INT64_SAFE for unit in units)
+    if small and (noise.size == 0 or int(np.abs(noise).max()) < _INT64_SAFE):
+        return _scaled(np.asarray(units, dtype=np.int64) + noise, grid)
+    return [
+        _scaled_one(unit + int(draw), grid)
+        for unit, draw in zip(units, noise.tolist(), strict=True)
+    ]
+
+
+def _scaled(k: IntArray, grid: float) -> list[float]:
+    """float64(k) * grid: int64 to double rounds to nearest, the power-of-two scaling is
+    exact (|k| < 2^63 and g <= 2^920 keep it finite; g >= 2^-1020 keeps it normal)."""
+    scaled: list[float] = (k.astype(np.float64) * grid).tolist()
+    return scaled
+
+
+def _scaled_one(k: int, grid: float) -> float:
+    """k times the grid, rounded once to a double (Python's integer division is correctly
+    rounded), or the largest double of its sign where k g is beyond it."""
+    try:
+        if grid >= 1:
+            return float(k * int(grid))
+        return k / round(1 / grid)
+    except OverflowError:
+        return math.copysign(_LARGEST, k)
 
 
 def as_floats(values: list[object]) -> FloatArray:
-    """Input numbers (parsed as decimals) as doubles; the schema bounds them to be finite."""
+    """Numbers as doubles, rounded to nearest. Not for a mechanism's private input: a double
+    can be far from the decimal it came from; snap those with ``grid_units``."""
     return np.asarray(values, dtype=np.float64)
 
 

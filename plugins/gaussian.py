@@ -211,9 +211,9 @@ def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
     if "size" in data:
         noise = _samplers.discrete_gaussian(source, sigma2, int(data["size"]))
         return {"noise": _samplers.on_grid(noise, grid), "grid": grid}
-    values = _samplers.snap(_samplers.as_floats(list(data["values"])), grid)
-    noise = _samplers.discrete_gaussian(source, sigma2, values.size)
-    return {"values": _samplers.add_on_grid(values, noise, grid)}
+    units = _samplers.grid_units(data["values"], grid)
+    noise = _samplers.discrete_gaussian(source, sigma2, len(units))
+    return {"values": _samplers.release(units, noise, grid)}
 
 
 GAUSSIAN = Mechanism(
@@ -225,7 +225,7 @@ GAUSSIAN = Mechanism(
     cost=cost,
     run=run,
     prepare=prepare,
-    version=version(2),
+    version=version(3),
 )
 
 

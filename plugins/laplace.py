@@ -81,9 +81,9 @@ def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
     if "size" in data:
         noise = _exact.discrete_laplace(source, 1, t, int(data["size"]))
         return {"noise": _samplers.on_grid(noise, grid), "grid": grid}
-    values = _samplers.snap(_samplers.as_floats(list(data["values"])), grid)
-    noise = _exact.discrete_laplace(source, 1, t, values.size)
-    return {"values": _samplers.add_on_grid(values, noise, grid)}
+    units = _samplers.grid_units(data["values"], grid)
+    noise = _exact.discrete_laplace(source, 1, t, len(units))
+    return {"values": _samplers.release(units, noise, grid)}
 
 
 LAPLACE = Mechanism(
@@ -95,7 +95,7 @@ LAPLACE = Mechanism(
     cost=cost,
     run=run,
     prepare=prepare,
-    version=version(2),
+    version=version(3),
 )
 
 

@@ -13,7 +13,9 @@ from accountant_plugins._samplers import (
     discrete_gaussian,
     grid_for,
     grid_sensitivity,
+    grid_units,
     laplace_ratio,
+    release,
     snap,
 )
 
@@ -24,7 +26,9 @@ __all__ = [
     "discrete_laplace",
     "grid_for",
     "grid_sensitivity",
+    "grid_units",
     "laplace_ratio",
+    "release",
     "snap",
     "uniform_below",
 ]

@@ -89,6 +89,13 @@ MUTATIONS = [
         ("tests/test_mechanisms.py",),
     ),
     Mutation(
+        "inputs snapped through a double",
+        "plugins/_samplers.py",
+        "numerator, denominator = value.as_integer_ratio()",
+        "numerator, denominator = float(value).as_integer_ratio()",
+        ("tests/test_large_inputs.py",),
+    ),
+    Mutation(
         "a refused charge fails every charge that shared its transaction",
         "accountant/group_commit.py",
         "    return isinstance(error, Exception)\n",

@@ -204,8 +204,8 @@ def test_the_ledger_records_what_produced_each_output(api: Api) -> None:
 GOLDEN: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "laplace": (
         {"epsilon": "0.5", "sensitivity": "1"},
-        {"values": [1.5, 2.5, 1e6]},
-        "2+samplers.2",
+        {"values": [1.5, 2.5, 1e6, Decimal("1152921504606847105.25")]},
+        "3+samplers.2",
     ),
     "discrete_laplace": (
         {"epsilon": "0.5", "sensitivity": "1"},
@@ -214,8 +214,8 @@ GOLDEN: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     ),
     "gaussian": (
         {"epsilon": "0.5", "delta": "1e-6", "sensitivity": "1"},
-        {"size": 40},
-        "2+samplers.2",
+        {"values": [Decimal("-2.5"), 10**18 + 1, Decimal("1e-7")]},
+        "3+samplers.2",
     ),
     "discrete_gaussian": (
         {"sigma": "4000", "sensitivity": "1"},
@@ -230,9 +230,9 @@ GOLDEN: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "randomized_response": ({"epsilon": "0.5"}, {"values": [True, None, False]}, "2+samplers.2"),
 }
 GOLDEN_SHA256 = {
-    "laplace": "4fed705d09214cbd82fdf2bd48b6ba281fcd95a604b7251021f58e2110c9448d",
+    "laplace": "5b0f25bef3a7f428fb9b372af9d4a822cc41169d2feeb8af3123c0054c13c1fa",
     "discrete_laplace": "caf136162cbee54d8b319c5a3a5914877a52048f6e7653e580bccc233da0a521",
-    "gaussian": "16df117c0a85d8cd200df7987c5a8227cdbab07385c0dc1ba9dc6cbec0902ede",
+    "gaussian": "cfa63bb8bcc30bdd1929b640bd83e6c10b730ee340acb1de5add1218eb023648",
     "discrete_gaussian": "f8e6c4acc2ff697eb004ed56eb3b5e2e82c8fbd261e03e632d0eb44fa43678e2",
     "exponential": "498664be952a5e21d7df82566a947a140292f109313b41dcb5bd1c7b2ec14e0d",
     "randomized_response": "7c92302faafc91df46a0b44283523ad6120697807f488b1a0e991575f21c4f3d",
