@@ -191,6 +191,27 @@ def test_every_page_carries_the_security_headers(api: Api, client: FlaskClient) 
         assert "<script" not in html and " style=" not in html, path  # none inline either
 
 
+def test_the_running_loss_is_called_a_guarantee_only_where_it_is_one(
+    api: Api, client: FlaskClient
+) -> None:
+    """Only the limits are filter guarantees; a running loss is an odometer only for pure
+    epsilon (docs/accounting.md, "What the running loss means")."""
+    api.make_dataset("pure_one")
+    for mode in ("approx", "zcdp", "rdp", "gdp"):
+        api.make_dataset(f"{mode}_one", accounting=mode, budget={"epsilon": 1, "delta": 1e-6})
+    _sign_in(client, ADMIN_KEY)
+    for mode in ("pure", "approx", "zcdp", "rdp", "gdp"):
+        page = client.get(f"/dashboard/datasets/{mode}_one").get_data(as_text=True)
+        found = re.search(r'<p class="note" id="loss-meaning">(.*?)</p>', page, re.S)
+        assert found, page
+        note = found.group(1)
+        assert "the lifetime limit is the guarantee" in note.lower()
+        if mode == "pure":
+            assert "the running loss is one too" in note
+        else:
+            assert "not a guarantee of its own" in note and "odometer" in note
+
+
 def test_an_unknown_dataset_page_says_so(api: Api, client: FlaskClient) -> None:
     for name in ("a", "b"):
         api.make_dataset(name)
