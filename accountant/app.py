@@ -27,6 +27,7 @@ from accountant.config import Settings, load_settings
 from accountant.dashboard import views as dashboard
 from accountant.dashboard.session import CookieSessions
 from accountant.db import begin_write, make_engine, make_session_factory
+from accountant.deadline import request_deadline
 from accountant.errors import AccountantError, Conflict, InvalidRequest, Unavailable
 from accountant.group_commit import GroupCommit
 from accountant.jsonio import DecimalJSONProvider, dumps
@@ -38,6 +39,18 @@ from accountant.services.consumers import KnownKeys, ensure_first_admin
 from accountant.services.receipts import register as register_key
 
 log = logging.getLogger(__name__)
+
+
+def _with_database_deadline(wsgi_app: Any, seconds: float) -> Any:
+    """``wsgi_app`` with one deadline for all of a request's waits for the database
+    (``pg_deadline.request_deadline``), up to its response's first byte; a streamed body
+    (the ledger export) runs each of its transactions under their own bounds."""
+
+    def within_deadline(environ: Any, start_response: Any) -> Any:
+        with request_deadline(seconds):
+            return wsgi_app(environ, start_response)
+
+    return within_deadline
 
 
 def create_app(
@@ -100,6 +113,7 @@ def create_app(
         PERMANENT_SESSION_LIFETIME=8 * 3600,
     )
     app.teardown_appcontext(close_db)
+    app.wsgi_app = _with_database_deadline(app.wsgi_app, settings.database_deadline_s)  # type: ignore[method-assign]  # WSGI middleware, as Flask documents
 
     @app.before_request
     def _start_clock() -> None:

@@ -208,7 +208,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
                 "bind": f"{host}:{port}",
                 "workers": workers,
                 "threads": threads,
-                "worker_class": "gthread",
+                "worker_class": serving.Worker,
                 "graceful_timeout": 10,
                 "timeout": 60,
                 "accesslog": None,

@@ -67,6 +67,13 @@ class Settings:
     #: (directly, or through a proxy that says so in X-Forwarded-Proto); "true" or "false".
     cookie_secure: str = "auto"
 
+    @property
+    def database_deadline_s(self) -> float:
+        """How long a request may wait for the database in all (pool checkout, connecting,
+        every statement and commit together): a lock wait, the database timeout and 1 s
+        more, so that a server that runs ends a slow statement itself, first."""
+        return (self.lock_timeout_ms + self.database_timeout_ms) / 1000 + 1
+
 
 _INT_FIELDS = {
     "max_body_bytes",

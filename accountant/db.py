@@ -66,7 +66,7 @@ def make_engine(settings: Settings, *, service: bool = True) -> Engine:
         return engine
     timeout_s = settings.database_timeout_ms / 1000
     statement_ms = settings.lock_timeout_ms + settings.database_timeout_ms
-    deadline_s = statement_ms / 1000 + 1  # a server that runs ends a statement itself, first
+    deadline_s = settings.database_deadline_s  # the server ends a statement itself, first
     options = f"-c synchronous_commit=on -c lock_timeout={settings.lock_timeout_ms}"
     if service:  # the server ends what runs too long; the client, what never answers
         options += f" -c statement_timeout={statement_ms}"
@@ -92,20 +92,43 @@ def make_engine(settings: Settings, *, service: bool = True) -> Engine:
         pool_timeout=deadline_s,
         connect_args=connect_args,
         isolation_level="READ COMMITTED",
+        **({"poolclass": _deadline_pool()} if service else {}),
     )
     if service:
-        _connect_with_deadline(engine, deadline_s)
+        _connect_with_deadline(engine, deadline_s, timeout_s)
     event.listen(engine, "checkout", _refuse_if_closed_by_server)
     _ENGINES.append(engine)
     return engine
 
 
-def _connect_with_deadline(engine: Engine, deadline_s: float) -> None:
-    from accountant.pg_deadline import DeadlineConnection
+def _deadline_pool() -> Any:
+    from accountant.pg_deadline import DeadlinePool
+
+    return DeadlinePool
+
+
+def _connect_with_deadline(engine: Engine, deadline_s: float, connect_s: float) -> None:
+    from psycopg.errors import ConnectionTimeout
+
+    from accountant.pg_deadline import (
+        STALL,
+        DeadlineConnection,
+        connect_timeout,
+        refuse_while_stalled,
+    )
 
     @event.listens_for(engine, "do_connect")
     def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
-        connection = DeadlineConnection.connect(*cargs, **cparams)
+        refuse_while_stalled()
+        cparams["connect_timeout"] = connect_timeout(connect_s)  # within the request's deadline
+        try:
+            connection = DeadlineConnection.connect(*cargs, **cparams)
+        except ConnectionTimeout:
+            STALL.timed_out()
+            raise
+        except BaseException:
+            STALL.failed()
+            raise
         connection.deadline_s = deadline_s
         return connection
 

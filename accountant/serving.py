@@ -1,4 +1,5 @@
-"""What `accountant serve` changes in gunicorn: its own error answers and its log lines.
+"""What `accountant serve` changes in gunicorn: its own error answers, its log lines, and
+liveness probes answered without a worker thread (``Worker``).
 
 gunicorn answers a request it cannot parse (a header or request line over its limits, a
 malformed chunk) itself, before the application sees it, with an HTML page. Those answers are
@@ -10,10 +11,16 @@ request lines for one (``Logger``).
 from __future__ import annotations
 
 import json
+import selectors
+import socket
+import time
+from functools import partial
 from typing import Any
 
 from gunicorn import glogging, util
+from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, ThreadWorker
 
+from accountant import deadline
 from accountant.problems import PROBLEM_BASE
 
 _WHAT_TO_DO = {
@@ -72,3 +79,84 @@ LOGGING = {
     "root": {"level": "INFO", "handlers": ["stderr"]},
     "loggers": {"gunicorn.error": {"level": "WARNING", "handlers": ["stderr"], "propagate": False}},
 }
+
+
+#: The request lines of a liveness probe (``GET /healthz``), answered by ``Worker`` itself.
+_LIVENESS = (b"GET /healthz ", b"GET /healthz?", b"HEAD /healthz ", b"HEAD /healthz?")
+_ALIVE = b'{"status":"ok"}\n'
+_ALIVE_HEAD = (
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    f"Content-Length: {len(_ALIVE)}\r\nX-Content-Type-Options: nosniff\r\n"
+    "Connection: close\r\n\r\n"
+).encode("latin-1")
+#: A probe's request is read whole from the socket's buffer, or handed to a thread.
+_LONGEST_PROBE = 8192
+
+
+class Worker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no type hints
+    """gunicorn's threaded worker, answering liveness probes (``GET /healthz``) in its main
+    loop, never in a worker thread.
+
+    Liveness asks whether the process still serves, not whether the database answers
+    (that is ``/readyz``). When every thread waits on a stalled database, or on clients
+    that send slowly, a probe queued for a thread would wait as long as they do, and an
+    orchestrator would restart workers that are fine. So a new connection is first
+    watched by the main loop, as gunicorn does with a connection whose data is late; when
+    its first bytes are a whole ``GET /healthz`` request without a body, the main loop
+    answers it and closes the connection, and any other request goes to a thread as
+    before. A kept-alive connection's later requests, and TLS, always go to a thread
+    (Flask's ``/healthz`` answers the same).
+
+    Each request's deadline for the database (``accountant.deadline``) counts from when
+    the main loop handed it on, so that the time it waited for a free thread counts too."""
+
+    def handle(self, conn: Any) -> Any:
+        with deadline.arrived(getattr(conn, "arrived", None)):
+            return super().handle(conn)
+
+    def enqueue_req(self, conn: Any) -> None:
+        conn.arrived = time.monotonic()  # its data is here: the request's deadline starts
+        if conn.initialized or self.cfg.is_ssl:
+            super().enqueue_req(conn)
+            return
+        try:
+            first = conn.sock.recv(_LONGEST_PROBE, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            if not conn.data_ready:  # nothing sent yet: wait on the main loop, not a thread
+                self._watch(conn)
+                return
+            first = b""
+        except OSError:
+            first = b""
+        if first.startswith(_LIVENESS) and _whole_without_body(first):
+            self._answer_alive(conn, first)
+            return
+        super().enqueue_req(conn)
+
+    def _watch(self, conn: Any) -> None:
+        """Hand ``conn`` back to the main loop until it is readable (``pending_conns``: closed
+        if nothing comes within the time a thread would have waited, then kept waiting)."""
+        conn.timeout = time.monotonic() + DEFAULT_WORKER_DATA_TIMEOUT + self.cfg.keepalive
+        self.pending_conns.append(conn)
+        self.poller.register(
+            conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn)
+        )
+
+    def _answer_alive(self, conn: Any, request: bytes) -> None:
+        head_end = request.index(b"\r\n\r\n") + 4
+        try:
+            conn.sock.recv(head_end)  # take the request off the socket, then answer it
+            answer = _ALIVE_HEAD if request.startswith(b"HEAD") else _ALIVE_HEAD + _ALIVE
+            conn.sock.send(answer)
+        except OSError:
+            pass
+        self.nr_conns -= 1
+        conn.close()
+
+
+def _whole_without_body(request: bytes) -> bool:
+    """Whether ``request`` holds a whole request head that announces no body."""
+    if b"\r\n\r\n" not in request:
+        return False
+    head = request[: request.index(b"\r\n\r\n")].lower()
+    return b"\ncontent-length:" not in head and b"\ntransfer-encoding:" not in head

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,3 +82,33 @@ def running_service(
             yield server
         finally:
             server.stop()
+
+
+class SlowClients:
+    """Clients that send a request's headers one line every 0.3 s and never finish them."""
+
+    def __init__(self, base: str, count: int) -> None:
+        host, port = base.removeprefix("http://").split(":")
+        self.sockets = []
+        for _ in range(count):
+            connection = socket.create_connection((host, int(port)))
+            connection.sendall(b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\n")
+            self.sockets.append(connection)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._drip, daemon=True)
+        self.thread.start()
+        time.sleep(1.0)  # every connection has reached the server and is being read
+
+    def _drip(self) -> None:
+        line = 0
+        while not self.stop.wait(0.3):
+            for connection in self.sockets:
+                with contextlib.suppress(OSError):
+                    connection.sendall(b"X-Slow-%d: 1\r\n" % line)
+            line += 1
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        for connection in self.sockets:
+            connection.close()

@@ -4,14 +4,10 @@ between; nginx's own refusals are problem+json."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +15,7 @@ import pytest
 import requests
 
 from tests.conftest import ADMIN_KEY
-from tests.server import Server, free_port, running_service, wait_ready
+from tests.server import Server, SlowClients, free_port, running_service, wait_ready
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 CONF = Path(__file__).resolve().parent.parent / "deploy" / "nginx.conf"
@@ -78,36 +74,6 @@ def proxy(service: Server, tmp_path: Path) -> Iterator[str]:
         process.wait(timeout=30)
 
 
-class SlowClients:
-    """Clients that send a request's headers one line every 0.3 s and never finish them."""
-
-    def __init__(self, base: str) -> None:
-        host, port = base.removeprefix("http://").split(":")
-        self.sockets = []
-        for _ in range(SLOW_CLIENTS):
-            connection = socket.create_connection((host, int(port)))
-            connection.sendall(b"GET /v1/datasets HTTP/1.1\r\nHost: x\r\n")
-            self.sockets.append(connection)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._drip, daemon=True)
-        self.thread.start()
-        time.sleep(1.0)  # every connection has reached the server and is being read
-
-    def _drip(self) -> None:
-        line = 0
-        while not self.stop.wait(0.3):
-            for connection in self.sockets:
-                with contextlib.suppress(OSError):
-                    connection.sendall(b"X-Slow-%d: 1\r\n" % line)
-            line += 1
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
-        for connection in self.sockets:
-            connection.close()
-
-
 def _answered(url: str) -> int | str:
     try:
         return requests.get(url, headers=HEADERS, timeout=10).status_code
@@ -117,9 +83,9 @@ def _answered(url: str) -> int | str:
 
 def test_slow_clients_do_not_starve_the_service_behind_the_proxy(proxy: str) -> None:
     """Without the proxy, 100 such clients held every gunicorn thread (2 workers x 4) and
-    /healthz went unanswered for 10 s in most runs; whether a probe slips in first depends on
+    API requests went unanswered for 10 s in most runs; whether a probe slips in first depends on
     scheduling, so only the proxy's half is asserted."""
-    slow = SlowClients(proxy)
+    slow = SlowClients(proxy, SLOW_CLIENTS)
     try:
         through = [_answered(f"{proxy}{path}") for path in ("/healthz", "/v1/datasets") * 5]
     finally:

@@ -1,5 +1,6 @@
 """What gunicorn itself answers under `accountant serve`: problem+json for requests it refuses
-before the application sees them, 413 for a chunked body over the limit, JSON log lines."""
+before the application sees them, 413 for a chunked body over the limit, JSON log lines, and
+liveness probes answered while every thread is busy."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import requests
 
 from tests.conftest import ADMIN_KEY
-from tests.server import Server, running_service
+from tests.server import Server, SlowClients, running_service
 
 HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
@@ -151,3 +152,23 @@ def test_gunicorn_builds_no_request_line_for_an_access_log_the_service_does_not_
         monkeypatch.setattr(logger, "atoms", atoms)
         logger.access(None, None, {}, None)
         assert len(built) == (0 if accesslog is None else 1)
+
+
+def test_liveness_is_answered_while_slow_clients_hold_every_thread(server: Server) -> None:
+    """/healthz is answered by the worker's main loop (``serving.Worker``): 20 clients that
+    never finish their headers hold its 4 threads, and probes are still answered; before,
+    they waited for a thread as long as the slow clients kept sending."""
+    slow = SlowClients(server.base, 20)
+    try:
+        probes = [
+            _raw(server, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+            _raw(server, b"GET /healthz?probe=1 HTTP/1.0\r\n\r\n"),
+            _raw(server, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+        ]
+    finally:
+        slow.close()
+    assert [status for status, _, _ in probes] == [200, 200, 200]
+    assert [json.loads(body) for _, _, body in probes[:2]] == [{"status": "ok"}] * 2
+    assert probes[2][2] == b"" and probes[2][1]["content-length"] == "16"
+    assert all(headers["x-content-type-options"] == "nosniff" for _, headers, _ in probes)
+    assert requests.get(f"{server.base}/healthz", timeout=30).json() == {"status": "ok"}
