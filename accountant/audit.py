@@ -71,8 +71,8 @@ def configurations(mechanism: Mechanism, samples: int) -> list[Configuration]:
 
     Additive mechanisms (``values`` of numbers): x = 0 and x' = Δ. Selections
     (``utilities``): the one candidate's utility raised by Δ, the other
-    lowered by Δ. Randomized response: a true and a false value, and (over a
-    roster) a member with a value and the same member absent. A plugin may
+    lowered by Δ. Randomized response: a true and a false value, or over a
+    roster a member with a value and the same member absent. A plugin may
     audit differently by offering ``audit_configurations(samples)`` on its module.
     """
     properties = dict(mechanism.input_schema).get("properties", {})
@@ -95,8 +95,22 @@ def configurations(mechanism: Mechanism, samples: int) -> list[Configuration]:
             )
         ]
     items = properties.get("values", {}).get("items", {})
+    if "boolean" in str(items) and "null" in str(items):
+        # a roster: add/remove turns a member's value into null (a changed value is two
+        # such steps, so it is not a neighbour)
+        return [
+            Configuration(
+                f"member {value} vs absent",
+                params,
+                accounting,
+                {"values": [value] * samples},
+                {"values": [None] * samples},
+                samples,
+            )
+            for value in (True, False)
+        ]
     if "boolean" in str(items):
-        configurations = [
+        return [
             Configuration(
                 "value true vs false",
                 params,
@@ -106,19 +120,6 @@ def configurations(mechanism: Mechanism, samples: int) -> list[Configuration]:
                 samples,
             )
         ]
-        if "null" in str(items):  # a roster: add/remove turns a member's value into null
-            configurations += [
-                Configuration(
-                    f"member {value} vs absent",
-                    params,
-                    accounting,
-                    {"values": [value] * samples},
-                    {"values": [None] * samples},
-                    samples,
-                )
-                for value in (True, False)
-            ]
-        return configurations
     zero: Any = 0 if items.get("type") == "integer" else 0.0
     return [
         Configuration(

@@ -1,39 +1,59 @@
-"""Randomized response (Warner 1965), binary or k-ary, over a public roster: epsilon-DP per
-member under add/remove neighbours.
+"""Randomized response (Warner 1965), binary or k-ary, over a public roster, calibrated so
+that its loss under add/remove neighbours is exactly the charged epsilon.
 
 The input is a roster: ``values`` has one entry per member of a population
 fixed by public information (enrolled devices, a panel), in a public order,
 and ``null`` for a member with no record. The output has the same length, so
 its shape reveals nothing that is not public: a member without a record is
-answered uniformly at random among the k categories. Adding or removing a
-unit turns one member's entry from a value into ``null`` or back, which
-changes its response law from "the truth with probability e^ε/(e^ε + k - 1)"
-to uniform: every response's probability moves by a factor between
-k/(e^ε + k - 1) >= e^-ε and k e^ε/(e^ε + k - 1) <= e^ε, so the release is
-epsilon-DP. Never send only the members that have records: the length of
-the list would then be the private count.
+answered uniformly at random among the k categories. Never send only the
+members that have records: the length of the list would then be the private
+count.
 
-Binary: each boolean is kept with probability e^ε / (1 + e^ε) and flipped
-otherwise. k-ary (``categories``): each value is kept with probability
-e^ε / (e^ε + k - 1), else replaced by one of the k - 1 other categories
-uniformly. Both are sampled exactly by rejection with the Bernoulli(exp(-ε))
-sampler of Canonne, Kamath and Steinke (2020, Algorithm 1): propose one of
-the k categories uniformly; accept the true one always and any other with
-probability exp(-ε). The accepted weights are then 1 : e^-ε, i.e. e^ε : 1.
-(Binary is the case k = 2.) epsilon is rounded down to a multiple of 2^-40
-when its exact ratio does not fit int64, which only adds noise.
+The law. A member with a value is answered with the truth with probability
+λ and otherwise uniformly among the k categories (the truth included). Adding
+or removing a unit turns one entry from a value into ``null`` or back, from
+this law to the uniform one: the truth's probability moves by the factor
+1 + (k - 1)λ and every other category's by 1 - λ, so the loss is
+
+    max(ln(1 + (k - 1)λ), -ln(1 - λ)),
+
+increasing in λ. It is at most ε exactly when λ <= (e^ε - 1)/(k - 1) and
+λ <= 1 - e^-ε, that is when
+
+    λ <= λ* = min(1, e^ε/(k - 1)) (1 - e^-ε),
+
+and equals ε at λ*: the truth is answered with probability e^ε/k when
+e^ε <= k - 1, else 1 - (k - 1)e^-ε/k. In the textbook parametrisation (keep
+with probability e^ε'/(e^ε' + k - 1)) this is ε' with e^ε' = k e^ε - k + 1
+when e^ε >= k - 1, else (k - 1)e^ε/(k - e^ε); binary at ε = 1 is the textbook
+mechanism at ε' = ln(2e - 1) = 1.490. The textbook mechanism at ε' = ε has
+an add/remove loss of only max(ln(k e^ε/(e^ε + k - 1)), ln((e^ε + k - 1)/k)),
+0.620 for binary at ε = 1. A changed value is two add/remove steps and costs
+at most 2ε, as add/remove accounting charges it.
+
+Sampling, exactly: λ is the probability that two independent exact coins
+agree to keep, Bernoulli(w) and the complement of Bernoulli(exp(-ε)) (the
+sampler of Canonne, Kamath and Steinke 2020, Algorithm 1). w is
+min(1, e^ε/(k - 1)) rounded down to a multiple of 2^-62 from a lower bound on
+e^ε (Taylor terms rounded down), and is 1 whenever e^ε >= k - 1 (always for
+binary); ε is rounded down to a multiple of 2^-40 when its exact ratio does
+not fit int64. Both roundings only lower λ below λ*, so the loss is at most ε
+(``coins`` gives the two parameters; tests/test_mechanisms.py computes the
+loss from them). w is at least 1/(k - 1) > 2^-14 (k <= 10,000), so rounding
+it gives up less than a relative 2^-47 of the loss.
 
 There is no sensitivity: the cost is ε per member. On a user dataset with
 record-level contributions a person fills up to f roster entries, answered
 independently, so the accountant composes them (``independent_values``):
 f ε, and f ε²/2 in zCDP (Bun and Steinke 2016, Lemma 2.3), rather than group
-privacy's f² ε²/2.
+privacy's f² ε²/2. The zCDP and RDP charges are those of any ε-DP mechanism.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -78,34 +98,67 @@ INPUT_SCHEMA: dict[str, Any] = {
     "else": {"properties": {"values": {"items": {"anyOf": [{"type": "boolean"}, _ABSENT]}}}},
 }
 
+#: The weight coin's resolution: a uniform integer below 2^62 fits int64.
+_WEIGHT_BITS = 62
+#: Guard bits of the fixed-point lower bound on e^ε.
+_GUARD_BITS = 20
+
 
 def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
     return Cost(epsilon=params["epsilon"])
 
 
-def _ratio(epsilon: Fraction) -> tuple[int, int]:
+@dataclass(frozen=True)
+class Coins:
+    """A member with a value is answered truly when a Bernoulli(``weight``) coin comes up and
+    a Bernoulli(exp(-``exponent``)) coin does not, and uniformly otherwise."""
+
+    exponent: Fraction
+    weight: Fraction
+
+
+def _exp_below(x: Fraction, bits: int) -> int:
+    """An integer at most e^x 2^bits, for x >= 0: the Taylor series with every term rounded
+    down (each term is at most the true one, and all are positive)."""
+    term = total = 1 << bits
+    n = 1
+    while term:
+        term = term * x.numerator // (x.denominator * n)
+        total += term
+        n += 1
+    return total
+
+
+def coins(epsilon: Fraction, k: int) -> Coins:
+    """The coins that answer a member with a value of a k-category roster at ``epsilon``:
+    exponent <= ε and weight <= min(1, e^exponent/(k - 1)), so λ <= λ* (see above)."""
     if epsilon.denominator < 2**40 and epsilon.numerator < 2**50:
-        return epsilon.numerator, epsilon.denominator
-    return math.floor(epsilon * 2**40), 2**40
+        exponent = epsilon
+    else:
+        exponent = Fraction(math.floor(epsilon * 2**40), 2**40)
+    if exponent >= (k - 1).bit_length():  # e^x >= 2^x > k - 1
+        return Coins(exponent, Fraction(1))
+    bits = _WEIGHT_BITS + _GUARD_BITS
+    units = _exp_below(exponent, bits) // ((k - 1) << _GUARD_BITS)
+    return Coins(exponent, Fraction(min(units, 2**_WEIGHT_BITS), 2**_WEIGHT_BITS))
 
 
 def respond(source: RandomSource, truth: np.ndarray, k: int, epsilon: Fraction) -> np.ndarray:
-    """Indices in [0, k): the truth kept with probability e^ε/(e^ε + k - 1); a truth of -1
-    (no record) is answered uniformly."""
-    numerator, denominator = _ratio(epsilon)
-    out = np.empty(truth.size, dtype=np.int64)
-    pending = np.arange(truth.size)
-    while pending.size:
-        proposal = _exact.uniform_below(source, np.full(pending.size, k, dtype=np.int64))
-        other = _exact.bernoulli_exp(
-            source,
-            np.full(pending.size, numerator, dtype=np.int64),
-            np.full(pending.size, denominator, dtype=np.int64),
-        )
-        accepted = (proposal == truth[pending]) | other | (truth[pending] < 0)
-        out[pending[accepted]] = proposal[accepted]
-        pending = pending[~accepted]
-    return out
+    """Indices in [0, k): the truth with probability λ + (1 - λ)/k, any other index with
+    probability (1 - λ)/k; a truth of -1 (no record) is answered uniformly."""
+    law = coins(epsilon, k)
+    n = truth.size
+    uniform = _exact.uniform_below(source, np.full(n, k, dtype=np.int64))
+    randomised = _exact.bernoulli_exp(
+        source,
+        np.full(n, law.exponent.numerator, dtype=np.int64),
+        np.full(n, law.exponent.denominator, dtype=np.int64),
+    )
+    if law.weight < 1:
+        draws = _exact.uniform_below(source, np.full(n, law.weight.denominator, dtype=np.int64))
+        randomised |= draws >= law.weight.numerator
+    answers: np.ndarray = np.where(randomised | (truth < 0), uniform, truth)
+    return answers
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
@@ -128,9 +181,10 @@ def check(data: Mapping[str, Any]) -> None:
 
 RANDOMIZED_RESPONSE = Mechanism(
     name="randomized_response",
-    description="Over a public roster (null for a member without a record): keep each value "
-    "with probability e^ε/(e^ε + k - 1), else report another category; absent "
-    "members are answered uniformly (binary when no categories are given).",
+    description="Over a public roster (null for a member without a record): answer each value "
+    "truly with probability λ, else uniformly among the k categories, with λ set so that "
+    "adding or removing a record loses exactly ε; absent members are answered uniformly "
+    "(binary when no categories are given).",
     params_schema=PARAMS_SCHEMA,
     input_schema=INPUT_SCHEMA,
     accounting=("pure", "approx", "zcdp", "rdp"),
@@ -139,7 +193,7 @@ RANDOMIZED_RESPONSE = Mechanism(
     has_sensitivity=False,
     check_input=check,
     independent_values=True,
-    version=version(2),
+    version=version(3),
 )
 
 

@@ -152,6 +152,20 @@ MUTATIONS = [
         ("tests/test_pricing.py",),
     ),
     Mutation(
+        "randomized response keeps the truth with weight 1 when e^epsilon < k - 1",
+        "plugins/randomized_response.py",
+        "units = _exp_below(exponent, bits) // ((k - 1) << _GUARD_BITS)",
+        "units = 2**_WEIGHT_BITS",
+        ("tests/test_mechanisms.py::test_randomized_response_loses_exactly_its_charge",),
+    ),
+    Mutation(
+        "randomized response's exact coin at a larger epsilon",
+        "plugins/randomized_response.py",
+        "        exponent = epsilon\n",
+        "        exponent = epsilon * (1 + Fraction(1, 10**6))\n",
+        ("tests/test_mechanisms.py::test_randomized_response_loses_exactly_its_charge",),
+    ),
+    Mutation(
         "rdp charges rho without the order",
         "accountant/accounting/modes.py",
         "return RHO.cost_units(cost.rho * Fraction(order))",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 from collections import Counter
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from accountant.exact import EPSILON
 from accountant.plugins import MechanismRegistry, make_plugin_manager
 from accountant.randomness import SeededRandomSource
 from accountant_plugins import exponential, gaussian, randomized_response
@@ -183,13 +185,56 @@ def test_exponential_selects_with_the_exact_probabilities() -> None:
     assert stats.chisquare([counts[i] for i in range(4)], expected).pvalue > 1e-4
 
 
-def test_randomized_response_keeps_at_the_stated_rate() -> None:
+def test_randomized_response_draws_the_law_of_its_coins() -> None:
+    """The sampler answers a member with a value as ``coins`` says (the law the exact loss
+    test below checks): the truth with probability λ + (1 - λ)/k, λ = w (1 - e^-x), and every
+    other category with (1 - λ)/k; an absent member uniformly."""
     source = SeededRandomSource(22)
-    truth = np.zeros(200_000, dtype=np.int64)
-    for k, epsilon in ((2, Fraction(1)), (5, Fraction(1, 2))):
-        kept = int((randomized_response.respond(source, truth, k, epsilon) == 0).sum())
-        p = math.exp(float(epsilon)) / (math.exp(float(epsilon)) + k - 1)
-        assert stats.binomtest(kept, truth.size, p).pvalue > 1e-4
+    for k, epsilon in ((2, Fraction(1)), (5, Fraction(1, 2)), (5, Fraction(2))):
+        law = randomized_response.coins(epsilon, k)
+        kept = float(law.weight) * (1 - math.exp(-float(law.exponent)))
+        for truth, expected in (
+            (0, [kept + (1 - kept) / k] + [(1 - kept) / k] * (k - 1)),
+            (-1, [1 / k] * k),
+        ):
+            answers = randomized_response.respond(
+                source, np.full(200_000, truth, dtype=np.int64), k, epsilon
+            )
+            counts = np.bincount(answers, minlength=k)
+            assert stats.chisquare(counts, np.array(expected) * answers.size).pvalue > 1e-4
+
+
+#: Epsilons on both sides of e^ε = k - 1 (ln 2 = 0.6931471805..., ln 4 = 1.3862943611...).
+RR_EPSILONS = ["0.001", "0.1", "0.5", "1", "2", "5", "30"]
+RR_EPSILONS += ["0.693147180", "0.693147181", "1.386294360", "1.386294361"]
+
+
+def _roster_loss(epsilon: Fraction, k: int) -> mpmath.mpf:
+    """The add/remove loss of the sampler's law for one member: the largest |ln| of the ratio
+    of each answer's probability with the member's value and without (uniform), computed at
+    60 digits from the coins the sampler draws."""
+    law = randomized_response.coins(epsilon, k)
+    with mpmath.workdps(60):
+        exponent = mpmath.mpf(law.exponent.numerator) / law.exponent.denominator
+        weight = mpmath.mpf(law.weight.numerator) / law.weight.denominator
+        kept = weight * (1 - mpmath.exp(-exponent))
+        present = [kept + (1 - kept) / k] + [(1 - kept) / k] * (k - 1)
+        absent = [mpmath.mpf(1) / k] * k
+        assert abs(mpmath.fsum(present) - 1) < mpmath.mpf(10) ** -55
+        return max(abs(mpmath.log(p / q)) for p, q in zip(present, absent, strict=True))
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+@pytest.mark.parametrize("epsilon", RR_EPSILONS)
+def test_randomized_response_loses_exactly_its_charge(k: int, epsilon: str) -> None:
+    """A member's value against the same member absent (add/remove neighbours): the loss of
+    the law the sampler draws is at most the charged epsilon and within 10^-9 of it."""
+    charged = Fraction(EPSILON.cost_units(Decimal(epsilon)), EPSILON.scale)
+    loss = _roster_loss(Fraction(Decimal(epsilon)), k)
+    with mpmath.workdps(60):
+        bound = mpmath.mpf(charged.numerator) / charged.denominator
+        assert loss <= bound + mpmath.mpf(10) ** -50, (k, epsilon, loss)
+        assert loss >= bound * (1 - mpmath.mpf(10) ** -9), (k, epsilon, loss)
 
 
 def test_grid_gaussian_follows_the_normal_law() -> None:
@@ -235,7 +280,7 @@ def test_randomized_response_answers_the_whole_roster(api: Api) -> None:
     absent = [a for a, v in zip(answers, roster, strict=True) if v is None]
     assert stats.binomtest(sum(absent), len(absent), 0.5).pvalue > 1e-4
     present = [a == v for a, v in zip(answers, roster, strict=True) if v is not None]
-    kept = math.exp(2) / (math.exp(2) + 1)
+    kept = 1 - math.exp(-2) / 2  # the truth, or a uniform answer with probability e^-2
     assert stats.binomtest(sum(present), len(present), kept).pvalue > 1e-4
     labels = api.charge(
         mechanism="randomized_response",

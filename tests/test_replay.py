@@ -227,7 +227,11 @@ GOLDEN: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {"utilities": [1, 5, 2]},
         "2+samplers.2",
     ),
-    "randomized_response": ({"epsilon": "0.5"}, {"values": [True, None, False]}, "2+samplers.2"),
+    "randomized_response": (
+        {"epsilon": "0.5"},
+        {"values": ["a", None, "b", "c"] * 5, "categories": ["a", "b", "c"]},
+        "3+samplers.2",
+    ),
 }
 GOLDEN_SHA256 = {
     "laplace": "5b0f25bef3a7f428fb9b372af9d4a822cc41169d2feeb8af3123c0054c13c1fa",
@@ -235,7 +239,7 @@ GOLDEN_SHA256 = {
     "gaussian": "cfa63bb8bcc30bdd1929b640bd83e6c10b730ee340acb1de5add1218eb023648",
     "discrete_gaussian": "f8e6c4acc2ff697eb004ed56eb3b5e2e82c8fbd261e03e632d0eb44fa43678e2",
     "exponential": "498664be952a5e21d7df82566a947a140292f109313b41dcb5bd1c7b2ec14e0d",
-    "randomized_response": "7c92302faafc91df46a0b44283523ad6120697807f488b1a0e991575f21c4f3d",
+    "randomized_response": "4d85a855455d8761674863fbd59f8651acda1bf1b0ec6cd60136d59ee1a3ee7d",
 }
 
 
