@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
 from accountant.app import prepared_app
@@ -210,6 +211,57 @@ def test_the_running_loss_is_called_a_guarantee_only_where_it_is_one(
             assert "the running loss is one too" in note
         else:
             assert "not a guarantee of its own" in note and "odometer" in note
+
+
+#: A charge of a small part of a partition limit, and one of exactly what is left of it.
+_MODES: dict[str, tuple[dict[str, Any], dict[str, Any], str, dict[str, Any] | None]] = {
+    "pure": ({"epsilon": 1}, {"epsilon": 0.01, "sensitivity": 1}, "laplace", None),
+    "approx": ({"epsilon": 1, "delta": 1e-6}, {"epsilon": 0.01, "sensitivity": 1}, "laplace", None),
+    "zcdp": ({"epsilon": 1, "delta": 1e-6}, {"rho": 1e-4, "sensitivity": 1}, "gaussian", None),
+    # at the order of a (10, 1e-6) budget, a partition limit of epsilon 1 would admit nothing
+    "rdp": ({"epsilon": 8, "delta": 1e-6}, {"sigma": 100, "sensitivity": 1}, "gaussian", None),
+    "gdp": ({"epsilon": 1, "delta": 1e-6}, {"sigma": 100, "sensitivity": 1}, "gaussian", None),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(_MODES))
+def test_a_partition_is_at_its_limit_only_when_nothing_more_fits(
+    api: Api, client: FlaskClient, mode: str
+) -> None:
+    """One definition of "at limit" (checks.at_limit), in the API's budget report and on the
+    dashboard, on every mode: a partition that spent a sliver of its limit is not at it
+    (before, every partition of a pure dataset with any spend was shown "at limit", its
+    unbound delta compared as 0 >= 0)."""
+    budget, small, mechanism, _ = _MODES[mode]
+    api.make_dataset(
+        "spread",
+        accounting=mode,
+        budget={**budget, "epsilon": 10},
+        partition_budget=budget,
+    )
+    granted = api.charge("spread", ["a"], mechanism=mechanism, params=small)
+    assert granted.status_code == 201, granted.get_json()
+    report = api.budget("spread")
+    assert report["partitions"]["at_limit"] is False and report["at_limit"] is False
+    _sign_in(client, ADMIN_KEY)
+    overview = _dataset_row(client.get("/dashboard").get_data(as_text=True), "spread")
+    assert "at limit" not in overview and "exhausted" not in overview
+    page = client.get("/dashboard/datasets/spread").get_data(as_text=True)
+    assert "at limit</span>" not in page and 'class="exhausted"' not in page
+    if mode in ("pure", "approx", "zcdp"):  # exactly what is left, in the mode's own measure
+        left = report["partitions"]["remaining"]
+        params = (
+            {"rho": left["rho"], "sensitivity": 1}
+            if mode == "zcdp"
+            else {"epsilon": left["epsilon"], "sensitivity": 1}
+        )
+        full = api.charge("spread", ["a"], mechanism=mechanism, params=params)
+        assert full.status_code == 201, full.get_json()
+        assert api.budget("spread")["partitions"]["at_limit"] is True
+        overview = _dataset_row(client.get("/dashboard").get_data(as_text=True), "spread")
+        assert "1 partition at limit" in overview
+        page = client.get("/dashboard/datasets/spread").get_data(as_text=True)
+        assert re.search(r'<tr class="exhausted" data-scope="partition">', page)
 
 
 def test_an_unknown_dataset_page_says_so(api: Api, client: FlaskClient) -> None:

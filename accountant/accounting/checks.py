@@ -111,8 +111,22 @@ def never_fits(
     return denial.limit.is_exceeded_by(loss_after(rule, ScopeState(), cost, m, names), names)
 
 
+def bounds(limit: Limit, names: tuple[ComponentName, ...]) -> dict[ComponentName, int]:
+    """The components of the mode (``names``) that ``limit`` binds, with their bounds. Only
+    these count: a pure dataset's limits carry no delta, and the measure of zcdp, rdp and
+    gdp is its one component."""
+    return {name: bound for name in names if (bound := limit[name]) is not None}
+
+
 def remaining(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> Amount:
     """What is left of ``limit`` after ``loss``, in the limited components."""
     return Amount(
-        **{name: max(0, bound - loss[name]) for name in names if (bound := limit[name]) is not None}
+        **{name: max(0, bound - loss[name]) for name, bound in bounds(limit, names).items()}
     )
+
+
+def at_limit(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> bool:
+    """Whether ``loss`` has reached ``limit`` in a component it binds: nothing more fits, and
+    ``remaining`` is 0 there. The one definition of "at limit" (the budget report's
+    ``at_limit``, the dashboard's badges)."""
+    return any(loss[name] >= bound for name, bound in bounds(limit, names).items())

@@ -65,8 +65,12 @@ def _column(dataset: Dataset) -> tuple[ComponentName, str]:
     return "rho", {"rdp": "rdp", "gdp": "mu²"}.get(dataset.accounting, "rho")
 
 
-def _state(used_pct: float) -> str:
-    return "exhausted" if used_pct >= 100 else "warn" if used_pct >= 80 else "ok"
+def _state(scope: dict[str, Any]) -> str:
+    """ "exhausted" exactly when the scope is at its limit (``checks.at_limit``, as the API
+    reports it), "warn" from 80% of it."""
+    if scope["exhausted"]:
+        return "exhausted"
+    return "warn" if scope["used_pct"] >= 80 else "ok"
 
 
 def _pct(loss: float, limit: float) -> float:
@@ -128,6 +132,7 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
             "used_pct": _used(dataset, report["loss"], report["limit"]),
             "loss": report["loss"],
             "limit": report["limit"],
+            "exhausted": report["at_limit"],
         }
     ]
     if "partition_limit" in report:
@@ -136,11 +141,12 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "scope": "partition",
                 "kind": "privacy bound",
-                "used_pct": 100.0
-                if full
-                else _used(dataset, report["partitions"]["max_spent"], report["partition_limit"]),
+                "used_pct": _used(
+                    dataset, report["partitions"]["max_spent"], report["partition_limit"]
+                ),
                 "loss": report["partitions"]["max_spent"],
                 "limit": report["partition_limit"],
+                "exhausted": report["partitions"]["at_limit"],
                 "at_limit": full,
             }
         )
@@ -153,6 +159,7 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
                 "used_pct": _used(dataset, window["loss"], window["limit"]),
                 "loss": window["loss"],
                 "limit": window["limit"],
+                "exhausted": window["at_limit"],
                 "resets_at": window["end"],
             }
         )
@@ -164,10 +171,11 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
                 "used_pct": _used(dataset, use["loss"], use["quota"]),
                 "loss": use["loss"],
                 "limit": use["quota"],
+                "exhausted": use["at_limit"],
             }
         )
     for scope in scopes:
-        scope["state"] = _state(scope["used_pct"])
+        scope["state"] = _state(scope)
     return scopes
 
 
@@ -276,7 +284,7 @@ def dataset(who: Principal, name: str) -> Any:
         loss=_figure(report["loss"][measure]),
         limit=_figure(report["limit"][measure]),
         used_pct=used,
-        state=_state(used),
+        state=scopes[0]["state"],
         scopes=scopes,
         converts=found.mode.converts,
         delta=report["loss"].get("delta") if found.mode.converts else None,

@@ -298,7 +298,7 @@ def describe_me(session: Session, principal: Principal) -> dict[str, Any]:
 def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any]:
     """A consumer's loss on ``dataset`` (its consumer scope) and, with a quota, the quota and
     what is left of it, in the dataset's mode."""
-    from accountant.accounting.checks import remaining
+    from accountant.accounting.checks import at_limit, remaining
     from accountant.accounting.loss import loss_now
     from accountant.models import Tally
     from accountant.services.datasets import rule_of, tally_state
@@ -317,6 +317,7 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
     if grant.quota is not None:
         entry["quota"] = describe_limit(grant.quota, mode)
         entry["remaining"] = mode.report(remaining(grant.quota, loss, mode.components), delta)
+        entry["at_limit"] = at_limit(grant.quota, loss, mode.components)
     return entry
 
 

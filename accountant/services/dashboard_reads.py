@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from accountant.accounting import checks as rules
 from accountant.exact import Amount
 from accountant.models import (
     Consumer,
@@ -113,15 +114,15 @@ def loss_history(session: Session, dataset: Dataset, until_us: int) -> list[tupl
 
 
 def partitions_at_limit(session: Session, dataset: Dataset) -> list[str]:
-    """The keys of the partitions whose lifetime spend has reached the partition limit in
-    any limited component (at most 20, by key), and none without a partition limit."""
+    """The keys of the partitions whose lifetime spend is at the partition limit
+    (``checks.at_limit``: in a component the dataset's mode binds), at most 20, by key; none
+    without a partition limit."""
     limit = dataset.partition_limit if dataset.has_partition_limit else None
     if limit is None:
         return []
-    reached = [
-        getattr(TallySpend, name) >= value
-        for name in ("epsilon", "delta", "rho")
-        if (value := limit[name]) is not None
+    reached = [  # checks.at_limit, as SQL over every partition's spend
+        getattr(TallySpend, name) >= bound
+        for name, bound in rules.bounds(limit, dataset.mode.components).items()
     ]
     if not reached:
         return []

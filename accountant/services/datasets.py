@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
 from accountant import seals
-from accountant.accounting.checks import remaining
+from accountant.accounting.checks import at_limit, remaining
 from accountant.accounting.loss import LossRule, ScopeBooks, ScopeState, loss_now
 from accountant.accounting.modes import MODES, Mode, limit_of, mode_of, mu_of, rdp_order
 from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoformat
@@ -477,6 +477,7 @@ def budget_report(
                 "remaining": _stated(
                     mode, remaining(budget.limit, window_loss, names), dataset, limited
                 ),
+                "at_limit": at_limit(budget.limit, window_loss, names),
             }
         )
     count = session.execute(
@@ -507,6 +508,7 @@ def budget_report(
         "loss": _stated(mode, loss, dataset),
         "limit": _stated(mode, _as_amount(dataset.limit), dataset),
         "remaining": _stated(mode, remaining(dataset.limit, loss, names), dataset),
+        "at_limit": at_limit(dataset.limit, loss, names),
         "windows": windows,
         "partitions": {
             "count": count,
@@ -528,6 +530,7 @@ def budget_report(
         report["partitions"]["remaining"] = _stated(
             mode, remaining(dataset.partition_limit, most_spent, names), dataset, limited
         )
+        report["partitions"]["at_limit"] = at_limit(dataset.partition_limit, most_spent, names)
     return report
 
 
