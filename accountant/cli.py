@@ -216,6 +216,9 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
                 "errorlog": "-",
                 "loglevel": "warning",
                 "logconfig_dict": serving.LOGGING,
+                "limit_request_line": serving.REQUEST_LINE_BYTES,
+                "limit_request_field_size": serving.REQUEST_FIELD_BYTES,
+                "limit_request_fields": serving.REQUEST_FIELDS,
             }
             for key, value in options.items():
                 self.cfg.set(key, value)

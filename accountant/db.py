@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from accountant.config import Settings
 from accountant.driver import WRITE_GATES, WriteGate
+from accountant.keyfiles import private_directory
 
 WRITE = "accountant_write"
 #: Every engine this process made, held until ``dispose_all`` so none is garbage-collected
@@ -44,10 +45,11 @@ def dispose_all() -> None:
 
 
 def ensure_sqlite_directory(database_url: str) -> None:
-    """Create the folder of a SQLite file (the default lives under ./var/)."""
+    """Create the folder of a SQLite file (the default lives under ./var/, beside the secret
+    files) as a private one: 0700, like every folder made for a secret."""
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        private_directory(Path(url.database).parent)
 
 
 def make_engine(settings: Settings, *, service: bool = True) -> Engine:

@@ -3,7 +3,8 @@
 The content is written to a temporary file with mode 0600, synced, and
 hard-linked into place; the link either succeeds once or fails because
 another process won, whose file the losers then read. So every worker and
-every process started at the same moment ends up with the same secret.
+every process started at the same moment ends up with the same secret. A
+folder made for it is 0700 whatever the umask (``private_directory``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def create_once(path: Path, content: bytes, what: str) -> None:
     """Write ``content`` to ``path`` unless the file exists (or another process wins)."""
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_directory(path.parent)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".secret-")
     try:
         os.fchmod(descriptor, 0o600)
@@ -37,6 +38,22 @@ def create_once(path: Path, content: bytes, what: str) -> None:
         pass  # another process created it first; use theirs
     finally:
         os.unlink(temporary)
+
+
+def private_directory(path: Path) -> None:
+    """Create the folder ``path`` and each missing parent with mode 0700, whatever the umask
+    (under umask 000, ``mkdir -p`` makes them 0777: anyone could list them, and replace a
+    secret in them); a folder that exists is left as it is."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue  # another process made it first, and makes it 0700
+        folder.chmod(0o700)  # mkdir's mode is narrowed by the umask: make it exactly 0700
 
 
 class MissingKeyFile(RuntimeError):

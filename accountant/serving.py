@@ -23,6 +23,12 @@ from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT, ThreadWorker
 from accountant import deadline
 from accountant.problems import PROBLEM_BASE
 
+#: The request limits ``accountant serve`` sets in gunicorn (its defaults, stated here so that
+#: /openapi.json can say them): the request line, one header line, and the number of headers.
+REQUEST_LINE_BYTES = 4094
+REQUEST_FIELD_BYTES = 8190
+REQUEST_FIELDS = 100
+
 _WHAT_TO_DO = {
     414: "the request line is too long; send a shorter URL",
     431: "a request header is too long or there are too many; send fewer or shorter headers",

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 
 from accountant.app import prepared_app
-from tests.conftest import ADMIN_KEY, Api
+from accountant.clock import FrozenClock
+from tests.conftest import ADMIN_KEY, Api, run_sql
 
 
 def _csrf(html: str) -> str:
@@ -107,6 +110,57 @@ def test_sign_out(client: FlaskClient) -> None:
     page = client.get("/dashboard").get_data(as_text=True)
     assert client.post("/dashboard/sign-out", data={"csrf": _csrf(page)}).status_code == 303
     assert client.get("/dashboard").status_code == 303
+
+
+def _with_cookie(app: Flask, value: str) -> FlaskClient:
+    other = app.test_client()
+    other.set_cookie("accountant_session", value)
+    return other
+
+
+def test_signing_out_ends_every_copy_of_the_session(app: Flask, client: FlaskClient) -> None:
+    """The session lives in the database: a copy of the cookie taken before sign-out (a
+    proxy's log, a shared machine) gets the sign-in page afterwards, while another session
+    of the same key stays signed in."""
+    _sign_in(client, ADMIN_KEY)
+    cookie = client.get_cookie("accountant_session")
+    assert cookie is not None
+    copy = _with_cookie(app, cookie.value)
+    assert copy.get("/dashboard").status_code == 200
+    elsewhere = app.test_client()
+    _sign_in(elsewhere, ADMIN_KEY)
+    page = client.get("/dashboard").get_data(as_text=True)
+    assert client.post("/dashboard/sign-out", data={"csrf": _csrf(page)}).status_code == 303
+    for path in ("/dashboard", "/dashboard/ledger", "/dashboard/ledger/export?format=csv"):
+        answer = copy.get(path)
+        assert answer.status_code == 303, path
+        assert "/dashboard/sign-in" in answer.headers["Location"], path
+    assert _with_cookie(app, cookie.value).get("/dashboard").status_code == 303
+    assert elsewhere.get("/dashboard").status_code == 200
+
+
+def test_a_session_ends_on_the_server_eight_hours_after_sign_in(
+    database_url: str, signing_key_file: str
+) -> None:
+    """Whatever its cookie says, a session outlives its lifetime nowhere; a sign-in deletes
+    the rows of ended sessions, so the table holds only live ones."""
+    clock = FrozenClock(time.time_ns() // 1000)
+    app = prepared_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+        },
+        clock=clock,
+    )
+    client = app.test_client()
+    _sign_in(client, ADMIN_KEY)
+    clock.advance(8 * 3600 - 1)
+    assert client.get("/dashboard").status_code == 200
+    clock.advance(1)
+    assert client.get("/dashboard").status_code == 303
+    _sign_in(app.test_client(), ADMIN_KEY)
+    assert run_sql(database_url, "SELECT COUNT(*) FROM dashboard_sessions")[0][0] == 1
 
 
 def test_sign_in_redirects_only_to_a_plain_dashboard_path(client: FlaskClient) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from accountant.serving import REQUEST_LINE_BYTES
 from tests.conftest import ADMIN_KEY
 from tests.server import Server, SlowClients, running_service
 
@@ -70,6 +71,27 @@ def test_requests_gunicorn_refuses_are_answered_with_problem_json(
     assert headers["content-type"] == "application/problem+json"
     problem = json.loads(body)
     assert problem["status"] == code and problem["detail"] and problem["type"]
+
+
+def test_the_request_line_limit_is_the_one_the_document_states(server: Server) -> None:
+    """/openapi.json's 414 names the request line limit gunicorn enforces: a line of that
+    many bytes reaches the application, one byte more is a 414 in problem+json."""
+    paths = requests.get(f"{server.base}/openapi.json", timeout=10).json()["paths"]
+    assert (
+        f"{REQUEST_LINE_BYTES} bytes"
+        in paths["/v1/datasets"]["get"]["responses"]["414"]["description"]
+    )
+
+    def request_line(size: int) -> bytes:
+        start, end = b"GET /v1/datasets?pad=", b" HTTP/1.1"
+        line = start + b"a" * (size - len(start) - len(end)) + end
+        assert len(line) == size
+        return line + b"\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+    assert _raw(server, request_line(REQUEST_LINE_BYTES))[0] == 401  # the application's
+    code, headers, body = _raw(server, request_line(REQUEST_LINE_BYTES + 1))
+    assert code == 414 and headers["content-type"] == "application/problem+json"
+    assert json.loads(body)["status"] == 414
 
 
 def test_a_chunked_body_over_the_limit_is_a_413_and_charges_nothing(server: Server) -> None:

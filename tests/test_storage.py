@@ -1,7 +1,10 @@
-"""What the database holds: hashed keys, exact integers, migrations both ways."""
+"""What the service stores: hashed keys, exact integers, migrations both ways, private folders
+for its secret files."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +113,29 @@ def test_first_admin_from_the_environment_is_created_once(tmp_path: Path) -> Non
         dispose_all()
     consumers = Api(app.test_client()).get("/v1/consumers").get_json()["consumers"]
     assert [(c["name"], c["role"]) for c in consumers] == [("admin", "admin")]
+
+
+def test_folders_made_for_secrets_are_private_under_any_umask(tmp_path: Path) -> None:
+    """Under umask 000 every folder the service makes for its secret files and its SQLite
+    database is 0700, and every secret file 0600: no other user may list, read or replace
+    them."""
+    root = tmp_path / "state"
+    settings = {
+        "database_url": f"sqlite:///{root / 'db' / 'accountant.db'}",
+        "signing_key_file": str(root / "keys" / "signing" / "signing-key.pem"),
+        "noise_secret_file": str(root / "noise" / "noise-secret"),
+        "key_hash_secret_file": str(root / "keys" / "hash" / "key-hash-secret"),
+    }
+    previous = os.umask(0)
+    try:
+        prepared_app(settings)
+    finally:
+        os.umask(previous)
+    dispose_all()
+    folders = [root, *(path for path in root.rglob("*") if path.is_dir())]
+    assert len(folders) == 6
+    assert {str(path): oct(stat.S_IMODE(path.stat().st_mode)) for path in folders} == {
+        str(path): "0o700" for path in folders
+    }
+    for name in ("signing_key_file", "noise_secret_file", "key_hash_secret_file"):
+        assert stat.S_IMODE(Path(settings[name]).stat().st_mode) == 0o600, name

@@ -1,4 +1,5 @@
-"""``GET /openapi.json``: the OpenAPI 3.1 document, from the schemas that validate requests."""
+"""``GET /openapi.json``: the OpenAPI 3.1 document, from the schemas that validate requests and
+the rules the service enforces beyond them (``rules``), with this deployment's limits."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ from typing import Any
 
 from flask import Blueprint, current_app, request
 
-from accountant.api import responses, schemas
+from accountant.api import responses, rules, schemas
+from accountant.api.common import runtime
 from accountant.api.receipts import VERIFY
+from accountant.config import Settings
 
 bp = Blueprint("openapi", __name__)
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 _OBJECT: dict[str, Any] = {"type": "object"}
 
-#: (method, path) -> (summary, request schema or None, success status, error statuses)
+#: (method, path) -> (summary, request schema or None, success status, error statuses); every
+#: operation may also be answered 414 and 431, and one with a request schema 413 (``rules``)
 OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[int]]] = {
     ("GET", "/healthz"): ("Liveness", None, 200, []),
     ("GET", "/readyz"): (
@@ -31,7 +35,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         "Register a dataset",
         schemas.DATASET_CREATE,
         201,
-        [400, 401, 403, 409, 413],
+        [400, 401, 403, 409],
     ),
     ("GET", "/v1/datasets"): ("Datasets visible to the caller", None, 200, [401]),
     ("GET", "/v1/datasets/{name}"): ("One dataset", None, 200, [401, 403, 404]),
@@ -39,13 +43,13 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         "Change limits (ledgered)",
         schemas.DATASET_PATCH,
         200,
-        [400, 401, 403, 404, 413],
+        [400, 401, 403, 404],
     ),
     ("POST", "/v1/datasets/{name}/partitions"): (
         "Declare partitions",
         schemas.PARTITIONS_DECLARE,
         201,
-        [400, 401, 403, 404, 413],
+        [400, 401, 403, 404],
     ),
     ("GET", "/v1/datasets/{name}/budget"): (
         "Loss, limits and remaining budget",
@@ -63,14 +67,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         "Create a consumer and its first key",
         schemas.CONSUMER_CREATE,
         201,
-        [400, 401, 403, 404, 409, 413],
+        [400, 401, 403, 404, 409],
     ),
     ("GET", "/v1/consumers"): ("Consumers, without keys", None, 200, [401, 403]),
     ("PATCH", "/v1/consumers/{name}"): (
         "Change grants and quotas (ledgered)",
         schemas.CONSUMER_PATCH,
         200,
-        [400, 401, 403, 404, 413],
+        [400, 401, 403, 404],
     ),
     ("GET", "/v1/consumers/me"): ("The caller's consumer, quotas and their use", None, 200, [401]),
     ("POST", "/v1/consumers/{name}/keys"): (
@@ -84,19 +88,19 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         "Charge the budgets and run the mechanism",
         schemas.CHARGE,
         201,
-        [400, 401, 403, 404, 409, 413, 422, 429, 503],
+        [400, 401, 403, 404, 409, 422, 429, 503],
     ),
     ("POST", "/v1/charges/preview"): (
         "Price and check without charging",
         schemas.PREVIEW,
         200,
-        [400, 401, 403, 404, 413],
+        [400, 401, 403, 404],
     ),
     ("POST", "/v1/charges/plan"): (
         "How many more identical charges fit, or the least-noise parameter for count of them",
         schemas.PLAN,
         200,
-        [400, 401, 403, 404, 413],
+        [400, 401, 403, 404],
     ),
     ("GET", "/v1/charges/{charge_id}"): ("One charge as recorded", None, 200, [401, 403, 404]),
     ("GET", "/v1/ledger"): ("Ledger entries, oldest first", None, 200, [400, 401, 403, 404]),
@@ -108,7 +112,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
     ),
     ("GET", "/v1/ledger/verify"): ("Recompute the hash chains", None, 200, [401, 403]),
     ("GET", "/v1/receipts/public-key"): ("Receipt verification keys (JWK set)", None, 200, []),
-    ("POST", "/v1/receipts/verify"): ("Verify a receipt", VERIFY, 200, [400, 401, 413]),
+    ("POST", "/v1/receipts/verify"): ("Verify a receipt", VERIFY, 200, [400, 401]),
 }
 
 #: (method, path) -> (operation id, schema of the success answer, or None for none or text)
@@ -164,7 +168,8 @@ _IDEMPOTENCY_KEY = {
     "in": "header",
     "required": False,
     "description": "a unique string per logical charge: a retry with the same "
-    "key and body returns the first answer, charged once",
+    "key and body returns the first answer, charged once. Printable characters only; "
+    "when the body's idempotency_key is sent too, the same value",
     "schema": {"type": "string", "minLength": 1, "maxLength": 255},
 }
 
@@ -202,7 +207,15 @@ def flask_path(path: str) -> str:
     return path.replace("{charge_id}", "<uuid:charge_uuid>").replace("{", "<").replace("}", ">")
 
 
-def document(server: str | None = None) -> dict[str, Any]:
+def _problem(description: str = "problem") -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/problem+json": {"schema": _PROBLEM}},
+    }
+
+
+def document(server: str | None = None, settings: Settings | None = None) -> dict[str, Any]:
+    limits = rules.Limits.of(settings or Settings())
     paths: dict[str, Any] = {}
     for (method, path), (summary, request_schema, success, errors) in OPERATIONS.items():
         operation_id, answer = ANSWERS[(method, path)]
@@ -226,10 +239,7 @@ def document(server: str | None = None) -> dict[str, Any]:
             },
         }
         for status in errors:
-            operation["responses"][str(status)] = {
-                "description": "problem",
-                "content": {"application/problem+json": {"schema": _PROBLEM}},
-            }
+            operation["responses"][str(status)] = _problem()
             if status in (429, 503):
                 operation["responses"][str(status)]["headers"] = copy.deepcopy(_RETRY_AFTER)
         parameters = [
@@ -246,10 +256,15 @@ def document(server: str | None = None) -> dict[str, Any]:
             parameters.append(copy.deepcopy(_IDEMPOTENCY_KEY))
         if parameters:
             operation["parameters"] = parameters
+        for status, rule in sorted(rules.answers(limits, request_schema is not None).items()):
+            operation["responses"][str(status)] = _problem(rule)
+        operation["responses"] = dict(sorted(operation["responses"].items()))
         if request_schema is not None:
+            schema = rules.request_schema((method, path), request_schema, limits)
             operation["requestBody"] = {
+                "description": rules.BODY,
                 "required": method != "POST" or "keys" not in path,
-                "content": {"application/json": {"schema": copy.deepcopy(request_schema)}},
+                "content": {"application/json": {"schema": schema}},
             }
         if path.startswith("/v1/") and path != "/v1/receipts/public-key":
             operation["security"] = [{"bearer": []}]
@@ -269,4 +284,4 @@ def document(server: str | None = None) -> dict[str, Any]:
 
 @bp.get("/openapi.json")
 def openapi() -> Any:
-    return current_app.json.response(document(request.host_url.rstrip("/")))
+    return current_app.json.response(document(request.host_url.rstrip("/"), runtime().settings))

@@ -1,9 +1,10 @@
 """Dashboard sign-in: an API key of role auditor or admin, kept as a signed HttpOnly cookie.
 
-The cookie holds only the key's id (Flask's session, signed with a secret
-derived from the receipt-signing key). Every page re-reads that key, so a
-revoked key signs its sessions out at once. Forms carry a CSRF token bound to
-the session.
+The cookie holds only a random session token (Flask's session, signed with a
+secret derived from the receipt-signing key); the session itself is a row in
+the database (``services.dashboard_sessions``). Every page reads that row and
+its key, so signing out ends every copy of the cookie and a revoked key signs
+its sessions out at once. Forms carry a CSRF token bound to the session.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from flask import Flask, Request, abort, redirect, request, session, url_for
+from flask import Flask, Request, abort, current_app, redirect, request, session, url_for
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
+from sqlalchemy.orm import Session
 
-from accountant.api.common import db, runtime
+from accountant.api.common import db, now_us, runtime
+from accountant.db import begin_write
 from accountant.driver import Driver
-from accountant.services.consumers import Principal, authenticate, principal_of_key_id
+from accountant.services import dashboard_sessions
+from accountant.services.consumers import Principal, authenticate
 
 F = TypeVar("F", bound=Callable[..., Any])
 ROLES = ("admin", "auditor")
@@ -43,12 +47,17 @@ class CookieSessions(SecureCookieSessionInterface):
         return request.is_secure or request.headers.get("X-Forwarded-Proto", "") == "https"
 
 
+def _lifetime_us() -> int:
+    return int(current_app.permanent_session_lifetime.total_seconds() * 1_000_000)
+
+
 def current() -> Principal | None:
-    """The signed-in principal, or None (also when its key has been revoked since)."""
-    key_id = session.get("key_id")
-    if not isinstance(key_id, str):
+    """The signed-in principal, or None: also when the session was signed out (from this
+    copy of the cookie or another), has outlived its lifetime, or its key was revoked."""
+    token = session.get("token")
+    if not isinstance(token, str):
         return None
-    found = principal_of_key_id(db(), key_id)
+    found = dashboard_sessions.principal_of(db(), token, now_us(), _lifetime_us())
     if found is None or found.role not in ROLES:
         session.clear()
         return None
@@ -62,10 +71,32 @@ def sign_in(key: str) -> tuple[Principal | None, str | None]:
         return None, "Unknown or revoked API key."
     if principal.role not in ROLES:
         return None, "Only auditor and admin keys can sign in to the dashboard."
+    writing = _write_transaction()
+    token = dashboard_sessions.start(writing, principal.key_id, now_us(), _lifetime_us())
+    writing.commit()
     session.clear()
-    session["key_id"] = principal.key_id
+    session["token"] = token
     session["csrf"] = secrets.token_urlsafe(24)
     return principal, None
+
+
+def sign_out() -> None:
+    """End the session in the database, then clear the cookie."""
+    token = session.get("token")
+    if isinstance(token, str):
+        writing = _write_transaction()
+        dashboard_sessions.end(writing, token)
+        writing.commit()
+    session.clear()
+
+
+def _write_transaction() -> Session:
+    """The request's database session in a write transaction of its own (the reads before
+    it end first: on SQLite a read transaction cannot safely become a write one)."""
+    found = db()
+    found.rollback()
+    begin_write(found)
+    return found
 
 
 def csrf_token() -> str:

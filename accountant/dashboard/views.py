@@ -8,13 +8,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Response, redirect, render_template, request, session, url_for
+from flask import Blueprint, Response, redirect, render_template, request, url_for
 
 from accountant.accounting.windows import isoformat
 from accountant.api import ledger as ledger_api
 from accountant.api.common import db, runtime
 from accountant.dashboard import charts
-from accountant.dashboard.session import check_csrf, csrf_token, sign_in, signed_in
+from accountant.dashboard.session import check_csrf, csrf_token, sign_in, sign_out, signed_in
 from accountant.errors import AccountantError, NotFound, field_error
 from accountant.exact import COMPONENTS, Component, ComponentName
 from accountant.models import Dataset
@@ -99,11 +99,11 @@ def sign_in_submit() -> Any:
 _PLAIN_DASHBOARD_PATH = re.compile(r"/dashboard(/[A-Za-z0-9._~/-]*)?(\?[A-Za-z0-9._~=&%+-]*)?")
 
 
-@bp.post("/sign-out")
+@bp.post("/sign-out", endpoint="sign_out")
 @signed_in
-def sign_out(who: Principal) -> Any:
+def sign_out_submit(who: Principal) -> Any:
     check_csrf()
-    session.clear()
+    sign_out()
     return redirect(url_for("dashboard.sign_in_page"), code=303)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from accountant.models.base import Base
 from accountant.models.charge_count import ChargeCount
 from accountant.models.consumer import ApiKey, Consumer, Grant
+from accountant.models.dashboard_session import DashboardSession
 from accountant.models.dataset import Dataset, WindowBudget
 from accountant.models.idempotency import IdempotencyKey
 from accountant.models.key_hash_secret import KeyHashSecret
@@ -19,6 +20,7 @@ __all__ = [
     "Base",
     "ChargeCount",
     "Consumer",
+    "DashboardSession",
     "Dataset",
     "Grant",
     "IdempotencyKey",

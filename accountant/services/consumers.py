@@ -94,17 +94,6 @@ _AUTHENTICATE = statement(
 )
 
 
-def principal_of_key_id(session: Session, key_id: str) -> Principal | None:
-    """The principal of an unrevoked key, by the key's id (a dashboard session holds it);
-    grants are not loaded, since the dashboard's roles read every dataset."""
-    row = session.execute(
-        select(ApiKey.id, Consumer.id, Consumer.name, Consumer.role)
-        .join(Consumer, Consumer.id == ApiKey.consumer_id)
-        .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
-    ).first()
-    return None if row is None else Principal(row[1], row[2], row[3], row[0])
-
-
 def issue_key(
     session: Session, consumer: Consumer, now: int, hasher: KeyHasher, key: str | None = None
 ) -> tuple[ApiKey, str]:
