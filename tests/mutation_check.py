@@ -193,6 +193,24 @@ MUTATIONS = [
         "GDP_MARGIN = 1 + Fraction(0)",
         ("tests/test_rdp_gdp.py::test_a_coordinate_moved_by_one_grid_unit_stays_within_its_share",),
     ),
+    Mutation(
+        "a sub-budget that converts to a zero limit is stored",
+        "accountant/accounting/admits.py",
+        "    if limit.rho != 0:\n",
+        "    if True:\n",
+        (
+            "tests/test_zero_limits.py::test_a_budget_that_admits_nothing_is_refused_with_the_least_that_admits",
+        ),
+    ),
+    Mutation(
+        "the least epsilon named one unit too low",
+        "accountant/accounting/admits.py",
+        "return EPSILON.to_decimal(least_units(within, guess))",
+        "return EPSILON.to_decimal(least_units(within, guess) - 1)",
+        (
+            "tests/test_zero_limits.py::test_a_budget_that_admits_nothing_is_refused_with_the_least_that_admits",
+        ),
+    ),
 ]
 
 #: Where each source folder lives as an importable package in the copy.

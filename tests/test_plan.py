@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -124,3 +125,68 @@ def test_count_solves_for_the_largest_epsilon(api: Api) -> None:
     assert api.charge(epsilon=1e-6).status_code == 409
     refused = api.post("/v1/charges/plan", body)
     assert refused.status_code == 400 and refused.get_json()["errors"][0]["field"] == "count"
+
+
+PURE: dict[str, Any] = {"budget": {"epsilon": 1}}
+# (dataset, charge without the solved parameter, count, the parameter, the least-noise value
+# at 9 significant digits, worked out by hand)
+LEAST_NOISE: dict[str, tuple[dict[str, Any], dict[str, Any], int, str, float]] = {
+    # 20 epsilon <= 1: 1/20, exactly
+    "pure laplace, exact": (PURE, {"params": {"sensitivity": 1}}, 20, "epsilon", 0.05),
+    # 3 epsilon <= 1: 1/3 is no 9-digit number, so 0.333333333, toward more noise
+    "pure laplace, rounded": (PURE, {"params": {"sensitivity": 1}}, 3, "epsilon", 0.333333333),
+    # (epsilon, 1e-7) ten times within (1, 1e-6): 1/10, exactly
+    "approx gaussian, exact": (
+        {"accounting": "approx", "budget": {"epsilon": 1, "delta": 1e-6}},
+        {"mechanism": "gaussian", "params": {"delta": 1e-7, "sensitivity": 1}},
+        10,
+        "epsilon",
+        0.1,
+    ),
+    # rho = epsilon^2 / 2 four times within rho 0.02: epsilon = 1/10, exactly
+    "zcdp laplace, exact": (
+        {"accounting": "zcdp", "budget": {"epsilon": 1, "delta": 1e-6, "rho": 0.02}},
+        {"params": {"sensitivity": 1}},
+        4,
+        "epsilon",
+        0.1,
+    ),
+    # rho = 1 / (2 sigma^2) four times within rho 0.08: sigma = 5, exactly
+    "zcdp gaussian sigma, exact": (
+        {"accounting": "zcdp", "budget": {"epsilon": 1, "delta": 1e-6, "rho": 0.08}},
+        {"mechanism": "gaussian", "params": {"sensitivity": 1}},
+        4,
+        "sigma",
+        5.0,
+    ),
+    # twice within rho 0.5: sigma = sqrt(2) = 1.414213562..., up to 1.41421357
+    "zcdp gaussian sigma, rounded": (
+        {"accounting": "zcdp", "budget": {"epsilon": 1, "delta": 1e-6, "rho": 0.5}},
+        {"mechanism": "gaussian", "params": {"sensitivity": 1}},
+        2,
+        "sigma",
+        1.41421357,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LEAST_NOISE))
+def test_count_answers_the_least_noise_that_fits_exactly(api: Api, case: str) -> None:
+    """The answer is the least-noise 9-digit value: an exact fit when there is one, else the
+    next value toward more noise; count charges at it are granted and one more is not, and
+    one unit of the 9th digit less noise lets fewer than count fit."""
+    dataset, charge, count, name, expected = LEAST_NOISE[case]
+    api.make_dataset(**dataset)
+    assert _plan(api, {**_body(charge), "count": count})["params"] == {name: expected}
+    step = Decimal(1).scaleb(Decimal(repr(expected)).adjusted() - 8)
+    less_noise = Decimal(repr(expected)) + (step if name != "sigma" else -step)
+    closer = _body({**charge, "params": {**charge["params"], name: float(less_noise)}})
+    assert _plan(api, closer)["fits"] < count
+    body = {
+        **_body({**charge, "params": {**charge["params"], name: expected}}),
+        "input": {"values": [1.0]},
+    }
+    for _ in range(count):
+        assert api.post("/v1/charges", body).status_code == 201
+    refused = api.post("/v1/charges", body)
+    assert refused.status_code == 409, refused.get_json()

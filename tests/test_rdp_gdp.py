@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 from accountant.accounting.modes import (
-    _grid_units,
     epsilon_of_mu2,
     gdp_delta,
+    least_units,
     mu_limit,
     rdp_limit,
     rdp_order,
@@ -297,7 +297,7 @@ def test_the_grid_search_finds_the_least_point_from_any_proposal(guess: int | No
         calls.append(units)
         return units >= 12_345
 
-    assert _grid_units(within, guess) == 12_345
+    assert least_units(within, guess) == 12_345
     if guess in (12_344, 12_345, 12_347):
         assert len(calls) <= 6  # a close proposal takes a few evaluations, not a search
 
@@ -315,7 +315,7 @@ def test_epsilon_of_mu_from_a_float_proposal_matches_a_search_at_60_digits() -> 
                 def within(units: int, mu: mpmath.mpf = mu, target: mpmath.mpf = target) -> bool:
                     return bool(gdp_delta(mpmath.mpf(units) / 10**9, mu) <= target)
 
-                units = 0 if within(0) else _grid_units(within, None)
+                units = 0 if within(0) else least_units(within, None)
                 expected = Decimal(units) / 10**9
             assert epsilon_of_mu2.__wrapped__(mu2, delta) == expected, (mu2, delta)
 

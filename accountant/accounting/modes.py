@@ -341,7 +341,7 @@ def epsilon_of_mu2(mu2_units: int, delta_units: int) -> Decimal:
         if within(0):
             return Decimal(0)
         guess = _epsilon_of_mu_float(float(mu), delta_units / DELTA.scale)
-        units = _grid_units(within, guess)
+        units = least_units(within, guess)
     return EPSILON.to_decimal(units)
 
 
@@ -367,7 +367,7 @@ def _epsilon_of_mu_float(mu: float, delta: float) -> int | None:
         return None
 
 
-def _grid_units(within: Callable[[int], bool], guess: int | None) -> int:
+def least_units(within: Callable[[int], bool], guess: int | None) -> int:
     """The least units u >= 1 with within(u), where within is monotone and within(0) fails:
     from ``guess`` by single steps when it is close, else by doubling and bisection."""
     if guess is not None:
@@ -481,7 +481,7 @@ def limit_of(
                 f"a {mode.name} budget needs epsilon with the dataset's delta"
                 + (", or rho" if mode.name == "zcdp" else "")
             )
-        measure = _converted(mode, epsilon, at_delta)
+        measure = converted_limit(mode, epsilon, at_delta)
     return Limit(
         epsilon=None if epsilon is None else EPSILON.limit_units(epsilon),
         delta=None if delta is None else DELTA.limit_units(delta),
@@ -489,7 +489,8 @@ def limit_of(
     )
 
 
-def _converted(mode: Mode, epsilon: Decimal, delta: Decimal) -> int:
+def converted_limit(mode: Mode, epsilon: Decimal, delta: Decimal) -> int:
+    """Units of the enforced limit of a budget of (epsilon, delta) in a converting mode."""
     if mode.name == "zcdp":
         return rho_limit(epsilon, delta)
     if mode.name == "gdp":

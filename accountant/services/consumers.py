@@ -11,9 +11,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session, selectinload
 
 from accountant import seals
-from accountant.accounting.modes import Mode, limit_of, mode_of
+from accountant.accounting.admits import AdmitsNothing, admitting_limit
+from accountant.accounting.modes import Mode, mode_of
 from accountant.driver import Driver, statement
-from accountant.errors import Conflict, InvalidRequest, NotFound
+from accountant.errors import Conflict, InvalidRequest, NotFound, field_error
 from accountant.exact import DELTA
 from accountant.key_hashing import KeyHasher, ensure_registered
 from accountant.models import ApiKey, Consumer, Dataset, Grant
@@ -183,7 +184,9 @@ def create_consumer(
 def _set_quota(grant: Grant, dataset: Dataset, stated: dict[str, Any], field_name: str) -> None:
     mode = dataset.mode
     try:
-        quota = limit_of(mode, stated, DELTA.to_decimal(dataset.limit_delta or 0))
+        quota = admitting_limit(mode, stated, DELTA.to_decimal(dataset.limit_delta or 0))
+    except AdmitsNothing as error:
+        raise field_error(f"{field_name}.{error.component}", str(error)) from None
     except ValueError as error:
         raise InvalidRequest(
             str(error), errors=[{"field": field_name, "message": str(error)}]

@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
 from accountant import seals
+from accountant.accounting.admits import AdmitsNothing, admitting_limit
 from accountant.accounting.checks import at_limit, remaining
 from accountant.accounting.loss import LossRule, ScopeBooks, ScopeState, loss_now
 from accountant.accounting.modes import MODES, Mode, limit_of, mode_of, mu_of, rdp_order
@@ -47,10 +48,17 @@ def dataset_delta(dataset: Dataset) -> Decimal | None:
 
 
 def _limit(mode: Mode, stated: dict[str, Any], at_delta: Decimal | None, where: str) -> Limit:
+    """The enforced limit of the budget stated at ``where``. A sub-budget (partition,
+    window) whose limit would be 0 is refused (``accounting.admits``); the lifetime
+    ``budget`` is the dataset's own terms, shown as its limit on every read, and may be 0."""
     if mode.name == "pure" and stated.get("delta", 0) != 0:
         raise field_error(f"{where}.delta", "a pure dataset has delta 0; use accounting approx")
     try:
-        return limit_of(mode, stated, at_delta)
+        if where == "budget":
+            return limit_of(mode, stated, at_delta)
+        return admitting_limit(mode, stated, at_delta)
+    except AdmitsNothing as error:
+        raise field_error(f"{where}.{error.component}", str(error)) from None
     except ValueError as error:
         raise field_error(where, str(error)) from None
 

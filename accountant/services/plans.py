@@ -71,8 +71,9 @@ class Solved:
 
 def solve(driver: Driver, request: ChargeRequest, name: str, count: int, now_us: int) -> Solved:
     """The least-noise value of parameter ``name`` such that ``count`` identical charges fit
-    now: the largest epsilon or rho, or the smallest sigma, to 9 significant digits,
-    rounded toward more noise. Raises ``NothingFits`` if no value in range fits."""
+    now: the largest epsilon or rho, or the smallest sigma, to 9 significant digits: the
+    exact fit when it has 9 digits or fewer, else rounded toward more noise. Raises
+    ``NothingFits`` if no value in range fits."""
     increasing = NOISE_PARAMETERS[name]
     evaluation = preview(driver, _with(request, name, Decimal(1)), now_us)  # the scopes
     mode, dataset = evaluation.mode, evaluation.dataset
@@ -111,8 +112,14 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int, now_us:
             low = middle
         else:
             high = middle
-    value = _round(Decimal(repr(math.exp(low if increasing else high))), increasing)
-    for _ in range(100):  # rounding to 9 digits must not leave the fitting side
+    near = Decimal(repr(math.exp(low if increasing else high)))  # the end that fits
+    # The threshold lies between the ends, within about 10^-15 of ``near`` (relative). When it
+    # is itself a 9-digit number (20 charges within epsilon 1: 0.05 exactly), ``near`` is a
+    # hair on the more-noise side of it, and rounding toward less noise finds it; otherwise
+    # that rounding does not fit, and the walk below takes the next 9-digit value toward
+    # more noise (each step moves by at most one unit of the 9th digit).
+    value = min(max(_round(near, not increasing), _LOW), _HIGH)
+    for _ in range(100):  # the answer must be on the fitting side
         if fits(value):
             break
         value = _round(
