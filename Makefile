@@ -28,9 +28,11 @@ $(TEST_PLUGINS): $(STAMP) tests/example_plugin/pyproject.toml tests/example_plug
 	rm -rf $(TEST_PLUGINS)
 	$(BIN)/pip install --quiet --no-deps --target $(TEST_PLUGINS) tests/example_plugin
 
-serve: $(SERVE_STAMP)  ## install, migrate ./var/accountant.db, print a first admin key, serve on :8000
+PORT   ?= 8000
+
+serve: $(SERVE_STAMP)  ## install, migrate ./var/accountant.db, print a first admin key, serve on :$(PORT) (make serve PORT=9000)
 	$(BIN)/accountant init
-	$(BIN)/accountant serve --host 127.0.0.1 --port 8000 --workers 2
+	$(BIN)/accountant serve --host 127.0.0.1 --port $(PORT) --workers 2
 
 test: $(STAMP) $(TEST_PLUGINS)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check .

@@ -84,6 +84,7 @@ def _database(settings: Settings) -> Engine:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="privacy-accountant", prog_name="accountant")
 def main() -> None:
     """The privacy-budget accountant.
 
@@ -163,7 +164,9 @@ def init() -> None:
 
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8000, show_default=True, type=int, help="Port to bind.")
+@click.option(
+    "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port to bind."
+)
 @click.option(
     "--workers", default=2, show_default=True, type=click.IntRange(1, 256), help="Worker processes."
 )
@@ -234,6 +237,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         extra={"url": f"http://{host}:{port}", "workers": workers, "threads": threads},
     )
     serving.install()
+    serving.Logger.access_log = settings.access_log
     try:
         _Server().run()
     finally:
@@ -242,6 +246,9 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         if os.getpid() == master:
             shutil.rmtree(metrics_dir, ignore_errors=True)
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            logging.getLogger("accountant.serve").info(
+                "stopped: every worker has exited", extra={"url": f"http://{host}:{port}"}
+            )
 
 
 _METRICS_PREFIX = "accountant-metrics-"

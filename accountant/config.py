@@ -66,6 +66,9 @@ class Settings:
     #: The dashboard cookie's Secure flag: "auto" sets it when the request came over HTTPS
     #: (directly, or through a proxy that says so in X-Forwarded-Proto); "true" or "false".
     cookie_secure: str = "auto"
+    #: One JSON line per request on standard error (method, path, status, bytes, duration;
+    #: never a header, so never a key): "true" or "false".
+    access_log: bool = False
 
     @property
     def database_deadline_s(self) -> float:
@@ -119,6 +122,10 @@ def _parse(name: str, raw: str) -> Any:
             return int(raw)
         except ValueError:
             raise ConfigError(f"{PREFIX}{name.upper()} must be an integer, got {raw!r}") from None
+    if name == "access_log":
+        if raw.lower() not in ("true", "false"):
+            raise ConfigError(f"{PREFIX}ACCESS_LOG must be true or false, got {raw!r}")
+        return raw.lower() == "true"
     if name == "disabled_plugins":
         return tuple(part.strip() for part in raw.split(",") if part.strip())
     if name == "alert_thresholds":

@@ -34,3 +34,5 @@ def configure(level: str = "INFO") -> None:
         handler.setFormatter(JSONFormatter())
         root.addHandler(handler)
     root.setLevel(level.upper())
+    # Alembic announces its plugins and dialect at INFO on every start: noise, not events.
+    logging.getLogger("alembic").setLevel(max(logging.WARNING, root.level))

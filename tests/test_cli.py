@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -147,6 +148,37 @@ def test_serve_runs_gunicorn_workers_and_stops_on_sigterm(tmp_path: Path) -> Non
         assert server.stop() == 0
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists()
+
+
+def test_serve_keeps_an_access_log_on_request_and_logs_its_stop(tmp_path: Path) -> None:
+    """ACCOUNTANT_ACCESS_LOG=true: one JSON line per request, with no header or query (so no
+    key); no alembic INFO lines at start; the master's last line says it stopped."""
+    env = _env(tmp_path, ACCOUNTANT_ADMIN_KEY=ADMIN_KEY, ACCOUNTANT_ACCESS_LOG="true")
+    subprocess.run([BIN, "init"], env=env, check=True, capture_output=True)
+    log = tmp_path / "serve.log"
+    with running_service(env, log, "--workers", "1", ready="/readyz") as server:
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        listed = requests.get(f"{server.base}/v1/datasets?limit=5", headers=headers, timeout=5)
+        assert listed.status_code == 200
+        assert server.stop() == 0
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    access = [line for line in lines if line["logger"] == "accountant.access"]
+    assert {"method": "GET", "path": "/v1/datasets", "status": 200}.items() <= access[-1].items()
+    assert access[-1]["seconds"] >= 0 and access[-1]["bytes"] > 0
+    assert ADMIN_KEY not in log.read_text() and "limit=5" not in log.read_text()
+    assert not [line for line in lines if line["logger"].startswith("alembic")]
+    assert lines[-1]["logger"] == "accountant.serve" and lines[-1]["message"].startswith("stopped")
+
+
+def test_version_and_a_port_out_of_range(tmp_path: Path) -> None:
+    version = subprocess.run([BIN, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("accountant, version ")
+    refused = subprocess.run(
+        [BIN, "serve", "--port", "99999"], env=_env(tmp_path), capture_output=True, text=True
+    )
+    assert refused.returncode == 2
+    assert "99999 is not in the range 1<=x<=65535" in refused.stderr
+    assert not [line for line in refused.stderr.splitlines() if line.startswith("{")]  # no log
 
 
 @pytest.mark.parametrize(
