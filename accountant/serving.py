@@ -75,7 +75,7 @@ class Logger(glogging.Logger):  # type: ignore[misc]  # gunicorn ships no type h
     #: Set by ``accountant serve`` before the workers fork.
     access_log = False
 
-    def access(self, resp: Any, req: Any, environ: Any, request_time: Any) -> None:
+    def access(self, resp: Any, _req: Any, environ: Any, request_time: Any) -> None:
         if Logger.access_log:
             _ACCESS.info(
                 "request",
