@@ -126,7 +126,9 @@ def remaining(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> A
 
 
 def at_limit(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> bool:
-    """Whether ``loss`` has reached ``limit`` in a component it binds: nothing more fits, and
-    ``remaining`` is 0 there. The one definition of "at limit" (the budget report's
-    ``at_limit``, the dashboard's badges)."""
-    return any(loss[name] >= bound for name, bound in bounds(limit, names).items())
+    """Whether ``loss`` has used up a component that ``limit`` grants (a positive bound):
+    ``remaining`` is 0 there, and no charge that costs anything in it fits. A bound of 0
+    (an approx budget stated without delta) grants nothing to use up: it only admits
+    charges free in that component, and is never "at limit" by itself. The one definition
+    of "at limit" (the budget report's ``at_limit``, the dashboard's badges)."""
+    return any(0 < bound <= loss[name] for name, bound in bounds(limit, names).items())

@@ -123,6 +123,7 @@ def partitions_at_limit(session: Session, dataset: Dataset) -> list[str]:
     reached = [  # checks.at_limit, as SQL over every partition's spend
         getattr(TallySpend, name) >= bound
         for name, bound in rules.bounds(limit, dataset.mode.components).items()
+        if bound > 0
     ]
     if not reached:
         return []
