@@ -112,6 +112,7 @@ def _deadline_pool() -> Any:
 def _connect_with_deadline(engine: Engine, deadline_s: float, connect_s: float) -> None:
     from psycopg.errors import ConnectionTimeout
 
+    from accountant.deadline import spent
     from accountant.pg_deadline import (
         STALL,
         DeadlineConnection,
@@ -124,7 +125,8 @@ def _connect_with_deadline(engine: Engine, deadline_s: float, connect_s: float) 
         refuse_while_stalled()
         cparams["connect_timeout"] = connect_timeout(connect_s)  # within the request's deadline
         try:
-            connection = DeadlineConnection.connect(*cargs, **cparams)
+            with spent():
+                connection = DeadlineConnection.connect(*cargs, **cparams)
         except ConnectionTimeout:
             STALL.timed_out()
             raise

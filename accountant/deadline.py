@@ -15,20 +15,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-#: When the current request's waits for the database must end (``time.monotonic``), if any.
-_REQUEST_ENDS: ContextVar[float | None] = ContextVar("request_ends", default=None)
-#: The least time a wait is given, so that a request past its deadline fails at once.
-_AT_ONCE = 0.001
-
-
+#: What is left of the current request's time for waiting on the database, in seconds (a
+#: one-item list, spent by ``spent``), if it has such a budget.
+_LEFT: ContextVar[list[float] | None] = ContextVar("left", default=None)
 #: When the server received the current request (``time.monotonic``), if it says so.
 _ARRIVED: ContextVar[float | None] = ContextVar("arrived", default=None)
+#: The least time a wait is given, so that a request past its deadline fails at once.
+_AT_ONCE = 0.001
 
 
 @contextmanager
 def arrived(at: float | None) -> Iterator[None]:
     """The request handled within this block arrived ``at`` (the server's main loop saw it):
-    its deadline counts from then, its wait for a free thread included."""
+    its time waiting for a free thread counts against its budget."""
     token = _ARRIVED.set(at)
     try:
         yield
@@ -38,18 +37,32 @@ def arrived(at: float | None) -> Iterator[None]:
 
 @contextmanager
 def request_deadline(seconds: float) -> Iterator[None]:
-    """Within this block, every wait for the database ends ``seconds`` after the request
-    arrived (``arrived``), or after the block began."""
+    """Within this block, the request's waits for the database (and its wait for a thread,
+    since it ``arrived``) add up to at most ``seconds``. Time spent computing, a mechanism
+    running, is not waiting and does not count."""
     start = _ARRIVED.get()
-    token = _REQUEST_ENDS.set((time.monotonic() if start is None else start) + seconds)
+    queued = 0.0 if start is None else max(0.0, time.monotonic() - start)
+    token = _LEFT.set([seconds - queued])
     try:
         yield
     finally:
-        _REQUEST_ENDS.reset(token)
+        _LEFT.reset(token)
 
 
 def remaining(longest: float) -> float:
     """How long the next wait may last: ``longest``, or what is left of the request's
-    deadline if that is less (at least a millisecond, so that it ends at once)."""
-    ends = _REQUEST_ENDS.get()
-    return longest if ends is None else max(_AT_ONCE, min(longest, ends - time.monotonic()))
+    budget if that is less (at least a millisecond, so that it ends at once)."""
+    left = _LEFT.get()
+    return longest if left is None else max(_AT_ONCE, min(longest, left[0]))
+
+
+@contextmanager
+def spent() -> Iterator[None]:
+    """Count the time this block takes against the request's budget (a wait)."""
+    left = _LEFT.get()
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        if left is not None:
+            left[0] -= time.monotonic() - start

@@ -44,6 +44,7 @@ from typing import Generic, TypeVar
 
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+from accountant.deadline import remaining, spent
 from accountant.driver import Driver
 
 T = TypeVar("T")
@@ -102,12 +103,13 @@ class GroupCommit:
             if not queue.leading:
                 queue.leading = slot.lead = True
         if not slot.lead:
-            if not slot.done.wait(self._wait_s):
-                with self._mutex:
-                    if not (slot.taken or slot.lead):
-                        queue.waiting.remove(slot)  # type: ignore[arg-type]  # as above
-                        raise self._timed_out()
-            slot.done.wait()
+            with spent():  # waiting for the lock, or for the leader's commit, is waiting
+                if not slot.done.wait(remaining(self._wait_s)):
+                    with self._mutex:
+                        if not (slot.taken or slot.lead):
+                            queue.waiting.remove(slot)  # type: ignore[arg-type]  # as above
+                            raise self._timed_out()
+                slot.done.wait()
         if slot.lead:  # its charge is first in the queue
             self._lead(dataset, queue, driver)
         return slot.outcome()

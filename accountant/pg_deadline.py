@@ -35,7 +35,7 @@ import psycopg
 from psycopg import errors
 from sqlalchemy.pool import QueuePool
 
-from accountant.deadline import remaining
+from accountant.deadline import remaining, spent
 
 #: What ``Connection.wait`` raises when its timeout passes (psycopg >= 3.3; an import error
 #: here, rather than a wait without a deadline, if a release renames it).
@@ -68,6 +68,10 @@ class DeadlinePool(QueuePool):
     @_timeout.setter
     def _timeout(self, seconds: float) -> None:
         self._longest_checkout = seconds
+
+    def _do_get(self) -> Any:
+        with spent():
+            return super()._do_get()
 
 
 class _Stall:
@@ -140,7 +144,8 @@ class DeadlineConnection(psycopg.Connection[Any]):
             self.pgconn.finish()  # nothing of ``gen`` was sent; its transaction ends here
             raise
         try:
-            answer = super().wait(gen, interval, allowed)
+            with spent():
+                answer = super().wait(gen, interval, allowed)
         except _WAIT_TIMEOUT:
             STALL.timed_out()
             self.pgconn.finish()  # the protocol state is unknown: never reuse it

@@ -132,8 +132,8 @@ class Worker(ThreadWorker):  # type: ignore[misc]  # gunicorn ships no type hint
     before. A kept-alive connection's later requests, and TLS, always go to a thread
     (Flask's ``/healthz`` answers the same).
 
-    Each request's deadline for the database (``accountant.deadline``) counts from when
-    the main loop handed it on, so that the time it waited for a free thread counts too."""
+    Each request's budget for waiting on the database (``accountant.deadline``) starts
+    when the main loop hands it on, so that the time it waits for a free thread counts."""
 
     def handle(self, conn: Any) -> Any:
         with deadline.arrived(getattr(conn, "arrived", None)):
