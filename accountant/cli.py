@@ -165,7 +165,11 @@ def init() -> None:
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option(
-    "--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port to bind."
+    "--port",
+    default=8000,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to bind (0: any free port).",
 )
 @click.option(
     "--workers", default=2, show_default=True, type=click.IntRange(1, 256), help="Worker processes."

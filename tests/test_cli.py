@@ -177,7 +177,7 @@ def test_version_and_a_port_out_of_range(tmp_path: Path) -> None:
         [BIN, "serve", "--port", "99999"], env=_env(tmp_path), capture_output=True, text=True
     )
     assert refused.returncode == 2
-    assert "99999 is not in the range 1<=x<=65535" in refused.stderr
+    assert "99999 is not in the range 0<=x<=65535" in refused.stderr
     assert not [line for line in refused.stderr.splitlines() if line.startswith("{")]  # no log
 
 
