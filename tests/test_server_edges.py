@@ -150,11 +150,15 @@ def test_every_log_line_is_json(database_url: str, signing_key_file: str, tmp_pa
 
 
 def test_gunicorn_builds_no_request_line_for_an_access_log_the_service_does_not_write(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The service's logging configuration makes gunicorn count its access log as enabled,
     so it would build every request's access-log fields and record, which nothing writes.
-    With an access log configured, they are built."""
+    Without ACCOUNTANT_ACCESS_LOG nothing is built; with it, the service's own JSON record is
+    written, and gunicorn's request-line atoms are never built."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
     from gunicorn import glogging
     from gunicorn.config import Config
 
@@ -167,13 +171,17 @@ def test_gunicorn_builds_no_request_line_for_an_access_log_the_service_does_not_
         built.append(args)
         return {}
 
-    for accesslog in (None, "-"):
-        config = Config()
-        config.set("accesslog", accesslog)
-        logger = serving.Logger(config)
+    response = SimpleNamespace(status_code=200, sent=16)
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/healthz"}
+    for enabled in (False, True):
+        monkeypatch.setattr(serving.Logger, "access_log", enabled)
+        logger = serving.Logger(Config())
         monkeypatch.setattr(logger, "atoms", atoms)
-        logger.access(None, None, {}, None)
-        assert len(built) == (0 if accesslog is None else 1)
+        with caplog.at_level("INFO", logger="accountant.access"):
+            logger.access(response, None, environ, timedelta(milliseconds=2))
+    assert built == []
+    records = [r for r in caplog.records if r.name == "accountant.access"]
+    assert len(records) == 1 and getattr(records[0], "path", None) == "/healthz"
 
 
 def test_liveness_is_answered_while_slow_clients_hold_every_thread(server: Server) -> None:
