@@ -6,6 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
@@ -384,31 +385,25 @@ def check_keys(keys: list[str], field_name: str) -> None:
         seen.add(key)
 
 
-_KEYS_PER_STATEMENT = 10_000
-
-
 def declare_partitions(
     session: Session, dataset: Dataset, keys: list[str], now: int
 ) -> tuple[list[str], list[str]]:
-    """Create the partitions not yet declared; return (created, already existing)."""
+    """Create the partitions not yet declared; return (created, already existing).
+
+    One ``INSERT ... ON CONFLICT DO NOTHING`` names the created ones: no read of the
+    existing keys first, whose plan a server may have cached while the table was small
+    (a cached sequential scan made a 100,000-key declaration take 80 s on PostgreSQL)."""
     check_keys(keys, "keys")
-    existing: set[str] = set()
-    for start in range(0, len(keys), _KEYS_PER_STATEMENT):  # PostgreSQL binds < 65536 values
-        existing.update(
-            session.execute(
-                select(Partition.key).where(
-                    Partition.dataset_id == dataset.id,
-                    Partition.key.in_(keys[start : start + _KEYS_PER_STATEMENT]),
-                )
-            ).scalars()
-        )
-    created = [key for key in keys if key not in existing]
-    if created:
-        session.execute(
-            insert(Partition),
-            [{"dataset_id": dataset.id, "key": key, "created_at": now} for key in created],
-        )
-    return created, [key for key in keys if key in existing]
+    dialect = session.get_bind().dialect.name
+    insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = (
+        insert_into(Partition)
+        .on_conflict_do_nothing(index_elements=[Partition.dataset_id, Partition.key])
+        .returning(Partition.key)
+    )
+    rows = [{"dataset_id": dataset.id, "key": key, "created_at": now} for key in keys]
+    added = set(session.execute(statement, rows).scalars()) if rows else set()
+    return [key for key in keys if key in added], [key for key in keys if key not in added]
 
 
 def tally_state(
