@@ -131,14 +131,13 @@ def _safe_url(url: str) -> str:
 def init() -> None:
     """Upgrade the schema, create the key and secret files, and print a first admin key if
     no admin exists yet."""
-    from accountant.app import prepare_host
     from accountant.db import begin_write, make_engine, make_session_factory
     from accountant.migrate import upgrade
     from accountant.services.consumers import KEY_PREFIX, ensure_first_admin
 
     settings = _settings()
     upgrade(settings.database_url)
-    prepare_host(settings)  # the key and secret files, registered; ACCOUNTANT_ADMIN_KEY's admin
+    _prepare_host(settings)  # the key and secret files, registered; ACCOUNTANT_ADMIN_KEY's admin
     sessions = make_session_factory(make_engine(settings, service=False))
     hasher = _key_hasher(settings)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
@@ -191,16 +190,12 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     # the folder of a crashed master.
     metrics_dir = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{master}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    from accountant.app import prepare_host
-    from accountant.key_hashing import KeyHashSecretMismatch
-    from accountant.noise import NoiseSecretMismatch
-
     try:
-        prepare_host(settings)  # no database connection stays open across the fork
-    except (NoiseSecretMismatch, KeyHashSecretMismatch) as error:
+        _prepare_host(settings)  # no database connection stays open across the fork
+    except click.ClickException:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # never point anyone at it again
-        raise click.ClickException(str(error)) from None
+        raise
 
     class _Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
         def load_config(self) -> None:
@@ -239,6 +234,19 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         if os.getpid() == master:
             shutil.rmtree(metrics_dir, ignore_errors=True)
             os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+
+
+def _prepare_host(settings: Settings) -> None:
+    """``app.prepare_host``; a host or database it refuses is one line saying what to do."""
+    from accountant.app import prepare_host
+    from accountant.key_hashing import KeyHashSecretMismatch
+    from accountant.noise import NoiseSecretMismatch
+    from accountant.seals import NotSealed
+
+    try:
+        prepare_host(settings)
+    except (NoiseSecretMismatch, KeyHashSecretMismatch, NotSealed) as error:
+        raise click.ClickException(str(error)) from None
 
 
 _METRICS_PREFIX = "accountant-metrics-"
@@ -355,6 +363,7 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     from accountant.db import begin_write, make_session_factory
     from accountant.errors import AccountantError
     from accountant.models import Consumer
+    from accountant.seals import NotSealed, require_sealed
     from accountant.services.consumers import create_consumer, issue_key
 
     settings = _settings()
@@ -363,6 +372,7 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     try:
         with sessions() as session:
             begin_write(session)
+            require_sealed(session)  # a key issued here would seal its consumer
             consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar()
             if consumer is None:
                 _, key = create_consumer(
@@ -384,6 +394,8 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
             session.commit()
     except AccountantError as error:
         raise click.ClickException(error.detail) from None
+    except NotSealed as error:
+        raise click.ClickException(str(error)) from None
     except (OperationalError, IntegrityError) as error:
         raise click.ClickException(
             f"database error: {error.orig}; did you run 'accountant db upgrade'?"
@@ -422,6 +434,7 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
         _verify_export(export_file)
         return
     from accountant.db import make_session_factory
+    from accountant.key_hashing import foreign
     from accountant.services import ledger as ledger_service
 
     anchors = _anchors(copies)
@@ -429,35 +442,39 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
     sessions = make_session_factory(_database(settings))
     hasher = _existing_key_hasher(settings)
     with sessions() as session:
+        other = None if hasher is None else foreign(session, hasher)
         result = ledger_service.verify(
             session,
             progress=lambda n: click.echo(f"  {n} entries checked ...", err=True),
-            hasher=hasher,
+            hasher=None if other else hasher,
         )
         missing = ledger_service.anchors_missing(session, anchors) if result.ok else []
     for problem in missing:
         click.echo(f"DAMAGED: {problem}", err=True)
     if missing:
         sys.exit(1)
-    if result.ok:
-        click.echo(f"ok: {result.entries} entries in {len(result.heads)} chains")
-        if not result.seals_checked:
-            click.echo(
-                "note: seals not checked: run this with the database's key-hash secret "
-                "(ACCOUNTANT_KEY_HASH_SECRET_FILE), after the service has started once",
-                err=True,
-            )
-        for name, head in sorted(result.heads.items()):
-            click.echo(f"  {name} {head}")
-        return
-    where = (
-        ""
-        if result.first_bad is None
-        else f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
-    )
-    subject = "" if result.dataset is None else f"dataset {result.dataset!r}{where}: "
-    click.echo(f"DAMAGED: {subject}{result.reason}", err=True)
-    sys.exit(1)
+    if not result.ok:
+        where = (
+            ""
+            if result.first_bad is None
+            else f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
+        )
+        subject = "" if result.dataset is None else f"dataset {result.dataset!r}{where}: "
+        click.echo(f"DAMAGED: {subject}{result.reason}", err=True)
+        sys.exit(1)
+    click.echo(f"ok: {result.entries} entries in {len(result.heads)} chains")
+    for name, head in sorted(result.heads.items()):
+        click.echo(f"  {name} {head}")
+    if other:  # a secret is configured here, but its seals cannot be checked
+        click.echo(f"NOT VERIFIED: seals not checked: {other}", err=True)
+        sys.exit(1)
+    if not result.seals_checked:
+        click.echo(
+            "note: seals not checked: this host has no key-hash secret "
+            f"({settings.key_hash_secret_file}); run this where the service runs, with its "
+            "ACCOUNTANT_KEY_HASH_SECRET_FILE, to check them",
+            err=True,
+        )
 
 
 def _verify_export(path: str) -> None:
@@ -507,6 +524,74 @@ def _plain_cell(value: str) -> str:
     return (
         value[1:] if value[:1] == "'" and value[1:2] in ("=", "+", "-", "@", "\t", "\r") else value
     )
+
+
+@main.group("seals")
+def seals_group() -> None:
+    """Seals: keyed digests that tell the service's writes from edits in the database."""
+
+
+@seals_group.command("init")
+def seals_init() -> None:
+    """Seal a database from before seals, once, as it stands, and ledger who did it.
+
+    The service seals each dataset's terms and each consumer's role, grants, quotas and
+    keys as it writes them, and never seals rows that exist: on a database from before
+    seals it does not start, and 'accountant ledger verify' reports it DAMAGED, until this
+    command is run. Check the database first ('accountant ledger verify', the consumers'
+    roles and the datasets' limits): sealing vouches for the rows as they stand. Refused
+    when anything is sealed already or the ledger does not verify. Each dataset's chain
+    records who ran it (a limit_change entry of scope 'seals'); it prints what it sealed.
+    Run it on a host with the key-hash secret (ACCOUNTANT_KEY_HASH_SECRET_FILE)."""
+    from datetime import UTC, datetime
+
+    from accountant.db import begin_write, make_session_factory
+    from accountant.errors import AccountantError
+    from accountant.key_hashing import KeyHashSecretMismatch
+    from accountant.services import sealing
+
+    settings = _settings()
+    sessions = make_session_factory(_database(settings))
+    hasher = _key_hasher(settings)
+    now, by = _now(), _operator()
+    try:
+        with sessions() as session:
+            begin_write(session)
+            sealed = sealing.init(session, hasher, now, by)
+            session.commit()
+    except AccountantError as error:
+        raise click.ClickException(error.detail) from None
+    except KeyHashSecretMismatch as error:
+        raise click.ClickException(str(error)) from None
+    at = datetime.fromtimestamp(now / 1e6, UTC).isoformat(timespec="seconds")
+    click.echo(
+        f"sealed {len(sealed.datasets)} datasets and {len(sealed.consumers)} consumers as they "
+        f"stood, by {by} at {at}:"
+    )
+    for name, digest in sealed.datasets:
+        click.echo(f"  dataset {name}: terms_sha256 {digest}")
+    for consumer in sealed.consumers:
+        granted = f" on {', '.join(consumer.datasets)}" if consumer.datasets else ""
+        click.echo(
+            f"  consumer {consumer.name}: {consumer.role}{granted}, {consumer.keys} live keys"
+        )
+    click.echo(
+        "each dataset's chain records it (a limit_change entry of scope 'seals'); from now "
+        "on 'accountant ledger verify' checks every seal",
+        err=True,
+    )
+
+
+def _operator() -> str:
+    """Who runs this command: the user and host, for the ledger."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a container, say)
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
 
 
 @ledger.command("rebuild-totals")
