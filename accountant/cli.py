@@ -423,16 +423,28 @@ def ledger() -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Verify this JSON Lines export alone, offline: no database, no settings.",
 )
-def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
+@click.option(
+    "--jwks",
+    "jwks_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="With --file: the service's public keys (the JSON of GET /v1/receipts/public-key, "
+    "or one JWK), to check that the service signed the export.",
+)
+def ledger_verify(copies: tuple[str, ...], export_file: str | None, jwks_file: str | None) -> None:
     """Recompute every dataset's hash chain; exit 1 naming the first bad entry.
 
     With --against, also check that nothing an earlier export shows was truncated or
     rewritten since (the chain alone cannot tell a truncated chain whose recorded head was
     rewound, or a deleted dataset, from one that never had more). With --file, verify an
-    export instead of the database (docs/ledger.md)."""
+    export instead of the database: its chains, and the signature on its last line, which
+    says how many entries of each dataset it holds and where each ends (a line deleted at
+    the end is caught); with --jwks, also that the service made that signature
+    (docs/ledger.md)."""
     if export_file is not None:
-        _verify_export(export_file)
+        _verify_export(export_file, jwks_file)
         return
+    if jwks_file is not None:
+        raise click.UsageError("--jwks applies to --file only")
     from accountant.db import make_session_factory
     from accountant.key_hashing import foreign
     from accountant.services import ledger as ledger_service
@@ -477,18 +489,71 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
         )
 
 
-def _verify_export(path: str) -> None:
-    from accountant.ledger_file import verify_lines
+def _verify_export(path: str, jwks_file: str | None) -> None:
+    from accountant import ledger_file
+    from accountant.signing import ReceiptError, verify
 
     with open(path, encoding="utf-8") as file:
-        result = verify_lines(file)
+        result = ledger_file.verify_lines(file)
     if not result.ok:
         click.echo(f"DAMAGED: {result.problem}", err=True)
         sys.exit(1)
+    if result.signature is None:
+        click.echo(
+            "NOT VERIFIED: the export carries no signature (its last line has no "
+            "export_signature: deleted, or an export made before exports carried one), so "
+            "nothing shows whether lines were deleted at its end",
+            err=True,
+        )
+        sys.exit(1)
+    try:
+        claims = (
+            ledger_file.claims_of(result.signature)
+            if jwks_file is None
+            else verify(result.signature, _public_keys(jwks_file))
+        )
+    except (ReceiptError, ValueError) as error:
+        click.echo(f"DAMAGED: the export's signature: {error}", err=True)
+        sys.exit(1)
+    problem = ledger_file.check_claims(result, claims)
+    if problem is not None:
+        click.echo(f"DAMAGED: {problem}", err=True)
+        sys.exit(1)
+    heads = claims.get("heads")
     click.echo(f"ok: {result.lines} entries in {len(result.segments)} chains")
-    for name, (first, last, head) in sorted(result.segments.items()):
-        whole = "whole chain" if first == 1 else "a segment"
-        click.echo(f"  {name} seq {first}..{last} ({whole}) {head}")
+    for name, segment in sorted(result.segments.items()):
+        signed = heads.get(name) if isinstance(heads, dict) else None
+        head = signed.get("seq") if isinstance(signed, dict) else None
+        whole = "whole chain" if (segment.first, segment.last) == (1, head) else "a segment"
+        click.echo(f"  {name} seq {segment.first}..{segment.last} ({whole}) {segment.hash}")
+    if jwks_file is None:
+        click.echo(
+            "note: the signature's claims were checked, not who made it: pass --jwks FILE "
+            "(GET /v1/receipts/public-key) to check that the service signed the export",
+            err=True,
+        )
+
+
+def _public_keys(path: str) -> list[dict[str, str]]:
+    """The JWKs in ``path``: a JWK set ({"keys": [...]}), a list of JWKs, or one JWK."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            loaded = json.load(file)
+    except ValueError as error:
+        raise click.BadParameter(f"{path} is not JSON: {error}", param_hint="--jwks") from None
+    keys = loaded.get("keys", [loaded]) if isinstance(loaded, dict) else loaded
+    if not (
+        isinstance(keys, list)
+        and keys
+        and all(isinstance(k, dict) and {"kid", "x"} <= set(k) for k in keys)
+    ):
+        raise click.BadParameter(
+            f"{path} holds no JWK with 'kid' and 'x': save the JSON of GET /v1/receipts/public-key",
+            param_hint="--jwks",
+        )
+    return keys
 
 
 def _anchors(paths: tuple[str, ...]) -> dict[str, tuple[int, str]]:
