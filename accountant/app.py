@@ -142,10 +142,10 @@ def prepare_host(settings: Settings) -> None:
     create the signing key, noise secret and key-hash secret files, publish the signing key,
     register the secrets (or refuse another database's), refuse a database with rows but no
     record of its seals (``seals.NotSealed``: ``accountant seals init`` seals one from before
-    seals), and create the first admin from ``ACCOUNTANT_ADMIN_KEY``. It opens its own connections
-    and closes all of them: a SQLite connection inherited across fork shares its file locks
-    with the parent, and when the parent dies the WAL can be deleted under the workers,
-    losing acknowledged charges."""
+    seals), and create the first admin from ``ACCOUNTANT_ADMIN_KEY``. It opens its own
+    connections and closes all of them: a SQLite connection inherited across fork shares its
+    file locks with the parent, and when the parent dies the WAL can be deleted under the
+    workers, losing acknowledged charges."""
     engine = make_engine(settings)
     try:
         signer = signing.load_or_create(Path(settings.signing_key_file))

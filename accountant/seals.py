@@ -16,13 +16,16 @@ database never holds. The service seals
 dataset's first ledger entry, a quota raised, a role escalated, a revoked key restored or a
 key moved to another consumer shows as a broken seal; a missing seal is a broken one.
 
-Nothing seals rows that exist already without an operator saying so. A new database is
-sealed from its first row on: the process that registers the key-hash secret on a database
-that holds no dataset and no key records ``key_hash_secrets.sealed_at``, and every write
-seals what it writes. A database from before seals is sealed only by ``accountant seals
-init`` (``accountant.services.sealing``), which is ledgered; until then ``verify`` reports
-it DAMAGED and the service does not start on it (``require_sealed``), so that no write
-seals part of it first.
+Nothing seals rows that exist already without an operator saying so. A change made
+through the service reseals only a consumer or dataset whose seal held before it
+(``consumer_holds``, ``datasets.terms_hold``): a change to edited rows is refused, and a
+key revoked from them leaves their seal broken. A new database is sealed from its first
+row on: the process that registers the key-hash secret on a database that holds no
+dataset and no key records ``key_hash_secrets.sealed_at``, and every write seals what it
+writes. A database from before seals is sealed only by ``accountant seals init``
+(``accountant.services.sealing``), which is ledgered; until then ``verify`` reports it
+DAMAGED and the service does not start on it (``require_sealed``), so that no write seals
+part of it first.
 """
 
 from __future__ import annotations
@@ -113,6 +116,26 @@ def seal_consumer(executor: Executor, hasher: KeyHasher, consumer_id: int) -> No
         update(Consumer)
         .where(Consumer.id == consumer_id)
         .values(seal=of_consumer(executor, hasher, consumer_id))
+    )
+
+
+def consumer_holds(executor: Executor, hasher: KeyHasher, consumer_id: int) -> bool:
+    """Whether ``consumer_id``'s seal matches its rows, read under the lock ``seal_consumer``
+    takes (call before changing them). A change to a consumer whose seal does not hold must
+    not reseal it: the new seal would vouch for whatever was edited in the database."""
+    executor.execute(
+        select(Consumer.id).where(Consumer.id == consumer_id).with_for_update(key_share=True)
+    )
+    seal = executor.execute(select(Consumer.seal).where(Consumer.id == consumer_id)).scalar()
+    return seal == of_consumer(executor, hasher, consumer_id)
+
+
+def refusal(subject: str) -> str:
+    """Why a change to ``subject``, whose seal does not hold, is refused."""
+    return (
+        f"the rows of {subject} are not as the service sealed them (edited in the "
+        "database?), and changing them now would seal the edit; nothing was changed. Find "
+        "the edit with 'accountant ledger verify' and restore the rows from a backup first"
     )
 
 

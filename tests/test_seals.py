@@ -171,3 +171,63 @@ def test_a_new_database_is_sealed_as_it_is_written(
     assert all(seal is not None for _, seal in _seals(database_url))
     body = api.get("/v1/ledger/verify").get_json()
     assert body["ok"] is True and body["seals_checked"] is True
+
+
+def test_a_change_through_the_service_never_seals_an_edit(
+    books: Api, database_url: str, signing_key_file: str
+) -> None:
+    """A key issued, a quota changed or a limit changed reseals its consumer or dataset as
+    it then stands: on rows edited in the database that would vouch for the edit, so each
+    is refused (409) and nothing changes; revoking a key is allowed and leaves the seal
+    broken."""
+    run_sql(database_url, "UPDATE consumers SET role = 'admin' WHERE name = 'svc'")
+    before = _seals(database_url)
+    issued = books.post("/v1/consumers/svc/keys", {})
+    assert issued.status_code == 409 and "consumer 'svc'" in issued.get_json()["detail"]
+    patched = books.patch("/v1/consumers/svc", {"quotas": {"clicks": {"epsilon": 2}}})
+    assert patched.status_code == 409, patched.get_json()
+    create = _accountant(
+        database_url, signing_key_file, "keys", "create", "--name", "svc", "--role", "admin"
+    )
+    assert create.returncode == 1 and "consumer 'svc'" in create.stderr
+    [key] = [
+        k
+        for c in books.get("/v1/consumers").get_json()["consumers"]
+        for k in c["keys"]
+        if c["name"] == "svc"
+    ]
+    assert books.call("DELETE", f"/v1/keys/{key['id']}").status_code == 204
+    assert _seals(database_url) == before  # revoked, not resealed
+    body = books.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and "consumer 'svc'" in body["reason"]
+    # a dataset's limit raised with its digest, before its first entry: only its seal shows
+    run_sql(database_url, "UPDATE consumers SET role = 'service' WHERE name = 'svc'")
+    run_sql(database_url, "UPDATE consumers SET seal = NULL WHERE name = 'svc'")
+    _raise_limit(database_url, "other")
+    entries = len(books.ledger(dataset="other"))
+    changed = books.patch("/v1/datasets/other", {"windows": [{"period": "1d", "epsilon": 1}]})
+    assert changed.status_code == 409 and "dataset 'other'" in changed.get_json()["detail"]
+    assert len(books.ledger(dataset="other")) == entries
+    body = books.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and body["dataset"] == "other"
+    issued = books.post("/v1/consumers/svc/keys", {})  # a missing seal is a broken one
+    assert issued.status_code == 409
+
+
+def _raise_limit(database_url: str, name: str) -> None:
+    """Raise a dataset's lifetime limit tenfold with the matching digest, as someone who
+    can write the database but holds no secret can."""
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from accountant.models import Dataset
+    from accountant.services import terms
+
+    engine = create_engine(database_url)
+    with Session(engine) as session:
+        dataset = session.execute(select(Dataset).where(Dataset.name == name)).scalar_one()
+        assert dataset.limit_epsilon is not None
+        dataset.limit_epsilon = dataset.limit_epsilon * 10
+        dataset.terms_sha256 = terms.digest(dataset)
+        session.commit()
+    engine.dispose()
