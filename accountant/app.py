@@ -17,7 +17,7 @@ from sqlalchemy.exc import (
 )
 from werkzeug.exceptions import HTTPException
 
-from accountant import key_hashing, noise, problems, signing
+from accountant import key_hashing, noise, problems, seals, signing
 from accountant import logging as structured_logging
 from accountant.alerts import AlertDispatcher, AlertSettings
 from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
@@ -154,11 +154,12 @@ def record_metric(update: Callable[[], object]) -> None:
 def prepare_host(settings: Settings) -> None:
     """What ``accountant init`` and ``accountant serve`` do once before any worker starts:
     create the signing key, noise secret and key-hash secret files, publish the signing key,
-    register the secrets (or refuse another database's), seal a database from before seals,
-    and create the first admin from ``ACCOUNTANT_ADMIN_KEY``. It opens its own connections
-    and closes all of them: a SQLite connection inherited across fork shares its file locks
-    with the parent, and when the parent dies the WAL can be deleted under the workers,
-    losing acknowledged charges."""
+    register the secrets (or refuse another database's), refuse a database with rows but no
+    record of its seals (``seals.NotSealed``: ``accountant seals init`` seals one from before
+    seals), and create the first admin from ``ACCOUNTANT_ADMIN_KEY``. It opens its own
+    connections and closes all of them: a SQLite connection inherited across fork shares its
+    file locks with the parent, and when the parent dies the WAL can be deleted under the
+    workers, losing acknowledged charges."""
     engine = make_engine(settings)
     try:
         signer = signing.load_or_create(Path(settings.signing_key_file))
@@ -168,6 +169,8 @@ def prepare_host(settings: Settings) -> None:
             with engine.connect() as connection:
                 noise.register(connection, secret)
                 key_hashing.register(connection, hasher)
+                with connection.begin():
+                    seals.require_sealed(connection)  # never seal existing rows unasked
         except (OperationalError, ProgrammingError):
             log.info("no schema yet; run 'accountant db upgrade'")
             return

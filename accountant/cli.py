@@ -132,14 +132,13 @@ def _safe_url(url: str) -> str:
 def init() -> None:
     """Upgrade the schema, create the key and secret files, and print a first admin key if
     no admin exists yet."""
-    from accountant.app import prepare_host
     from accountant.db import begin_write, make_engine, make_session_factory
     from accountant.migrate import upgrade
     from accountant.services.consumers import KEY_PREFIX, ensure_first_admin
 
     settings = _settings()
     upgrade(settings.database_url)
-    prepare_host(settings)  # the key and secret files, registered; ACCOUNTANT_ADMIN_KEY's admin
+    _prepare_host(settings)  # the key and secret files, registered; ACCOUNTANT_ADMIN_KEY's admin
     sessions = make_session_factory(make_engine(settings, service=False))
     hasher = _key_hasher(settings)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
@@ -198,16 +197,12 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     # the folder of a crashed master.
     metrics_dir = tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{master}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    from accountant.app import prepare_host
-    from accountant.key_hashing import KeyHashSecretMismatch
-    from accountant.noise import NoiseSecretMismatch
-
     try:
-        prepare_host(settings)  # no database connection stays open across the fork
-    except (NoiseSecretMismatch, KeyHashSecretMismatch) as error:
+        _prepare_host(settings)  # no database connection stays open across the fork
+    except click.ClickException:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # never point anyone at it again
-        raise click.ClickException(str(error)) from None
+        raise
 
     class _Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
         def load_config(self) -> None:
@@ -253,6 +248,19 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
             logging.getLogger("accountant.serve").info(
                 "stopped: every worker has exited", extra={"url": f"http://{host}:{port}"}
             )
+
+
+def _prepare_host(settings: Settings) -> None:
+    """``app.prepare_host``; a host or database it refuses is one line saying what to do."""
+    from accountant.app import prepare_host
+    from accountant.key_hashing import KeyHashSecretMismatch
+    from accountant.noise import NoiseSecretMismatch
+    from accountant.seals import NotSealed
+
+    try:
+        prepare_host(settings)
+    except (NoiseSecretMismatch, KeyHashSecretMismatch, NotSealed) as error:
+        raise click.ClickException(str(error)) from None
 
 
 _METRICS_PREFIX = "accountant-metrics-"
@@ -369,6 +377,7 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     from accountant.db import begin_write, make_session_factory
     from accountant.errors import AccountantError
     from accountant.models import Consumer
+    from accountant.seals import NotSealed, require_sealed
     from accountant.services.consumers import create_consumer, issue_key
 
     settings = _settings()
@@ -377,6 +386,7 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     try:
         with sessions() as session:
             begin_write(session)
+            require_sealed(session)  # a key issued here would seal its consumer
             consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar()
             if consumer is None:
                 _, key = create_consumer(
@@ -398,6 +408,8 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
             session.commit()
     except AccountantError as error:
         raise click.ClickException(error.detail) from None
+    except NotSealed as error:
+        raise click.ClickException(str(error)) from None
     except (OperationalError, IntegrityError) as error:
         raise click.ClickException(
             f"database error: {error.orig}; did you run 'accountant db upgrade'?"
@@ -425,17 +437,30 @@ def ledger() -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="Verify this JSON Lines export alone, offline: no database, no settings.",
 )
-def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
+@click.option(
+    "--jwks",
+    "jwks_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="With --file: the service's public keys (the JSON of GET /v1/receipts/public-key, "
+    "or one JWK), to check that the service signed the export.",
+)
+def ledger_verify(copies: tuple[str, ...], export_file: str | None, jwks_file: str | None) -> None:
     """Recompute every dataset's hash chain; exit 1 naming the first bad entry.
 
     With --against, also check that nothing an earlier export shows was truncated or
     rewritten since (the chain alone cannot tell a truncated chain whose recorded head was
     rewound, or a deleted dataset, from one that never had more). With --file, verify an
-    export instead of the database (docs/ledger.md)."""
+    export instead of the database: its chains, and the signature on its last line, which
+    says how many entries of each dataset it holds and where each ends (a line deleted at
+    the end is caught); with --jwks, also that the service made that signature
+    (docs/ledger.md)."""
     if export_file is not None:
-        _verify_export(export_file)
+        _verify_export(export_file, jwks_file)
         return
+    if jwks_file is not None:
+        raise click.UsageError("--jwks applies to --file only")
     from accountant.db import make_session_factory
+    from accountant.key_hashing import foreign
     from accountant.services import ledger as ledger_service
 
     anchors = _anchors(copies)
@@ -443,49 +468,106 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None) -> None:
     sessions = make_session_factory(_database(settings))
     hasher = _existing_key_hasher(settings)
     with sessions() as session:
+        other = None if hasher is None else foreign(session, hasher)
         result = ledger_service.verify(
             session,
             progress=lambda n: click.echo(f"  {n} entries checked ...", err=True),
-            hasher=hasher,
+            hasher=None if other else hasher,
         )
         missing = ledger_service.anchors_missing(session, anchors) if result.ok else []
     for problem in missing:
         click.echo(f"DAMAGED: {problem}", err=True)
     if missing:
         sys.exit(1)
-    if result.ok:
-        click.echo(f"ok: {result.entries} entries in {len(result.heads)} chains")
-        if not result.seals_checked:
-            click.echo(
-                "note: seals not checked: run this with the database's key-hash secret "
-                "(ACCOUNTANT_KEY_HASH_SECRET_FILE), after the service has started once",
-                err=True,
-            )
-        for name, head in sorted(result.heads.items()):
-            click.echo(f"  {name} {head}")
-        return
-    where = (
-        ""
-        if result.first_bad is None
-        else f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
-    )
-    subject = "" if result.dataset is None else f"dataset {result.dataset!r}{where}: "
-    click.echo(f"DAMAGED: {subject}{result.reason}", err=True)
-    sys.exit(1)
+    if not result.ok:
+        where = (
+            ""
+            if result.first_bad is None
+            else f" at entry id {result.first_bad.id} (seq {result.first_bad.seq})"
+        )
+        subject = "" if result.dataset is None else f"dataset {result.dataset!r}{where}: "
+        click.echo(f"DAMAGED: {subject}{result.reason}", err=True)
+        sys.exit(1)
+    click.echo(f"ok: {result.entries} entries in {len(result.heads)} chains")
+    for name, head in sorted(result.heads.items()):
+        click.echo(f"  {name} {head}")
+    if other:  # a secret is configured here, but its seals cannot be checked
+        click.echo(f"NOT VERIFIED: seals not checked: {other}", err=True)
+        sys.exit(1)
+    if not result.seals_checked:
+        click.echo(
+            "note: seals not checked: this host has no key-hash secret "
+            f"({settings.key_hash_secret_file}); run this where the service runs, with its "
+            "ACCOUNTANT_KEY_HASH_SECRET_FILE, to check them",
+            err=True,
+        )
 
 
-def _verify_export(path: str) -> None:
-    from accountant.ledger_file import verify_lines
+def _verify_export(path: str, jwks_file: str | None) -> None:
+    from accountant import ledger_file
+    from accountant.signing import ReceiptError, verify
 
     with open(path, encoding="utf-8") as file:
-        result = verify_lines(file)
+        result = ledger_file.verify_lines(file)
     if not result.ok:
         click.echo(f"DAMAGED: {result.problem}", err=True)
         sys.exit(1)
+    if result.signature is None:
+        click.echo(
+            "NOT VERIFIED: the export carries no signature (its last line has no "
+            "export_signature: deleted, or an export made before exports carried one), so "
+            "nothing shows whether lines were deleted at its end",
+            err=True,
+        )
+        sys.exit(1)
+    try:
+        claims = (
+            ledger_file.claims_of(result.signature)
+            if jwks_file is None
+            else verify(result.signature, _public_keys(jwks_file))
+        )
+    except (ReceiptError, ValueError) as error:
+        click.echo(f"DAMAGED: the export's signature: {error}", err=True)
+        sys.exit(1)
+    problem = ledger_file.check_claims(result, claims)
+    if problem is not None:
+        click.echo(f"DAMAGED: {problem}", err=True)
+        sys.exit(1)
+    heads = claims.get("heads")
     click.echo(f"ok: {result.lines} entries in {len(result.segments)} chains")
-    for name, (first, last, head) in sorted(result.segments.items()):
-        whole = "whole chain" if first == 1 else "a segment"
-        click.echo(f"  {name} seq {first}..{last} ({whole}) {head}")
+    for name, segment in sorted(result.segments.items()):
+        signed = heads.get(name) if isinstance(heads, dict) else None
+        head = signed.get("seq") if isinstance(signed, dict) else None
+        whole = "whole chain" if (segment.first, segment.last) == (1, head) else "a segment"
+        click.echo(f"  {name} seq {segment.first}..{segment.last} ({whole}) {segment.hash}")
+    if jwks_file is None:
+        click.echo(
+            "note: the signature's claims were checked, not who made it: pass --jwks FILE "
+            "(GET /v1/receipts/public-key) to check that the service signed the export",
+            err=True,
+        )
+
+
+def _public_keys(path: str) -> list[dict[str, str]]:
+    """The JWKs in ``path``: a JWK set ({"keys": [...]}), a list of JWKs, or one JWK."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            loaded = json.load(file)
+    except ValueError as error:
+        raise click.BadParameter(f"{path} is not JSON: {error}", param_hint="--jwks") from None
+    keys = loaded.get("keys", [loaded]) if isinstance(loaded, dict) else loaded
+    if not (
+        isinstance(keys, list)
+        and keys
+        and all(isinstance(k, dict) and {"kid", "x"} <= set(k) for k in keys)
+    ):
+        raise click.BadParameter(
+            f"{path} holds no JWK with 'kid' and 'x': save the JSON of GET /v1/receipts/public-key",
+            param_hint="--jwks",
+        )
+    return keys
 
 
 def _anchors(paths: tuple[str, ...]) -> dict[str, tuple[int, str]]:
@@ -521,6 +603,74 @@ def _plain_cell(value: str) -> str:
     return (
         value[1:] if value[:1] == "'" and value[1:2] in ("=", "+", "-", "@", "\t", "\r") else value
     )
+
+
+@main.group("seals")
+def seals_group() -> None:
+    """Seals: keyed digests that tell the service's writes from edits in the database."""
+
+
+@seals_group.command("init")
+def seals_init() -> None:
+    """Seal a database from before seals, once, as it stands, and ledger who did it.
+
+    The service seals each dataset's terms and each consumer's role, grants, quotas and
+    keys as it writes them, and never seals rows that exist: on a database from before
+    seals it does not start, and 'accountant ledger verify' reports it DAMAGED, until this
+    command is run. Check the database first ('accountant ledger verify', the consumers'
+    roles and the datasets' limits): sealing vouches for the rows as they stand. Refused
+    when anything is sealed already or the ledger does not verify. Each dataset's chain
+    records who ran it (a limit_change entry of scope 'seals'); it prints what it sealed.
+    Run it on a host with the key-hash secret (ACCOUNTANT_KEY_HASH_SECRET_FILE)."""
+    from datetime import UTC, datetime
+
+    from accountant.db import begin_write, make_session_factory
+    from accountant.errors import AccountantError
+    from accountant.key_hashing import KeyHashSecretMismatch
+    from accountant.services import sealing
+
+    settings = _settings()
+    sessions = make_session_factory(_database(settings))
+    hasher = _key_hasher(settings)
+    now, by = _now(), _operator()
+    try:
+        with sessions() as session:
+            begin_write(session)
+            sealed = sealing.init(session, hasher, now, by)
+            session.commit()
+    except AccountantError as error:
+        raise click.ClickException(error.detail) from None
+    except KeyHashSecretMismatch as error:
+        raise click.ClickException(str(error)) from None
+    at = datetime.fromtimestamp(now / 1e6, UTC).isoformat(timespec="seconds")
+    click.echo(
+        f"sealed {len(sealed.datasets)} datasets and {len(sealed.consumers)} consumers as they "
+        f"stood, by {by} at {at}:"
+    )
+    for name, digest in sealed.datasets:
+        click.echo(f"  dataset {name}: terms_sha256 {digest}")
+    for consumer in sealed.consumers:
+        granted = f" on {', '.join(consumer.datasets)}" if consumer.datasets else ""
+        click.echo(
+            f"  consumer {consumer.name}: {consumer.role}{granted}, {consumer.keys} live keys"
+        )
+    click.echo(
+        "each dataset's chain records it (a limit_change entry of scope 'seals'); from now "
+        "on 'accountant ledger verify' checks every seal",
+        err=True,
+    )
+
+
+def _operator() -> str:
+    """Who runs this command: the user and host, for the ledger."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a container, say)
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
 
 
 @ledger.command("rebuild-totals")

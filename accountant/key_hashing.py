@@ -82,8 +82,14 @@ def register(connection: Connection, hasher: KeyHasher) -> None:
 def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> None:
     """In the caller's transaction, before any key is hashed: make ``hasher``'s secret the
     database's if it has none, rehashing every key stored as plain SHA-256 (before keyed
-    hashing); raise ``KeyHashSecretMismatch`` if the database has another. The first time,
-    seal every dataset and consumer as it stands (``accountant.seals``)."""
+    hashing); raise ``KeyHashSecretMismatch`` if the database has another.
+
+    It never seals a row that exists (``accountant.seals``): on a database that holds no
+    dataset and no key yet it records that seals begin now, so that each row is sealed as
+    it is written; any other database without that record is sealed only by ``accountant
+    seals init``."""
+    from accountant import seals  # seals hash with this module's KeyHasher
+
     known, sealed_at = connection.execute(
         select(KeyHashSecret.id, KeyHashSecret.sealed_at)
     ).one_or_none() or (None, None)
@@ -102,17 +108,25 @@ def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> No
             )
     else:
         _check(known, hasher)
-    if sealed_at is None:
-        from accountant import seals  # seals hash with this module's KeyHasher
-
-        seals.seal_everything(connection, hasher)
+    if sealed_at is None and seals.holds_nothing(connection):
         connection.execute(update(KeyHashSecret).values(sealed_at=now))
+
+
+def foreign(connection: Connection | Session, hasher: KeyHasher) -> str | None:
+    """Why ``hasher``'s secret is not the database's, or None if it is (or the database
+    has none yet)."""
+    known = connection.execute(select(KeyHashSecret.id)).scalar()
+    return None if known in (None, hasher.id) else _mismatch(known, hasher)
 
 
 def _check(known: str | None, hasher: KeyHasher) -> None:
     if known != hasher.id:
-        raise KeyHashSecretMismatch(
-            f"this host's key-hash secret (id {hasher.id}) is not the one this database's API "
-            f"keys are hashed under (id {known}); copy the key-hash secret file "
-            "(ACCOUNTANT_KEY_HASH_SECRET_FILE) from a host that serves this database"
-        )
+        raise KeyHashSecretMismatch(_mismatch(known, hasher))
+
+
+def _mismatch(known: str | None, hasher: KeyHasher) -> str:
+    return (
+        f"this host's key-hash secret (id {hasher.id}) is not the one this database's API "
+        f"keys are hashed under (id {known}); copy the key-hash secret file "
+        "(ACCOUNTANT_KEY_HASH_SECRET_FILE) from a host that serves this database"
+    )

@@ -14,9 +14,18 @@ database never holds. The service seals
 
 ``ledger verify`` on a host with the secret recomputes every seal. A limit edited before a
 dataset's first ledger entry, a quota raised, a role escalated, a revoked key restored or a
-key moved to another consumer shows as a broken seal. A database from before seals is
-sealed once, as it is, by the first process that registers the key-hash secret after the
-upgrade (``key_hash_secrets.sealed_at``); from then on a missing seal is a broken one.
+key moved to another consumer shows as a broken seal; a missing seal is a broken one.
+
+Nothing seals rows that exist already without an operator saying so. A change made
+through the service reseals only a consumer or dataset whose seal held before it
+(``consumer_holds``, ``datasets.terms_hold``): a change to edited rows is refused, and a
+key revoked from them leaves their seal broken. A new database is sealed from its first
+row on: the process that registers the key-hash secret on a database that holds no
+dataset and no key records ``key_hash_secrets.sealed_at``, and every write seals what it
+writes. A database from before seals is sealed only by ``accountant seals init``
+(``accountant.services.sealing``), which is ledgered; until then ``verify`` reports it
+DAMAGED and the service does not start on it (``require_sealed``), so that no write seals
+part of it first.
 """
 
 from __future__ import annotations
@@ -24,13 +33,68 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import Session
 
 from accountant.key_hashing import KeyHasher
-from accountant.models import ApiKey, Consumer, Dataset, Grant
+from accountant.models import ApiKey, Consumer, Dataset, Grant, KeyHashSecret
 
 Executor = Connection | Session
+
+
+class NotSealed(RuntimeError):
+    """A database with datasets or keys and no record of its seals: one from before seals,
+    which ``accountant seals init`` seals, or one whose record was cleared."""
+
+
+NEVER_SEALED = (
+    "this database's datasets and consumers were never sealed (a database from before "
+    "seals, or its seals and their record removed in the database): check it with "
+    "'accountant ledger verify', then seal it as it stands with 'accountant seals init' "
+    "(once, on a host with the key-hash secret)"
+)
+
+
+def cleared(carried: int) -> str:
+    """Why a database whose rows carry ``carried`` seals but no record of them is damaged."""
+    return (
+        f"the record of this database's seals (key_hash_secrets.sealed_at) is empty, yet "
+        f"{carried} datasets and consumers carry seals (cleared in the database?); find what "
+        "else changed with 'accountant ledger verify' and restore the database from a backup "
+        "taken before the edit"
+    )
+
+
+def holds_nothing(executor: Executor) -> bool:
+    """Whether the database holds no dataset and no API key, so nothing to seal yet (a
+    consumer being created has no key until its first one is issued)."""
+    return not (
+        executor.execute(select(Dataset.id).limit(1)).first()
+        or executor.execute(select(ApiKey.id).limit(1)).first()
+    )
+
+
+def carried(executor: Executor) -> int:
+    """How many datasets and consumers carry a seal."""
+    datasets = executor.execute(select(func.count(Dataset.terms_seal))).scalar_one()
+    consumers = executor.execute(select(func.count(Consumer.seal))).scalar_one()
+    return int(datasets) + int(consumers)
+
+
+def require_sealed(executor: Executor) -> None:
+    """Raise ``NotSealed`` unless the database records when its seals began or holds nothing
+    to seal. Run before a process writes (``accountant serve``, ``init``, ``keys create``):
+    a write seals what it touches, and ``accountant seals init`` refuses a database in which
+    anything is sealed, so a write on an unsealed database would leave it unsealable."""
+    if executor.execute(select(KeyHashSecret.sealed_at)).scalar() is not None:
+        return
+    if holds_nothing(executor):
+        return
+    found = carried(executor)
+    raise NotSealed(
+        (cleared(found) if found else NEVER_SEALED)
+        + "; the service does not start on a database without a record of its seals"
+    )
 
 
 def of_terms(hasher: KeyHasher, name: str, terms_sha256: str) -> str:
@@ -52,6 +116,26 @@ def seal_consumer(executor: Executor, hasher: KeyHasher, consumer_id: int) -> No
         update(Consumer)
         .where(Consumer.id == consumer_id)
         .values(seal=of_consumer(executor, hasher, consumer_id))
+    )
+
+
+def consumer_holds(executor: Executor, hasher: KeyHasher, consumer_id: int) -> bool:
+    """Whether ``consumer_id``'s seal matches its rows, read under the lock ``seal_consumer``
+    takes (call before changing them). A change to a consumer whose seal does not hold must
+    not reseal it: the new seal would vouch for whatever was edited in the database."""
+    executor.execute(
+        select(Consumer.id).where(Consumer.id == consumer_id).with_for_update(key_share=True)
+    )
+    seal = executor.execute(select(Consumer.seal).where(Consumer.id == consumer_id)).scalar()
+    return seal == of_consumer(executor, hasher, consumer_id)
+
+
+def refusal(subject: str) -> str:
+    """Why a change to ``subject``, whose seal does not hold, is refused."""
+    return (
+        f"the rows of {subject} are not as the service sealed them (edited in the "
+        "database?), and changing them now would seal the edit; nothing was changed. Find "
+        "the edit with 'accountant ledger verify' and restore the rows from a backup first"
     )
 
 
@@ -86,29 +170,35 @@ def of_consumer(executor: Executor, hasher: KeyHasher, consumer_id: int) -> str:
     return hasher.seal(_canonical(content))
 
 
-def seal_everything(executor: Executor, hasher: KeyHasher) -> int:
-    """Seal every dataset and consumer as it stands: once, when a database from before
-    seals is first served. The number of rows sealed."""
-    datasets = executor.execute(select(Dataset.id, Dataset.name, Dataset.terms_sha256)).all()
-    for dataset_id, name, terms_sha256 in datasets:
-        executor.execute(
-            update(Dataset)
-            .where(Dataset.id == dataset_id)
-            .values(terms_seal=of_terms(hasher, name, terms_sha256))
+def problem(session: Session, hasher: KeyHasher) -> tuple[str | None, str] | None:
+    """Why the seals do not vouch for the database, as (the dataset's name or None, what is
+    wrong); None if every dataset and consumer carries its seal and each holds, and the
+    database records when its seals began. ``hasher`` must hold the database's secret."""
+    registered = session.execute(select(KeyHashSecret.id, KeyHashSecret.sealed_at)).first()
+    if registered is not None and registered.id != hasher.id:
+        return None, (
+            f"the seals cannot be checked: this host's key-hash secret (id {hasher.id}) is not "
+            f"this database's (id {registered.id})"
         )
-    consumers = executor.execute(select(Consumer.id)).scalars().all()
-    for consumer_id in consumers:
-        seal_consumer(executor, hasher, consumer_id)
-    return len(datasets) + len(consumers)
+    sealed_at = None if registered is None else registered.sealed_at
+    if sealed_at is None and not carried(session):
+        return None if holds_nothing(session) else (None, NEVER_SEALED)
+    found = broken(session, hasher)
+    if found is None and sealed_at is None:
+        return None, cleared(carried(session))
+    return found
 
 
 def broken(session: Session, hasher: KeyHasher) -> tuple[str | None, str] | None:
-    """The first dataset or consumer whose seal does not match its rows, as (the dataset's
-    name or None, what is wrong); None if every seal holds. ``ledger.verify`` checks each
-    dataset's terms digest against its rows first, so the seal covers its limits."""
+    """The first dataset or consumer whose seal is missing or does not match its rows, as
+    (the dataset's name or None, what is wrong); None if every seal holds. ``ledger.verify``
+    checks each dataset's terms digest against its rows first, so the seal covers its
+    limits."""
     for name, terms_sha256, seal in session.execute(
         select(Dataset.name, Dataset.terms_sha256, Dataset.terms_seal).order_by(Dataset.id)
     ).all():
+        if seal is None:
+            return name, f"it has no seal ({_UNSEALED})"
         if seal != of_terms(hasher, name, terms_sha256):
             return name, (
                 "its terms are not the ones the service sealed "
@@ -117,12 +207,17 @@ def broken(session: Session, hasher: KeyHasher) -> tuple[str | None, str] | None
     for consumer_id, name, seal in session.execute(
         select(Consumer.id, Consumer.name, Consumer.seal).order_by(Consumer.id)
     ).all():
+        if seal is None:
+            return None, f"consumer {name!r} has no seal ({_UNSEALED})"
         if seal != of_consumer(session, hasher, consumer_id):
             return None, (
                 f"consumer {name!r}: its role, grants, quotas or keys are not the ones the "
                 "service sealed (edited in the database?)"
             )
     return None
+
+
+_UNSEALED = "its seal removed in the database, or rows written where the service never sealed"
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -42,6 +42,9 @@ def test_every_command_has_help() -> None:
         ["keys", "create"],
         ["plugins"],
         ["plugins", "list"],
+        ["ledger", "verify"],
+        ["seals"],
+        ["seals", "init"],
     ):
         result = runner.invoke(main, [*args, "--help"])
         assert result.exit_code == 0, result.output

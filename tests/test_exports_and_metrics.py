@@ -32,7 +32,9 @@ def test_exports_round_trip(api: Api) -> None:
     listed = api.ledger(dataset="clicks")
     jsonl = api.get("/v1/ledger/export?format=jsonl&dataset=clicks")
     assert jsonl.status_code == 200
-    assert [json.loads(line) for line in jsonl.text.splitlines()] == listed
+    exported = [json.loads(line) for line in jsonl.text.splitlines()]
+    assert "export_signature" in exported[-1]  # added to the last line (docs/ledger.md)
+    assert [{k: v for k, v in e.items() if k != "export_signature"} for e in exported] == listed
     table = api.get("/v1/ledger/export?format=csv&dataset=clicks")
     rows = list(csv.DictReader(io.StringIO(table.text)))
     assert [int(r["id"]) for r in rows] == [e["id"] for e in listed]

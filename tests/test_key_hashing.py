@@ -10,9 +10,14 @@ from pathlib import Path
 
 import pytest
 from flask import Flask
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
 from accountant.app import prepared_app
+from accountant.db import begin_write
 from accountant.key_hashing import KeyHashSecretMismatch
+from accountant.seals import NotSealed
+from accountant.services import sealing
 from tests.conftest import ADMIN_KEY, Api, run_sql
 
 
@@ -47,8 +52,10 @@ def test_keys_hashed_before_are_rehashed_once_and_keep_working(
     app: Flask, api: Api, database_url: str, signing_key_file: str
 ) -> None:
     key = api.make_consumer("svc")
-    # the database as a service before keyed hashing left it: plain SHA-256, no secret
+    # the database as a service before keyed hashing left it: plain SHA-256, no secret, and
+    # (older than seals too) nothing sealed
     run_sql(database_url, "DELETE FROM key_hash_secrets")
+    run_sql(database_url, "UPDATE consumers SET seal = NULL")
     for plaintext in (ADMIN_KEY, key):
         keyed = hmac.new(
             _secret(app), hashlib.sha256(plaintext.encode()).digest(), hashlib.sha256
@@ -59,6 +66,15 @@ def test_keys_hashed_before_are_rehashed_once_and_keep_working(
         )
     assert api.as_key(key).get("/v1/consumers/me").status_code == 401  # not yet rehashed
     config = {"database_url": database_url, "signing_key_file": signing_key_file}
+    with pytest.raises(NotSealed):  # registered and rehashed, but never sealed unasked
+        prepared_app(config)
+    assert api.as_key(key).get("/v1/consumers/me").status_code == 200
+    engine = create_engine(database_url)
+    with Session(engine) as session:  # what 'accountant seals init' does
+        begin_write(session)
+        sealing.init(session, app.extensions["accountant"].key_hasher, 1, "operator@host")
+        session.commit()
+    engine.dispose()
     for _ in range(2):  # the second start changes nothing
         restarted = Api(prepared_app(config).test_client())
         for plaintext in (ADMIN_KEY, key):

@@ -1,6 +1,7 @@
-"""An export verifies offline: `accountant ledger verify --file` and the 30-line verifier of
-docs/ledger.md both recompute every hash and link, and both name a line edited, deleted,
-inserted or moved."""
+"""An export verifies offline: `accountant ledger verify --file` and the 40-line verifier of
+docs/ledger.md both recompute every hash and link and hold the lines to the signature on the
+last line, and both name a line edited, deleted (in the middle or at an end), inserted or
+moved."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+from flask import Flask
 
-from tests.conftest import Api
+from tests.conftest import ADMIN_KEY, Api
 
 BIN = Path(sys.executable).parent / "accountant"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "ledger.md"
@@ -52,7 +57,9 @@ def export(api: Api, tmp_path: Path) -> list[str]:
     return [line for line in text.splitlines() if line]
 
 
-def _verifiers(tmp_path: Path) -> dict[str, Callable[[Path], subprocess.CompletedProcess[str]]]:
+def _verifiers(
+    tmp_path: Path, *options: str
+) -> dict[str, Callable[[Path], subprocess.CompletedProcess[str]]]:
     blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.S)
     assert len(blocks) == 1 and len(blocks[0].splitlines()) <= 40
     script = tmp_path / "verify_export.py"
@@ -60,7 +67,10 @@ def _verifiers(tmp_path: Path) -> dict[str, Callable[[Path], subprocess.Complete
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
     return {
         "cli": lambda path: subprocess.run(
-            [BIN, "ledger", "verify", "--file", str(path)], env=env, capture_output=True, text=True
+            [BIN, "ledger", "verify", "--file", str(path), *options],
+            env=env,
+            capture_output=True,
+            text=True,
         ),
         "docs": lambda path: subprocess.run(
             [sys.executable, str(script), str(path)], capture_output=True, text=True
@@ -91,14 +101,20 @@ TAMPERING: dict[str, Callable[[list[str]], list[str]]] = {
 
 
 def test_an_untouched_export_verifies_with_both_verifiers(
-    export: list[str], tmp_path: Path
+    export: list[str], api: Api, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.jsonl"
     path.write_text("\n".join(export) + "\n", encoding="utf-8")
     for name, verify in _verifiers(tmp_path).items():
         result = verify(path)
         assert result.returncode == 0, (name, result.stdout, result.stderr)
-    assert "clicks seq 1..6 (whole chain)" in _verifiers(tmp_path)["cli"](path).stdout
+    cli = _verifiers(tmp_path)["cli"](path)
+    assert "clicks seq 1..6 (whole chain)" in cli.stdout and "people seq 1..1" in cli.stdout
+    assert "--jwks" in cli.stderr  # who signed it was not checked, and the command says so
+    keys = tmp_path / "keys.json"
+    keys.write_text(api.get("/v1/receipts/public-key").text)
+    signed = _verifiers(tmp_path, "--jwks", str(keys))["cli"](path)
+    assert signed.returncode == 0 and signed.stderr == "", signed.stderr
 
 
 @pytest.mark.parametrize("case", sorted(TAMPERING))
@@ -112,16 +128,118 @@ def test_a_tampered_export_fails_naming_its_line(
         assert result.returncode != 0 and "line " in result.stderr, (name, result.stderr)
 
 
-def test_a_dataset_filtered_export_verifies_as_a_segment(api: Api, tmp_path: Path) -> None:
+def _signed_by(lines: list[str], claims: dict[str, Any], signature: str) -> list[str]:
+    """``lines`` whose last one carries ``claims`` under another's ``signature``: a forgery
+    by someone who holds no key."""
+    from accountant.signing import b64url, canonical_json
+
+    header, _, mark = signature.split(".")
+    last = json.loads(lines[-1])
+    last["export_signature"] = ".".join([header, b64url(canonical_json(claims)), mark])
+    return [*lines[:-1], json.dumps(last)]
+
+
+def _moved_signature(lines: list[str]) -> list[str]:
+    """The last line deleted and its signature moved to the line before."""
+    signature = json.loads(lines[-1])["export_signature"]
+    before = json.loads(lines[-2])
+    before["export_signature"] = signature
+    return [*lines[:-2], json.dumps(before)]
+
+
+def _forged(lines: list[str]) -> list[str]:
+    """The last line deleted and the claims rewritten to match, keeping the old signature."""
+    from accountant.ledger_file import claims_of
+
+    signature = json.loads(lines[-1])["export_signature"]
+    claims = claims_of(signature)
+    kept = [json.loads(line) for line in lines[:-1]]
+    clicks = [entry for entry in kept if entry["dataset"] == "clicks"]
+    claims["contents"]["clicks"] = {
+        "entries": len(clicks),
+        "seq": clicks[-1]["seq"],
+        "hash": clicks[-1]["hash"],
+    }
+    return _signed_by(lines[:-1], claims, signature)
+
+
+#: Edits the links between lines cannot show; the signature on the last line does.
+TRUNCATING: dict[str, tuple[Callable[[list[str]], list[str]], str]] = {
+    "last line deleted": (lambda lines: lines[:-1], "no signature"),
+    "last line deleted, its signature kept": (_moved_signature, "truncated"),
+    "a dataset's only line deleted": (
+        lambda lines: [line for line in lines if '"dataset":"people"' not in line],
+        "dataset 'people': the export has no line of it",
+    ),
+    "first line deleted": (lambda lines: lines[1:], "lines deleted at its start"),
+    "line added after the signature": (
+        lambda lines: [*lines, lines[0]],
+        "follows the line that carries the signature",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRUNCATING))
+def test_a_truncated_export_fails_naming_the_problem(
+    export: list[str], tmp_path: Path, case: str
+) -> None:
+    edit, named = TRUNCATING[case]
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("\n".join(edit(export)) + "\n", encoding="utf-8")
+    for name, verify in _verifiers(tmp_path).items():
+        result = verify(path)
+        assert result.returncode != 0, (name, result.stdout, result.stderr)
+    cli = _verifiers(tmp_path)["cli"](path)
+    assert named in cli.stderr and "(whole chain)" not in cli.stdout, cli.stderr
+
+
+def test_claims_rewritten_without_the_key_fail_against_the_public_keys(
+    export: list[str], api: Api, tmp_path: Path
+) -> None:
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("\n".join(_forged(export)) + "\n", encoding="utf-8")
+    unchecked = _verifiers(tmp_path)["cli"](path)
+    assert unchecked.returncode == 0 and "--jwks" in unchecked.stderr  # it said so
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps(api.get("/v1/receipts/public-key").get_json()["keys"][0]))
+    checked = _verifiers(tmp_path, "--jwks", str(keys))["cli"](path)
+    assert checked.returncode == 1 and "signature does not match" in checked.stderr
+    other = tmp_path / "other.json"  # another service's key set proves nothing
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from accountant.signing import public_jwk
+
+    other.write_text(json.dumps({"keys": [public_jwk(Ed25519PrivateKey.generate().public_key())]}))
+    foreign = _verifiers(tmp_path, "--jwks", str(other))["cli"](_write(tmp_path, export))
+    assert foreign.returncode == 1 and "unknown key id" in foreign.stderr
+
+
+def _write(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "untouched.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_time_filtered_export_verifies_as_a_segment(api: Api, tmp_path: Path) -> None:
     api.make_dataset(budget={"epsilon": 10})
-    for _ in range(3):
+    api.charge(epsilon=0.1)
+    time.sleep(0.05)
+    moment = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    time.sleep(0.05)
+    for _ in range(2):
         api.charge(epsilon=0.1)
-    text = api.get("/v1/ledger/export?format=jsonl&dataset=clicks").text
-    tail = text.splitlines()[1:]  # as an export filtered by time from seq 2 on would be
-    path = tmp_path / "segment.jsonl"
-    path.write_text("\n".join(tail) + "\n", encoding="utf-8")
+    since = api.get(f"/v1/ledger/export?format=jsonl&dataset=clicks&since={moment}").text
+    path = _write(tmp_path, since.splitlines())
     result = _verifiers(tmp_path)["cli"](path)
     assert result.returncode == 0 and "clicks seq 2..3 (a segment)" in result.stdout
+    until = api.get(f"/v1/ledger/export?format=jsonl&until={moment}").text.splitlines()
+    assert len(until) == 1
+    result = _verifiers(tmp_path)["cli"](_write(tmp_path, until))
+    assert result.returncode == 0 and "clicks seq 1..1 (a segment)" in result.stdout
+    lines = since.splitlines()
+    cut = _moved_signature(lines)  # the time-filtered export truncated at its end
+    for name, verify in _verifiers(tmp_path).items():
+        assert verify(_write(tmp_path, cut)).returncode != 0, name
 
 
 def test_charged_is_cost_times_multiplicity_and_sums_to_the_running_total(
@@ -169,8 +287,79 @@ def test_the_export_is_signed_with_the_chain_heads_at_its_last_entry(
     # a dataset's export is signed with that dataset's head only
     one = api.get("/v1/ledger/export?format=jsonl&dataset=clicks")
     assert set(verify(one.headers["Accountant-Export-Signature"], jwks)["heads"]) == {"clicks"}
+    # the file's last line carries the same claims, with what the file holds of each dataset
+    inline = verify(entries[-1]["export_signature"], jwks)
+    assert {k: v for k, v in inline.items() if k != "contents"} == claims
+    assert inline["contents"] == {
+        name: {
+            "entries": sum(entry["dataset"] == name for entry in entries),
+            "seq": entry["seq"],
+            "hash": entry["hash"],
+        }
+        for name, entry in last.items()
+    }
+    assert all("export_signature" not in entry for entry in entries[:-1])
     # a changed head no longer verifies: the heads are what was signed
     header, _, signature = token.split(".")
     claims["heads"]["clicks"]["hash"] = "0" * 64
     with pytest.raises(ReceiptError, match="signature"):
         verify(".".join([header, b64url(canonical_json(claims)), signature]), jwks)
+
+
+def test_an_entry_committed_after_the_heads_were_read_is_left_out(
+    app: Flask, api: Api, database_url: str, tmp_path: Path
+) -> None:
+    """Ids are drawn before commit: an entry of one dataset whose id is below another
+    dataset's newer entry can commit after the export read its heads (here between its
+    first page of 1000 entries and its second). The export stops each dataset at its signed
+    head, so the heads of the header describe the file."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite's writers take turns: ids are drawn in commit order")
+    from sqlalchemy import create_engine, select
+    from sqlalchemy.orm import Session
+
+    from accountant.driver import Driver
+    from accountant.models import Dataset
+    from accountant.services import ledger
+    from accountant.signing import verify
+
+    api.make_dataset("early", budget={"epsilon": 1})
+    api.make_dataset("late", budget={"epsilon": 1})
+    engine = create_engine(database_url)
+
+    def append(session: Session, name: str) -> None:
+        dataset = session.execute(
+            select(Dataset).where(Dataset.name == name).with_for_update()
+        ).scalar_one()
+        ledger.append(
+            Driver.of(session),
+            dataset,
+            None,
+            kind="limit_change",
+            status="granted",
+            created_at=dataset.ledger_seq + 1,
+            detail={"scope": "test", "terms_sha256": dataset.terms_sha256},
+        )
+
+    with Session(engine) as session:  # the export's first page
+        for _ in range(1000):
+            append(session, "late")
+        session.commit()
+    with Session(engine) as pending:
+        append(pending, "early")  # its id is drawn; it commits later
+        assert api.charge(dataset="late", epsilon=0.1).status_code == 201  # a higher id
+        with app.test_client() as client:
+            response = client.get(
+                "/v1/ledger/export?format=jsonl",
+                headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+                buffered=False,
+            )  # the heads read, and the first page
+            pending.commit()
+            lines = response.get_data(as_text=True).splitlines()  # the second page
+    engine.dispose()
+    jwks = api.get("/v1/receipts/public-key").get_json()["keys"]
+    heads = verify(response.headers["Accountant-Export-Signature"], jwks)["heads"]
+    assert set(heads) == {"late"} and heads["late"]["seq"] == 1001
+    assert {json.loads(line)["dataset"] for line in lines} == {"late"} and len(lines) == 1001
+    result = _verifiers(tmp_path)["cli"](_write(tmp_path, lines))
+    assert result.returncode == 0 and "late seq 1..1001 (whole chain)" in result.stdout

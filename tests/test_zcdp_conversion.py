@@ -10,13 +10,14 @@ import dp_accounting
 import numpy as np
 import pytest
 from dp_accounting import pld, rdp
+from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import optimize
 
 from accountant.accounting.modes import epsilon_of_rho, rho_by_bun_steinke, rho_limit
 from accountant.exact import DELTA, RHO
-from tests.conftest import Api
+from tests.conftest import Api, run_sql
 
 
 def rdp_epsilon(rho: float, delta: float) -> float:
@@ -148,14 +149,15 @@ def test_mixed_workloads_never_report_less_than_their_exact_loss(
 
 
 def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
-    api: Api, database_url: str
+    app: Flask, api: Api, database_url: str
 ) -> None:
     from sqlalchemy import create_engine, select
     from sqlalchemy.orm import Session
 
+    from accountant.db import begin_write
     from accountant.migrate import upgrade
     from accountant.models import Dataset
-    from accountant.services import terms
+    from accountant.services import sealing, terms
 
     api.make_dataset(
         accounting="zcdp",
@@ -174,6 +176,10 @@ def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
         dataset.terms_sha256 = terms.digest(dataset)
         session.commit()
     engine.dispose()
+    # ... which was older than seals too
+    run_sql(database_url, "UPDATE datasets SET terms_seal = NULL")
+    run_sql(database_url, "UPDATE consumers SET seal = NULL")
+    run_sql(database_url, "UPDATE key_hash_secrets SET sealed_at = NULL")
     assert api.budget()["limit"]["rho"] == classic / RHO.scale
     upgrade(database_url)
     budget = api.budget()
@@ -186,6 +192,15 @@ def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
     assert [c["detail"]["scope"] for c in changes] == ["dataset", "window:1d"]
     assert all("Canonne" in c["detail"]["reason"] for c in changes)
     assert changes[0]["loss_after"]["rho"] == budget["loss"]["rho"] == 5e-5
+    unsealed = api.get("/v1/ledger/verify").get_json()  # the chains hold; nothing sealed
+    assert unsealed["ok"] is False and "accountant seals init" in unsealed["reason"]
+    engine = create_engine(database_url)
+    with Session(engine) as session:  # accountant seals init, once the operator checked
+        begin_write(session)
+        sealing.init(session, app.extensions["accountant"].key_hasher, 1, "operator@host")
+        session.commit()
+    engine.dispose()
     assert api.get("/v1/ledger/verify").get_json()["ok"] is True
     upgrade(database_url)  # again: nothing more to raise
-    assert len([e for e in api.ledger() if e["kind"] == "limit_change"]) == 2
+    changes = [e for e in api.ledger() if e["kind"] == "limit_change"]
+    assert [c["detail"]["scope"] for c in changes] == ["dataset", "window:1d", "seals"]

@@ -135,24 +135,20 @@ def stream_export(args: Mapping[str, str]) -> Response:
     filters = parse_filter(args, default_limit=2**62, max_limit=2**62)
     through, heads = ledger_reads.export_end(db(), filters.dataset_id)
     filters = replace(filters, through_id=through)
-    signature = sign(
-        runtime().signer,
-        {
-            "kind": "ledger-export",
-            "through_id": through,
-            "heads": heads,
-            "filters": {k: v for k, v in args.items() if k not in ("format", "cursor")},
-            "iat": runtime().clock.now_us() // 1_000_000,
-        },
-    )
+    claims = {
+        "kind": "ledger-export",
+        "through_id": through,
+        "heads": heads,
+        "filters": {k: v for k, v in args.items() if k not in ("format", "cursor")},
+        "iat": runtime().clock.now_us() // 1_000_000,
+    }
 
     def rows() -> Iterator[dict[str, Any]]:
-        return ledger_reads.export_rows(db(), filters)
+        return ledger_reads.export_rows(db(), filters, heads)
 
     def lines() -> Iterator[str]:
         if kind == "jsonl":
-            for row in rows():
-                yield json.dumps(row, default=float, separators=(",", ":")) + "\n"
+            yield from _signed_lines(rows(), claims)
             return
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=EXPORT_FIELDS, extrasaction="ignore")
@@ -173,5 +169,23 @@ def stream_export(args: Mapping[str, str]) -> Response:
     response = Response(stream_with_context(lines()), mimetype=mimetype)
     response.headers["Content-Disposition"] = f"attachment; filename=ledger.{kind}"
     # the chain heads at the export's last entry, signed with the receipt key (docs/ledger.md)
-    response.headers["Accountant-Export-Signature"] = signature
+    response.headers["Accountant-Export-Signature"] = sign(runtime().signer, claims)
     return response
+
+
+def _signed_lines(rows: Iterator[dict[str, Any]], claims: dict[str, Any]) -> Iterator[str]:
+    """The JSON Lines of ``rows``; the last one also carries ``export_signature``, the claims
+    signed with what the export holds of each dataset (``contents``: how many entries, and
+    the last one's seq and hash), so that a copy of the file alone shows a line deleted at
+    its end (``accountant ledger verify --file``)."""
+    contents: dict[str, dict[str, Any]] = {}
+    held = None
+    for row in rows:
+        if held is not None:
+            yield json.dumps(held, default=float, separators=(",", ":")) + "\n"
+        counted = contents.setdefault(row["dataset"], {"entries": 0})
+        counted.update(entries=counted["entries"] + 1, seq=row["seq"], hash=row["hash"])
+        held = row
+    if held is not None:
+        held["export_signature"] = sign(runtime().signer, {**claims, "contents": contents})
+        yield json.dumps(held, default=float, separators=(",", ":")) + "\n"

@@ -43,7 +43,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         "Change limits (ledgered)",
         schemas.DATASET_PATCH,
         200,
-        [400, 401, 403, 404],
+        [400, 401, 403, 404, 409],
     ),
     ("POST", "/v1/datasets/{name}/partitions"): (
         "Declare partitions",
@@ -74,14 +74,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         "Change grants and quotas (ledgered)",
         schemas.CONSUMER_PATCH,
         200,
-        [400, 401, 403, 404],
+        [400, 401, 403, 404, 409],
     ),
     ("GET", "/v1/consumers/me"): ("The caller's consumer, quotas and their use", None, 200, [401]),
     ("POST", "/v1/consumers/{name}/keys"): (
         "Issue a key",
         schemas.KEY_CREATE,
         201,
-        [400, 401, 403, 404],
+        [400, 401, 403, 404, 409],
     ),
     ("DELETE", "/v1/keys/{key_id}"): ("Revoke a key", None, 204, [401, 403, 404]),
     ("POST", "/v1/charges"): (

@@ -349,9 +349,12 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
         scope = detail.get("scope", "")
         if scope == "consumer":
             scope = f"quota of {detail.get('consumer', '')}"
+        change = f"{scope}: {_limits(detail.get('old'))} → {_limits(detail.get('new'))}"
+        if scope == "seals":  # accountant seals init: the terms vouched for as they stood
+            change = f"terms sealed as they stood, by {detail.get('sealed_by', '')}"
         return {
             **entry,
-            "cost": f"{scope}: {_limits(detail.get('old'))} → {_limits(detail.get('new'))}",
+            "cost": change,
             "charged": "",
             "multiplicity": "",
             "loss_after": loss_after,

@@ -96,10 +96,20 @@ _AUTHENTICATE = statement(
 
 
 def issue_key(
-    session: Session, consumer: Consumer, now: int, hasher: KeyHasher, key: str | None = None
+    session: Session,
+    consumer: Consumer,
+    now: int,
+    hasher: KeyHasher,
+    key: str | None = None,
+    *,
+    new: bool = False,
 ) -> tuple[ApiKey, str]:
-    """A new key for ``consumer``; the plaintext is returned once and never stored."""
+    """A new key for ``consumer`` (``new``: created in this transaction, so not sealed
+    yet); the plaintext is returned once and never stored. Refused (``Conflict``) for a
+    consumer whose seal does not hold."""
     ensure_registered(session, hasher)  # before the first keyed hash this database holds
+    if not new and not seals.consumer_holds(session, hasher, consumer.id):
+        raise Conflict(seals.refusal(f"consumer {consumer.name!r}"))
     plaintext = key if key is not None else KEY_PREFIX + secrets.token_urlsafe(32)
     row = ApiKey(
         id=secrets.token_hex(8),
@@ -121,12 +131,16 @@ def display_prefix(plaintext: str) -> str:
 
 
 def revoke_key(session: Session, key_id: str, now: int, hasher: KeyHasher) -> None:
+    """Revoke a key at once. Its consumer is resealed only if its seal held: a key revoked
+    from a consumer edited in the database is revoked, and the edit still shows."""
     row = session.get(ApiKey, key_id)
     if row is None or row.revoked_at is not None:
         raise NotFound(f"no active key with id {key_id!r}; list keys with GET /v1/consumers")
+    holds = seals.consumer_holds(session, hasher, row.consumer_id)
     row.revoked_at = now
     session.flush()
-    seals.seal_consumer(session, hasher, row.consumer_id)
+    if holds:  # a key revoked from edited rows is revoked; their seal stays broken
+        seals.seal_consumer(session, hasher, row.consumer_id)
 
 
 def create_consumer(
@@ -177,7 +191,7 @@ def create_consumer(
         session.flush()
     except IntegrityError:
         raise Conflict(f"a consumer named {body['name']!r} exists") from None
-    _, key = issue_key(session, consumer, now, hasher)
+    _, key = issue_key(session, consumer, now, hasher, new=True)
     return consumer, key
 
 
@@ -228,7 +242,7 @@ def ensure_first_admin(session: Session, key: str, now: int, hasher: KeyHasher) 
     consumer = Consumer(name="admin", role="admin", created_at=now)
     session.add(consumer)
     session.flush()
-    issue_key(session, consumer, now, hasher, key=key)
+    issue_key(session, consumer, now, hasher, key=key, new=True)
     return True
 
 
@@ -340,6 +354,8 @@ def update_consumer(
     ).scalar_one_or_none()
     if consumer is None:
         raise NotFound(f"no consumer named {name!r}; create it with POST /v1/consumers")
+    if not seals.consumer_holds(session, hasher, consumer.id):
+        raise Conflict(seals.refusal(f"consumer {name!r}"))
     granted = {grant.dataset_id: grant for grant in consumer.grants}
     names = dataset_names(session)
     wanted = (

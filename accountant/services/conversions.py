@@ -23,8 +23,13 @@ from accountant.accounting.windows import PERIOD_NAMES
 from accountant.db import begin_write
 from accountant.exact import DELTA, EPSILON, Limit
 from accountant.key_hashing import KeyHasher
-from accountant.models import Consumer, Dataset, Grant
-from accountant.services.datasets import describe_limit, ledger_limit_changes, seal_terms
+from accountant.models import Consumer, Dataset, Grant, KeyHashSecret
+from accountant.services.datasets import (
+    describe_limit,
+    ledger_limit_changes,
+    seal_terms,
+    terms_hold,
+)
 
 REASON = (
     "zcdp limits recomputed from their stated (epsilon, delta) by the Canonne, Kamath "
@@ -49,14 +54,24 @@ def _raised(row: Any, prefix: str, dataset_delta: int) -> bool:
 
 def upgrade_zcdp_limits(session: Session, now: int, hasher: KeyHasher | None = None) -> int:
     """Raise every zcdp limit that the conversion allows to be larger; the datasets changed.
-    With ``hasher``, reseal what changed (without it, on a host without the key-hash
-    secret, the rows stay as sealed and ``ledger verify`` reports them)."""
+    With ``hasher``, reseal what changed if its seal held before (without it, on a host
+    without the key-hash secret, the rows stay as sealed and ``ledger verify`` reports
+    them). A database not sealed yet stays unsealed: ``accountant seals init`` seals it as
+    converted, and refuses a database in which anything is sealed."""
     begin_write(session)
+    if session.execute(select(KeyHashSecret.sealed_at)).scalar() is None:
+        hasher = None
+    holding = set()  # the consumers whose seals hold, read before anything changes
+    if hasher is not None:
+        for consumer_id in session.execute(select(Consumer.id)).scalars().all():
+            if seals.consumer_holds(session, hasher, consumer_id):
+                holding.add(consumer_id)
     changed = 0
     resealed: set[int] = set()
     for dataset in session.execute(
         select(Dataset).where(Dataset.accounting == "zcdp").order_by(Dataset.id).with_for_update()
     ).scalars():
+        holds = hasher is not None and terms_hold(dataset, hasher)
         delta = dataset.limit_delta or 0
         changes: list[tuple[str, Any, Any]] = []
         old = describe_limit(dataset.limit, dataset.mode)
@@ -98,12 +113,12 @@ def upgrade_zcdp_limits(session: Session, now: int, hasher: KeyHasher | None = N
         if not changes:
             continue
         changed += 1
-        seal_terms(dataset, hasher)
+        seal_terms(dataset, hasher if holds else None)
         session.flush()
         ledger_limit_changes(session, dataset, None, changes, REASON, now)
     if hasher is not None:
         session.flush()
-        for consumer_id in sorted(resealed):
+        for consumer_id in sorted(resealed & holding):
             seals.seal_consumer(session, hasher, consumer_id)
     session.commit()
     return changed

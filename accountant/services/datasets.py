@@ -211,6 +211,14 @@ def seal_terms(dataset: Dataset, hasher: KeyHasher | None) -> None:
         dataset.terms_seal = seals.of_terms(hasher, dataset.name, dataset.terms_sha256)
 
 
+def terms_hold(dataset: Dataset, hasher: KeyHasher) -> bool:
+    """Whether ``dataset``'s terms are the ones its digest records and its seal vouches for
+    (check before changing them: a change recomputes both, and would vouch for an edit)."""
+    return terms.digest(dataset) == dataset.terms_sha256 and dataset.terms_seal == (
+        seals.of_terms(hasher, dataset.name, dataset.terms_sha256)
+    )
+
+
 def update_limits(
     session: Session,
     dataset: Dataset,
@@ -219,7 +227,10 @@ def update_limits(
     now: int,
     hasher: KeyHasher,
 ) -> None:
-    """Apply a PATCH (the dataset row is locked); ledger each changed limit."""
+    """Apply a PATCH (the dataset row is locked); ledger each changed limit. Refused
+    (``Conflict``) when the terms are not the ones the service last set and sealed."""
+    if not terms_hold(dataset, hasher):
+        raise Conflict(seals.refusal(f"dataset {dataset.name!r}"))
     mode = dataset.mode
     reason = body.get("reason")
     changes: list[tuple[str, Any, Any]] = []

@@ -20,7 +20,7 @@ from accountant import seals
 from accountant.driver import Driver, statement
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
-from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry
+from accountant.models import Consumer, Dataset, LedgerEntry
 from accountant.services import terms
 from accountant.services.dataset_state import DatasetState
 
@@ -230,7 +230,9 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
 
     With ``hasher`` (the key-hash secret), every seal is recomputed too: terms edited
     together with their digest (before a dataset's first entry, say) and consumers' roles,
-    grants, quotas and keys edited in the database show there (``accountant.seals``).
+    grants, quotas and keys edited in the database show there, and so does a missing seal,
+    a database never sealed or one whose record of its seals was cleared, or a secret that
+    is not the database's (``accountant.seals.problem``).
     """
     consumers = dict(session.execute(select(Consumer.id, Consumer.name)).all())
     checked = 0
@@ -285,12 +287,9 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
             return Verification(False, checked, heads, None, dataset.name, problem)
         if dataset.ledger_seq:
             heads[dataset.name] = expected_prev
-    registered = session.execute(select(KeyHashSecret.id, KeyHashSecret.sealed_at)).first()
-    if hasher is None or registered is None or registered.sealed_at is None:
+    if hasher is None:
         return Verification(True, checked, heads)
-    if registered.id != hasher.id:  # another database's secret: its seals say nothing here
-        return Verification(True, checked, heads)
-    found = seals.broken(session, hasher)
+    found = seals.problem(session, hasher)
     if found is not None:
         return Verification(False, checked, heads, None, found[0], found[1], seals_checked=True)
     return Verification(True, checked, heads, seals_checked=True)

@@ -86,10 +86,15 @@ def page(session: Session, filters: LedgerFilter) -> tuple[list[dict[str, Any]],
     return entries, str(rows[-1][0].id) if len(rows) == filters.limit else None
 
 
-def export_rows(session: Session, filters: LedgerFilter) -> Iterator[dict[str, Any]]:
-    """Every entry ``filters`` selects, described, read 1000 at a time: each page in a read
-    transaction of its own (never a snapshot held for a whole download), its objects
-    forgotten after it, so memory stays flat."""
+def export_rows(
+    session: Session, filters: LedgerFilter, heads: dict[str, dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """Every entry ``filters`` selects up to its dataset's head in ``heads`` (``export_end``),
+    described, read 1000 at a time: each page in a read transaction of its own (never a
+    snapshot held for a whole download), its objects forgotten after it, so memory stays
+    flat. An entry past its dataset's head is left out: ids are drawn before commit, so an
+    entry of another dataset with an id below the export's last may commit after its heads
+    were read; a dataset's own entries commit in ``seq`` order, under its row's lock."""
     after, left = filters.after_id, filters.limit
     while left > 0:
         datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
@@ -97,15 +102,16 @@ def export_rows(session: Session, filters: LedgerFilter) -> Iterator[dict[str, A
         rows = session.execute(ledger.query(page_filter)).all()
         described = [
             describe_entry(entry, datasets[entry.dataset_id], consumer)
-            for entry, _name, consumer in rows
+            for entry, name, consumer in rows
+            if entry.seq <= heads.get(name, {"seq": 0})["seq"]
         ]
         last_id = rows[-1][0].id if rows else after
         session.rollback()
         session.expunge_all()
         yield from described
-        if len(described) < page_filter.limit:
+        if len(rows) < page_filter.limit:
             return
-        after, left = last_id, left - len(described)
+        after, left = last_id, left - len(rows)
 
 
 def verification(session: Session, hasher: KeyHasher) -> dict[str, Any]:
