@@ -82,6 +82,16 @@ MUTATIONS = [
         ("tests/test_loss_rules.py",),
     ),
     Mutation(
+        "a charge too large for any top-k window is told to wait",
+        "accountant/accounting/checks.py",
+        "alone = loss_after(rule, fresh(rule, partition_count), cost, m, names)",
+        "alone = loss_after(rule, ScopeState(), cost, m, names)",
+        (
+            "tests/test_denials.py::"
+            "test_cost_alone_above_a_window_limit_is_409_on_a_user_dataset_with_bounded_k",
+        ),
+    ),
+    Mutation(
         "grid rounding paid once per release",
         "plugins/_samplers.py",
         "return math.ceil(Fraction(sensitivity) / Fraction(grid)) + coordinates",

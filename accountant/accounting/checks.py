@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from accountant.accounting.loss import LossRule, ScopeState, loss_after
+from accountant.accounting.loss import LossRule, ScopeState, fresh, loss_after
 from accountant.accounting.windows import Window
 from accountant.exact import Amount, ComponentName, Limit
 
@@ -105,10 +105,17 @@ def first_denial(
 
 
 def never_fits(
-    denial: Denial, rule: LossRule, cost: Amount, m: int, names: tuple[ComponentName, ...]
+    denial: Denial,
+    rule: LossRule,
+    cost: Amount,
+    m: int,
+    names: tuple[ComponentName, ...],
+    partition_count: int,
 ) -> bool:
-    """Whether the denied charge would exceed the denying limit even on a fresh scope."""
-    return denial.limit.is_exceeded_by(loss_after(rule, ScopeState(), cost, m, names), names)
+    """Whether the denied charge, on ``partition_count`` partitions, would exceed the denying
+    limit even on a fresh scope (read as the charge path reads one: ``loss.fresh``)."""
+    alone = loss_after(rule, fresh(rule, partition_count), cost, m, names)
+    return denial.limit.is_exceeded_by(alone, names)
 
 
 def bounds(limit: Limit, names: tuple[ComponentName, ...]) -> dict[ComponentName, int]:

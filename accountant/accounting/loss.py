@@ -70,6 +70,17 @@ class ScopeState:
     top_all: dict[ComponentName, list[int]] = field(default_factory=dict)
 
 
+def fresh(rule: LossRule, partition_count: int) -> ScopeState:
+    """A scope no charge has touched yet, as a charge on ``partition_count`` partitions reads
+    it: every figure zero and, for the top-k rule, ``top_inside`` padded with zeros to
+    min(k, |P|) (each charged partition's old s(p) is 0). The charge path reads a new scope
+    so, and ``checks.never_fits`` asks whether a charge fits in one."""
+    k = rule.max_partitions_per_user
+    if not rule.uses_top_k or k is None:
+        return ScopeState()
+    return ScopeState(top_inside={name: [0] * min(k, partition_count) for name in COMPONENTS})
+
+
 def loss_now(rule: LossRule, state: ScopeState, names: tuple[ComponentName, ...]) -> Amount:
     """The loss of a scope as it stands (``top_all`` holds the k largest s(p))."""
     values = {}

@@ -35,7 +35,7 @@ from sqlalchemy import (
 
 from accountant.accounting import checks as rules
 from accountant.accounting import pricing
-from accountant.accounting.loss import LossRule, ScopeKey, ScopeState, charged
+from accountant.accounting.loss import LossRule, ScopeKey, ScopeState, charged, fresh
 from accountant.accounting.modes import Mode
 from accountant.accounting.windows import PERIODS, Window
 from accountant.driver import Driver, Pending, Rows, Statement, statement
@@ -298,7 +298,9 @@ def evaluate(driver: Driver, reads: Reads, request: ChargeRequest, now: float) -
     cost, m = priced.cost, priced.multiplicity
     checks = checker.checks(cost, m)
     denial = rules.first_denial(checks, cost, mode.components)
-    never = denial is not None and rules.never_fits(denial, rule, cost, m, mode.components)
+    never = denial is not None and rules.never_fits(
+        denial, rule, cost, m, mode.components, len(keys)
+    )
     return Evaluation(
         dataset,
         mode,
@@ -454,10 +456,8 @@ def _read_scopes(
                 inside[name] += [0] * (min(k, n) - len(inside[name]))
         scope.state = ScopeState(tally.total, tally.max_spend, max_touched, outside, inside)
     for scope in scopes:
-        if scope.tally is None and rule.uses_top_k:
-            k = rule.max_partitions_per_user
-            assert k is not None
-            scope.state = ScopeState(top_inside={name: [0] * min(k, n) for name in names})
+        if scope.tally is None:
+            scope.state = fresh(rule, n)
     return scopes
 
 
