@@ -4,7 +4,7 @@ The reference below is written from the rules directly, with exact fractions
 and the whole charge history (no incremental tricks): the service must grant
 exactly what it grants, answer a denial 409 or 429 as the reference says
 (429 only for a window that a charge alone would fit), and report exactly
-its loss.
+its loss, which is never below the exact worst person's for a bounded k.
 """
 
 from __future__ import annotations
@@ -24,20 +24,52 @@ _names = itertools.count()
 def reference_loss(
     charges: list[tuple[Fraction, list[str], str]], unit: str, k: int | None
 ) -> Fraction:
+    if unit in ("record", "partition"):
+        return max(_spends(charges).values())
+    if k is None:
+        return _total(charges, None)
+    joint = [c for c in charges if c[2] == "joint"]
+    parallel = [c for c in charges if c[2] == "parallel"]
+    return min(_top_k(charges, k), _top_k(joint, k) + _top_k(parallel, k))
+
+
+def _spends(charges: list[tuple[Fraction, list[str], str]]) -> dict[str, Fraction]:
+    """s(p): the sum of the costs of the charges that touched p."""
     spend = {p: Fraction(0) for p in PARTITIONS}
-    total = Fraction(0)
-    for cost, partitions, release in charges:
+    for cost, partitions, _ in charges:
         for partition in partitions:
             spend[partition] += cost
-        if release == "joint":
-            total += cost
-        else:
-            total += cost * (len(partitions) if k is None else min(k, len(partitions)))
-    if unit in ("record", "partition"):
-        return max(spend.values())
-    if k is None:
-        return total
-    return min(total, sum(sorted(spend.values(), reverse=True)[:k], Fraction(0)))
+    return spend
+
+
+def _total(charges: list[tuple[Fraction, list[str], str]], k: int | None) -> Fraction:
+    """T: the sum of c * m, m = 1 joint, min(k, |P|) parallel (|P| with unbounded k)."""
+    return sum(
+        (
+            cost * (1 if release == "joint" else min(k or len(partitions), len(partitions)))
+            for cost, partitions, release in charges
+        ),
+        Fraction(0),
+    )
+
+
+def _top_k(charges: list[tuple[Fraction, list[str], str]], k: int) -> Fraction:
+    """min(T, sum of the k largest s(p)) over ``charges``."""
+    spend = sorted(_spends(charges).values(), reverse=True)
+    return min(_total(charges, k), sum(spend[:k], Fraction(0)))
+
+
+def worst_person(charges: list[tuple[Fraction, list[str], str]], k: int) -> Fraction:
+    """The exact loss of the worst-placed person in at most k partitions: a joint release
+    costs c once if it touches them, a parallel one c per partition of theirs it covers."""
+    worst = Fraction(0)
+    for placed in itertools.combinations(PARTITIONS, min(k, len(PARTITIONS))):
+        loss = Fraction(0)
+        for cost, partitions, release in charges:
+            covered = len(set(partitions) & set(placed))
+            loss += cost * (min(covered, 1) if release == "joint" else covered)
+        worst = max(worst, loss)
+    return worst
 
 
 charge = st.tuples(
@@ -69,6 +101,18 @@ charge = st.tuples(
         (Fraction(1, 10), ["a", "b", "c"], "parallel"),
         (Fraction(3, 10), ["c"], "parallel"),
         (Fraction(1, 20), ["a"], "joint"),
+    ],
+)
+# The joint and parallel parts apart: 0.2 + min(0.6, 0.3 + 0.2) = 0.7 < min(T, top-2 s) = 0.8.
+@example(
+    unit="user",
+    k=2,
+    partition_limit=None,
+    window_limit=None,
+    sequence=[
+        (Fraction(1, 5), ["a", "b", "c"], "joint"),
+        (Fraction(1, 5), ["a", "c"], "parallel"),
+        (Fraction(1, 10), ["b", "c"], "parallel"),
     ],
 )
 def test_grants_and_loss_match_the_reference(
@@ -117,3 +161,5 @@ def test_grants_and_loss_match_the_reference(
             granted = after
     expected = reference_loss(granted, unit, k)
     assert Fraction(str(api.budget(name)["loss"]["epsilon"])) == expected
+    if k is not None:
+        assert expected >= worst_person(granted, k)

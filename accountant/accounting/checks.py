@@ -50,16 +50,18 @@ def scope_check(
     state: ScopeState,
     cost: Amount,
     m: int,
+    release: str,
     names: tuple[ComponentName, ...],
     *,
     window: Window | None = None,
 ) -> ScopeCheck:
-    """A scope's loss now and after a charge of per-release ``cost`` and multiplicity ``m``."""
+    """A scope's loss now and after a charge of per-release ``cost``, multiplicity ``m`` and
+    kind ``release``."""
     return ScopeCheck(
         scope,
         limit,
-        loss_after(rule, state, Amount(), 0, names),
-        loss_after(rule, state, cost, m, names),
+        loss_after(rule, state, Amount(), 0, release, names),
+        loss_after(rule, state, cost, m, release, names),
         window=window,
     )
 
@@ -109,12 +111,13 @@ def never_fits(
     rule: LossRule,
     cost: Amount,
     m: int,
+    release: str,
     names: tuple[ComponentName, ...],
     partition_count: int,
 ) -> bool:
     """Whether the denied charge, on ``partition_count`` partitions, would exceed the denying
     limit even on a fresh scope (read as the charge path reads one: ``loss.fresh``)."""
-    alone = loss_after(rule, fresh(rule, partition_count), cost, m, names)
+    alone = loss_after(rule, fresh(rule, partition_count), cost, m, release, names)
     return denial.limit.is_exceeded_by(alone, names)
 
 

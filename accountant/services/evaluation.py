@@ -10,8 +10,9 @@ charge committed before.
 
 ``evaluate`` prices the release with the mechanism's cost declaration and
 checks every scope with the rules of ``accounting.checks`` (the top-k rule
-reads the k largest s(p) inside and outside the charged set as well). It
-writes nothing; a preview runs it without the lock.
+reads the k largest s(p), s_J(p) and s_P(p) inside and outside the charged
+set as well, every one sent before any is read: one round trip on
+PostgreSQL). It writes nothing; a preview runs it without the lock.
 """
 
 from __future__ import annotations
@@ -35,7 +36,16 @@ from sqlalchemy import (
 
 from accountant.accounting import checks as rules
 from accountant.accounting import pricing
-from accountant.accounting.loss import LossRule, ScopeKey, ScopeState, charged, fresh
+from accountant.accounting.loss import (
+    PARTS,
+    LossRule,
+    Part,
+    ScopeKey,
+    ScopeState,
+    Top,
+    charged,
+    fresh,
+)
 from accountant.accounting.modes import Mode
 from accountant.accounting.windows import PERIODS, Window
 from accountant.driver import Driver, Pending, Rows, Statement, statement
@@ -43,6 +53,7 @@ from accountant.errors import Forbidden, field_error
 from accountant.exact import Amount, ComponentName
 from accountant.mechanism import Mechanism, UnusableParameters
 from accountant.models import Dataset, Partition, Tally, TallySpend
+from accountant.models.tally import PART_PREFIXES
 from accountant.services import dataset_state, datasets
 from accountant.services.consumers import Principal
 from accountant.services.dataset_state import DatasetState
@@ -77,6 +88,8 @@ class _TallyRow:
     total: Amount
     max_spend: Amount
     max_touched: Amount  # the largest old s(p) among the charged partitions
+    joint_total: Amount
+    parallel_total: Amount
 
 
 @dataclass
@@ -206,6 +219,12 @@ def _scopes_statement(touched: bool) -> Statement:
         Tally.max_epsilon,
         Tally.max_delta,
         Tally.max_rho,
+        Tally.total_joint_epsilon,
+        Tally.total_joint_delta,
+        Tally.total_joint_rho,
+        Tally.total_parallel_epsilon,
+        Tally.total_parallel_delta,
+        Tally.total_parallel_rho,
         *maxima,
     )
     if touched:
@@ -293,13 +312,14 @@ def evaluate(driver: Driver, reads: Reads, request: ChargeRequest, now: float) -
         {scope.key: scope.state for scope in scopes},
         windows,
         keys,
+        request.release,
         functools.cache(lambda: _spends(driver, lifetime_id, ids)),
     )
     cost, m = priced.cost, priced.multiplicity
     checks = checker.checks(cost, m)
     denial = rules.first_denial(checks, cost, mode.components)
     never = denial is not None and rules.never_fits(
-        denial, rule, cost, m, mode.components, len(keys)
+        denial, rule, cost, m, request.release, mode.components, len(keys)
     )
     return Evaluation(
         dataset,
@@ -329,14 +349,17 @@ class ScopeChecker:
     states: dict[ScopeKey, ScopeState]
     windows: list[Window]
     keys: list[str]
+    release: str
     spends_of: Callable[[], dict[str, Amount]]  # the charged partitions' s(p), on demand
 
     def checks(self, cost: Amount, m: int) -> list[rules.ScopeCheck]:
         """Each scope's loss before and after a charge of per-release ``cost`` and
         multiplicity ``m`` (n identical charges are one of cost x n)."""
-        dataset, rule, names = self.dataset, self.rule, self.names
+        dataset, rule, names, release = self.dataset, self.rule, self.names, self.release
         lifetime = self.states[("lifetime", 0, 0, 0)]
-        checks = [rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, names)]
+        checks = [
+            rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, release, names)
+        ]
         if dataset.partition_limit is not None:
             checks.append(
                 rules.partition_check(
@@ -353,6 +376,7 @@ class ScopeChecker:
                     self.states[("consumer", principal.consumer_id, 0, 0)],
                     cost,
                     m,
+                    release,
                     names,
                 )
             )
@@ -365,6 +389,7 @@ class ScopeChecker:
                     self.states[("window", 0, window.period, window.start)],
                     cost,
                     m,
+                    release,
                     names,
                     window=window,
                 )
@@ -435,53 +460,80 @@ def _read_scopes(
             Amount(row.total_epsilon, row.total_delta, row.total_rho),
             Amount(row.max_epsilon, row.max_delta, row.max_rho),
             Amount(row.touched_epsilon or 0, row.touched_delta or 0, row.touched_rho or 0),
+            Amount(row.total_joint_epsilon, row.total_joint_delta, row.total_joint_rho),
+            Amount(row.total_parallel_epsilon, row.total_parallel_delta, row.total_parallel_rho),
         )
         for row in rows
     }
     scopes = [_Scope(key, found.get(key)) for key in keys]
-    existing = [s for s in scopes if s.tally is not None]
-    for scope in existing:
-        tally = scope.tally
-        assert tally is not None
-        max_touched = tally.max_spend if all_partitions else tally.max_touched
-        inside: dict[ComponentName, list[int]] = {}
-        outside: dict[ComponentName, list[int]] = {}
-        if rule.uses_top_k:
-            k = rule.max_partitions_per_user
-            assert k is not None
-            for name in names:
-                inside[name], outside[name] = _top_k(
-                    driver, tally.id, name, k, touched_ids, all_partitions
-                )
-                inside[name] += [0] * (min(k, n) - len(inside[name]))
-        scope.state = ScopeState(tally.total, tally.max_spend, max_touched, outside, inside)
+    k = rule.max_partitions_per_user if rule.uses_top_k else None
+    # Every top-k read of every scope is sent before any is read.
+    tops = {
+        (scope.key, part, name): _send_top_k(
+            driver, scope.tally.id, part, name, k, touched_ids, all_partitions
+        )
+        for scope in scopes
+        if scope.tally is not None and k is not None
+        for part in PARTS
+        for name in names
+    }
     for scope in scopes:
-        if scope.tally is None:
+        tally = scope.tally
+        if tally is None:
             scope.state = fresh(rule, n)
+            continue
+        top: dict[tuple[Part, ComponentName], Top] = {}
+        if k is not None:
+            for (key, part, name), (inside, outside) in tops.items():
+                if key == scope.key:
+                    values = inside()
+                    padded = values + [0] * (min(k, n) - len(values))
+                    top[part, name] = Top(tuple(outside()), tuple(padded))
+        scope.state = ScopeState(
+            total=tally.total,
+            max_all=tally.max_spend,
+            max_touched=tally.max_spend if all_partitions else tally.max_touched,
+            joint_total=tally.joint_total,
+            parallel_total=tally.parallel_total,
+            top=top,
+        )
     return scopes
 
 
-def _top_k(
-    driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int], all_partitions: bool
-) -> tuple[list[int], list[int]]:
-    """The k largest s(p) inside and outside the charged set (an index range scan each)."""
+def _send_top_k(
+    driver: Driver,
+    tally_id: int,
+    part: Part,
+    name: str,
+    k: int,
+    touched_ids: list[int],
+    all_partitions: bool,
+) -> tuple[Callable[[], list[int]], Callable[[], list[int]]]:
+    """The k largest s(p) of ``part`` inside and outside the charged set (an index range
+    scan each), sent now and read when called."""
+    column = f"{PART_PREFIXES[part]}{name}"
 
-    def column(among: str) -> list[int]:
+    def send(among: str) -> Callable[[], list[int]]:
         params = {"t": tally_id, "k": k} | ({"p": touched_ids} if among != "all" else {})
-        return [getattr(row, name) for row in driver.rows(_top_k_statement(name, among), params)]
+        return driver.send(
+            _top_k_statement(column, among),
+            params,
+            lambda rows: [getattr(row, column) for row in rows],
+        ).result
 
     if all_partitions:
-        return column("all"), []
+        return send("all"), list
     if not touched_ids:
-        return [], column("all")
-    return column("in"), column("out")
+        return list, send("all")
+    return send("in"), send("out")
 
 
-@functools.lru_cache(maxsize=16)
-def _top_k_statement(name: str, among: str) -> Statement:
-    """The :k largest s(p) of component ``name`` in tally :t: of every partition
-    (``among="all"``), of the partitions :p (``"in"``) or of the others (``"out"``)."""
-    spend = getattr(TallySpend, name)
+@functools.lru_cache(maxsize=32)
+def _top_k_statement(column: str, among: str) -> Statement:
+    """The :k largest values of ``column`` (s(p), s_J(p) or s_P(p) of one component) in
+    tally :t: of every partition (``among="all"``), of the partitions :p (``"in"``) or of
+    the others (``"out"``)."""
+    spend = getattr(TallySpend, column)
     query = select(spend).where(TallySpend.tally_id == bindparam("t"))
     charged: BindParameter[int] = bindparam("p", expanding=True)
     if among == "in":
