@@ -96,9 +96,16 @@ MUTATIONS = [
         ("tests/test_loss_rules.py",),
     ),
     Mutation(
+        "the top-k rule's joint and parallel parts not kept",
+        "accountant/accounting/loss.py",
+        'return PARTS if self.uses_top_k else ("every",)',
+        'return ("every",)',
+        ("tests/test_loss_rules.py",),
+    ),
+    Mutation(
         "spend from before the split counted in neither part",
         "migrations/versions/0014_joint_parallel_parts.py",
-        'op.execute(f"UPDATE tally_spends SET {spends}")',
+        'op.execute(f"UPDATE tally_spends SET {spends} WHERE tally_id IN ({top_k})")',
         "pass",
         ("tests/test_storage.py::test_the_joint_and_parallel_parts_are_filled_from_the_ledger",),
     ),

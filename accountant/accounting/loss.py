@@ -46,6 +46,12 @@ class LossRule:
     def uses_top_k(self) -> bool:
         return self.privacy_unit == "user" and self.max_partitions_per_user is not None
 
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The parts whose T and s(p) a scope keeps: all three for the top-k rule, which
+        reads them, and only ``"every"`` otherwise (the others stay 0, unread)."""
+        return PARTS if self.uses_top_k else ("every",)
+
     def multiplicity(self, release: str, partition_count: int) -> int:
         """m of DESIGN.md: 1 for a joint release, min(k, |P|) for a parallel one."""
         if release == "joint":

@@ -3,16 +3,16 @@
 A tally is one scope of one dataset: its lifetime (``kind = "lifetime"``),
 one consumer's charges (``"consumer"``), or one aligned window of a period
 (``"window"``). Unused key columns hold 0 so the unique key has no NULLs.
-T and s(p) are also kept apart for the joint and the parallel releases
-(T_J, T_P, s_J(p), s_P(p)) for the top-k rule's second term
-(``accounting.loss``). Rows from before that split count all of their
-spend as parallel (migration 0014), which is sound: the term is sound for
-any division of the charges into two sets.
+On datasets with the top-k rule, T and s(p) are also kept apart for the
+joint and the parallel releases (T_J, T_P, s_J(p), s_P(p)) for its second
+term (``accounting.loss``); elsewhere they stay 0. Rows from before that
+split count all of their spend as parallel (migration 0014), which is
+sound: the term is sound for any division of the charges into two sets.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import BigInteger, ForeignKey, Index, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from accountant.exact import Amount
@@ -68,13 +68,26 @@ class Tally(Base):
 PART_PREFIXES: dict[str, str] = {"every": "", "joint": "joint_", "parallel": "parallel_"}
 
 
+def _spend_index(column: str) -> Index:
+    """s(p) is indexed whole; s_J(p) and s_P(p) only where positive, which they are only on
+    datasets with the top-k rule (``LossRule.parts``), so no other charge writes them."""
+    where = None if column in ("epsilon", "delta", "rho") else text(f"{column} > 0")
+    return Index(
+        f"ix_tally_spends_tally_{column}",
+        "tally_id",
+        column,
+        postgresql_where=where,
+        sqlite_where=where,
+    )
+
+
 class TallySpend(Base):
     """s(p), s_J(p) and s_P(p) of one partition in one scope; each indexed per component for
     the top-k rule."""
 
     __tablename__ = "tally_spends"
     __table_args__ = tuple(
-        Index(f"ix_tally_spends_tally_{prefix}{name}", "tally_id", f"{prefix}{name}")
+        _spend_index(f"{prefix}{name}")
         for prefix in PART_PREFIXES.values()
         for name in ("epsilon", "delta", "rho")
     )

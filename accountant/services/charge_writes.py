@@ -29,7 +29,7 @@ from sqlalchemy import (
     update,
 )
 
-from accountant.accounting.loss import PARTS, ScopeKey, holds, max_after, total_after
+from accountant.accounting.loss import Part, ScopeKey, holds, max_after, total_after
 from accountant.accounting.windows import PERIODS
 from accountant.driver import Driver, Statement, statement, upsert
 from accountant.exact import COMPONENTS, Amount
@@ -135,23 +135,26 @@ def add_to_scopes(driver: Driver, evaluation: Evaluation, tally_ids: list[int]) 
     """Add a granted charge to every scope it touches (``open_scopes`` gave their ids): two
     statements, neither of which depends on the other's writes."""
     cost, m = evaluation.priced.cost, evaluation.priced.multiplicity
-    release = evaluation.checker.release
+    release, kept = evaluation.checker.release, evaluation.checker.rule.parts
     _upsert_spends(
         driver,
         evaluation.dataset.id,
         tally_ids,
         cost,
         release,
+        kept,
         None if evaluation.all_partitions else evaluation.partitions,
     )
     params: dict[str, Any] = {}
     for i, (scope, tally_id) in enumerate(zip(evaluation.scopes, tally_ids, strict=True)):
+        state = scope.state
         values = {
-            "t": total_after(scope.state, cost, m, "every", release),
-            "tj": total_after(scope.state, cost, m, "joint", release),
-            "tp": total_after(scope.state, cost, m, "parallel", release),
-            "m": max_after(scope.state, cost),
+            prefix: total_after(state, cost, m, part, release)
+            if part in kept
+            else state.part_total(part)
+            for prefix, part in _TOTALS.items()
         }
+        values["m"] = max_after(state, cost)
         params[f"id{i}"] = tally_id
         for prefix, amount in values.items():
             params.update(
@@ -177,6 +180,9 @@ def _insert_partitions(count: int) -> Statement:
     ]
     return statement(insert(Partition).values(rows))
 
+
+#: The parameters' prefixes of T, T_J and T_P.
+_TOTALS: dict[str, Part] = {"t": "every", "tj": "joint", "tp": "parallel"}
 
 #: Each scope row's new totals (T, T_J, T_P) and maxima, by its id: one CASE per column.
 _TALLY_COLUMNS = {
@@ -271,25 +277,28 @@ def _upsert_spends(
     tally_ids: list[int],
     cost: Amount,
     release: str,
+    kept: tuple[Part, ...],
     keys: list[str] | None,
 ) -> None:
-    """Add the cost to s(p), and to s_J(p) or s_P(p) by the ``release`` kind, of every charged
-    partition (``keys``; None: all) in every scope: one statement, which finds partitions
-    created earlier in the transaction by their key."""
+    """Add the cost to s(p) and, of the ``kept`` parts, to s_J(p) or s_P(p) by the
+    ``release`` kind, of every charged partition (``keys``; None: all) in every scope: one
+    statement, which finds partitions created earlier in the transaction by their key."""
     params: dict[str, Any] = {"tallies": tally_ids, "dataset": dataset_id}
-    for part in PARTS:  # each column's increment, bound by the column's name
+    for part in kept:  # each column's increment, bound by the column's name
         added = cost if holds(part, release) else Amount()
         params.update({f"{PART_PREFIXES[part]}{name}": added[name] for name in COMPONENTS})
     if keys is not None:
         params["keys"] = keys
-    driver.run(_UPSERT_SPENDS[keys is not None], params)
+    driver.run(_upsert_spends_statement(keys is not None, kept), params)
 
 
-def _upsert_spends_statement(some: bool) -> Statement:
-    """The cost added to s(p), s_J(p) and s_P(p) (:epsilon, :joint_epsilon, ...) of every
+@functools.lru_cache(maxsize=4)
+def _upsert_spends_statement(some: bool, kept: tuple[Part, ...]) -> Statement:
+    """The cost added to the ``kept`` parts' spends (:epsilon, :joint_epsilon, ...) of every
     scope (:tallies) and partition (:keys if ``some``) (SQLite needs the WHERE clause of the
-    SELECT to parse ``ON CONFLICT``)."""
-    spends = [f"{prefix}{name}" for prefix in PART_PREFIXES.values() for name in COMPONENTS]
+    SELECT to parse ``ON CONFLICT``). A dataset without the top-k rule keeps s(p) alone, so
+    its charges never touch the other parts' columns or indexes."""
+    spends = [f"{PART_PREFIXES[part]}{name}" for part in kept for name in COMPONENTS]
     charged: Select[Any] = select(  # type: ignore[assignment]  # typed by its columns
         Tally.id, Partition.id, *(bindparam(column) for column in spends)
     ).where(
@@ -309,6 +318,3 @@ def _upsert_spends_statement(some: bool) -> Statement:
         )
 
     return upsert(build)
-
-
-_UPSERT_SPENDS = {some: _upsert_spends_statement(some) for some in (False, True)}

@@ -322,6 +322,7 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
     books = ScopeBooks()
     for entry in entries:
         books.add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
+    kept = {part: books.parts[part] for part in rule_of(dataset).parts}
     tally = Tally(
         dataset_id=dataset.id,
         kind="window",
@@ -330,7 +331,7 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
         **{f"max_{name}": books.max_spend[name] for name in COMPONENTS},
         **{
             f"total_{PART_PREFIXES[part]}{name}": part_books.total[name]
-            for part, part_books in books.parts.items()
+            for part, part_books in kept.items()
             for name in COMPONENTS
         },
     )
@@ -352,7 +353,7 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
                 {"tally_id": tally.id, "partition_id": ids[key]}
                 | {
                     f"{PART_PREFIXES[part]}{name}": part_books.spends.get(key, Amount())[name]
-                    for part, part_books in books.parts.items()
+                    for part, part_books in kept.items()
                     for name in COMPONENTS
                 }
                 for key in spends
@@ -427,7 +428,7 @@ def tally_state(
                     tuple(
                         session.execute(
                             select(spend)
-                            .where(TallySpend.tally_id == tally.id)
+                            .where(TallySpend.tally_id == tally.id, spend > 0)
                             .order_by(spend.desc())
                             .limit(rule.max_partitions_per_user)
                         ).scalars()

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
-    BindParameter,
     ScalarSelect,
     and_,
     bindparam,
@@ -32,6 +31,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    union_all,
 )
 
 from accountant.accounting import checks as rules
@@ -467,15 +467,18 @@ def _read_scopes(
     }
     scopes = [_Scope(key, found.get(key)) for key in keys]
     k = rule.max_partitions_per_user if rule.uses_top_k else None
-    # Every top-k read of every scope is sent before any is read.
-    tops = {
-        (scope.key, part, name): _send_top_k(
-            driver, scope.tally.id, part, name, k, touched_ids, all_partitions
+    columns = tuple(f"{PART_PREFIXES[part]}{name}" for part in PARTS for name in names)
+    # Every top-k read of every scope is sent before any is read: the charged partitions'
+    # spends by primary key (the k largest inside P are among them), and the k largest
+    # outside P (of every partition when P is "*" or holds no partition charged before).
+    split = not all_partitions and bool(touched_ids)
+    reads = {
+        scope.key: (
+            _send_spends(driver, scope.tally.id, columns, touched_ids if split else []),
+            _send_tops(driver, scope.tally.id, columns, k, touched_ids if split else None),
         )
         for scope in scopes
         if scope.tally is not None and k is not None
-        for part in PARTS
-        for name in names
     }
     for scope in scopes:
         tally = scope.tally
@@ -484,11 +487,16 @@ def _read_scopes(
             continue
         top: dict[tuple[Part, ComponentName], Top] = {}
         if k is not None:
-            for (key, part, name), (inside, outside) in tops.items():
-                if key == scope.key:
-                    values = inside()
-                    padded = values + [0] * (min(k, n) - len(values))
-                    top[part, name] = Top(tuple(outside()), tuple(padded))
+            inside_rows, outside_lists = reads[scope.key][0](), reads[scope.key][1].result()
+            for part in PARTS:
+                for name in names:
+                    column = f"{PART_PREFIXES[part]}{name}"
+                    inside = sorted((getattr(row, column) for row in inside_rows), reverse=True)
+                    outside = outside_lists.get(column, [])
+                    if all_partitions:
+                        inside, outside = outside, []
+                    padded = inside[:k] + [0] * (min(k, n) - len(inside[:k]))
+                    top[part, name] = Top(tuple(outside), tuple(padded))
         scope.state = ScopeState(
             total=tally.total,
             max_all=tally.max_spend,
@@ -500,49 +508,67 @@ def _read_scopes(
     return scopes
 
 
-def _send_top_k(
-    driver: Driver,
-    tally_id: int,
-    part: Part,
-    name: str,
-    k: int,
-    touched_ids: list[int],
-    all_partitions: bool,
-) -> tuple[Callable[[], list[int]], Callable[[], list[int]]]:
-    """The k largest s(p) of ``part`` inside and outside the charged set (an index range
-    scan each), sent now and read when called."""
-    column = f"{PART_PREFIXES[part]}{name}"
-
-    def send(among: str) -> Callable[[], list[int]]:
-        params = {"t": tally_id, "k": k} | ({"p": touched_ids} if among != "all" else {})
-        return driver.send(
-            _top_k_statement(column, among),
-            params,
-            lambda rows: [getattr(row, column) for row in rows],
-        ).result
-
-    if all_partitions:
-        return send("all"), list
-    if not touched_ids:
-        return list, send("all")
-    return send("in"), send("out")
+def _send_spends(
+    driver: Driver, tally_id: int, columns: tuple[str, ...], touched: list[int]
+) -> Callable[[], Rows]:
+    """``columns`` of the charged partitions ``touched`` in a tally, by primary key: one
+    row each (none if ``touched`` is empty), sent now, read when called."""
+    if not touched:
+        return list
+    return driver.send(_inside_statement(columns), {"t": tally_id, "p": touched}, list).result
 
 
-@functools.lru_cache(maxsize=32)
-def _top_k_statement(column: str, among: str) -> Statement:
-    """The :k largest values of ``column`` (s(p), s_J(p) or s_P(p) of one component) in
-    tally :t: of every partition (``among="all"``), of the partitions :p (``"in"``) or of
-    the others (``"out"``)."""
-    spend = getattr(TallySpend, column)
-    query = select(spend).where(TallySpend.tally_id == bindparam("t"))
-    charged: BindParameter[int] = bindparam("p", expanding=True)
-    if among == "in":
-        query = query.where(TallySpend.partition_id.in_(charged))
-    elif among == "out":
-        query = query.where(TallySpend.partition_id.not_in(charged))
-    # the driver's :k as text, and an OFFSET written out, which SQLite's dialect would bind
-    limited = query.order_by(spend.desc()).limit(literal_column(":k"))
-    return statement(limited.offset(literal_column("0")))
+@functools.lru_cache(maxsize=8)
+def _inside_statement(columns: tuple[str, ...]) -> Statement:
+    """``columns`` of the partitions :p in tally :t (a primary-key lookup each)."""
+    return statement(
+        select(*(getattr(TallySpend, column) for column in columns)).where(
+            TallySpend.tally_id == bindparam("t"),
+            TallySpend.partition_id.in_(bindparam("p", expanding=True)),
+        )
+    )
+
+
+def _send_tops(
+    driver: Driver, tally_id: int, columns: tuple[str, ...], k: int, touched: list[int] | None
+) -> Pending[dict[str, list[int]]]:
+    """The k largest values of each of ``columns`` (s(p), s_J(p), s_P(p) per component) in
+    a tally, outside the charged set (``touched``: their ids) or of every partition
+    (``touched`` None): one statement, sent now, read on demand."""
+
+    def lists(rows: Rows) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for row in rows:
+            found.setdefault(row.spend, []).append(row.value)
+        return {column: sorted(values, reverse=True) for column, values in found.items()}
+
+    params = {"t": tally_id, "k": k} | ({} if touched is None else {"p": touched})
+    return driver.send(_tops_statement(columns, touched is not None), params, lists)
+
+
+@functools.lru_cache(maxsize=16)
+def _tops_statement(columns: tuple[str, ...], outside: bool) -> Statement:
+    """The :k largest values of each of ``columns`` in tally :t, as rows (spend, value): of
+    the partitions other than :p if ``outside``, else of every partition. An index range
+    scan each, in one statement."""
+    lists = []
+    for column in columns:
+        spend = getattr(TallySpend, column)
+        # positive: zeros add nothing to a top-k sum, and s_J, s_P are indexed where positive
+        query = select(spend.label("value")).where(
+            TallySpend.tally_id == bindparam("t"), spend > literal_column("0")
+        )
+        if outside:
+            query = query.where(TallySpend.partition_id.not_in(bindparam("p", expanding=True)))
+        # the driver's :k as text, and an OFFSET written out, which SQLite's dialect would bind
+        limited = (
+            query.order_by(spend.desc())
+            .limit(literal_column(":k"))
+            .offset(literal_column("0"))
+            .subquery()
+        )
+        lists.append(select(literal_column(f"'{column}'").label("spend"), limited.c.value))
+    return statement(union_all(*lists))
 
 
 _SPENDS = statement(

@@ -1,12 +1,13 @@
 """Rebuilding the running totals from the ledger, to prove the two agree.
 
-The charge path keeps T, T_J, T_P, max s(p) and s(p), s_J(p), s_P(p) per
-scope incrementally. Here the same numbers are recomputed from the granted
-ledger entries alone: every lifetime, consumer and window tally, partition
-by partition. A difference means the totals or the ledger were changed
-outside the service (or, for T_J, T_P, s_J and s_P only, that the tally
-dates from before migration 0014 and did not equal its ledger then, so all
-of its spend was counted as parallel).
+The charge path keeps T, max s(p) and s(p) per scope incrementally, and
+T_J, T_P, s_J(p) and s_P(p) on datasets with the top-k rule. Here the same
+numbers are recomputed from the granted ledger entries alone: every
+lifetime, consumer and window tally, partition by partition. A difference
+means the totals or the ledger were changed outside the service (or, for
+T_J, T_P, s_J and s_P only, that the tally dates from before migration 0014
+and did not equal its ledger then, so all of its spend was counted as
+parallel).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from accountant.accounting.loss import PARTS, Books, Part, ScopeBooks, ScopeKey
+from accountant.accounting.loss import PARTS, Books, LossRule, Part, ScopeBooks, ScopeKey
 from accountant.exact import Amount
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend
 
@@ -70,7 +71,8 @@ def check(session: Session) -> tuple[int, list[Difference]]:
             tally = tallies.get(key)
             scope = key[0] if key[0] == "lifetime" else f"{key[0]}:{key[1] or key[3]}"
             stored = _stored(session, tally, keys)
-            for part, rebuilt in books[key].parts.items():
+            for part in LossRule(dataset.privacy_unit, dataset.max_partitions_per_user).parts:
+                rebuilt = books[key].parts[part]
                 differences += _compare(dataset.name, scope, part, stored[part], rebuilt)
     return replayed, differences
 

@@ -5,14 +5,15 @@ Revises: 0013
 Create Date: 2026-11-24
 
 Adds T_J, T_P (``tallies.total_joint_*``, ``total_parallel_*``) and s_J(p),
-s_P(p) (``tally_spends.joint_*``, ``parallel_*``, each indexed for the top-k
-reads). Existing rows first count all of their spend as parallel: the second
-term of the top-k rule is sound for any division of the charges into two sets
-(docs/accounting.md), and with every charge in one set it equals the first.
-Then each tally whose T and s(p) equal the replay of its granted ledger
-entries gets that replay's exact division; one that differs (changed outside
-the service, or its consumer deleted) keeps the conservative one. The ledger
-is read once, here, never on the charge path.
+s_P(p) (``tally_spends.joint_*``, ``parallel_*``, each indexed where positive
+for the top-k reads), kept on datasets with the top-k rule only (user unit,
+bounded k). Their existing rows first count all of their spend as parallel:
+the second term of the top-k rule is sound for any division of the charges
+into two sets (docs/accounting.md), and with every charge in one set it
+equals the first. Then each tally whose T and s(p) equal the replay of its
+granted ledger entries gets that replay's exact division; one that differs
+(changed outside the service, or its consumer deleted) keeps the
+conservative one. The ledger is read once, here, never on the charge path.
 """
 
 from __future__ import annotations
@@ -64,17 +65,31 @@ def upgrade() -> None:
                 f"{part}_{name}", sa.BigInteger(), server_default="0", nullable=False
             )
             op.add_column("tally_spends", column)
+            positive = sa.text(f"{part}_{name} > 0")  # only datasets with the top-k rule
             op.create_index(
                 f"ix_tally_spends_tally_{part}_{name}",
                 "tally_spends",
                 ["tally_id", f"{part}_{name}"],
+                postgresql_where=positive,
+                sqlite_where=positive,
             )
+    # the parts are kept only on datasets with the top-k rule (``LossRule.parts``)
+    top_k = (
+        "SELECT t.id FROM tallies t JOIN datasets d ON d.id = t.dataset_id "
+        "WHERE d.privacy_unit = 'user' AND d.max_partitions_per_user IS NOT NULL"
+    )
     totals = ", ".join(f"total_parallel_{name} = total_{name}" for name in _NAMES)
     spends = ", ".join(f"parallel_{name} = {name}" for name in _NAMES)
-    op.execute(f"UPDATE tallies SET {totals}")
-    op.execute(f"UPDATE tally_spends SET {spends}")
+    op.execute(f"UPDATE tallies SET {totals} WHERE id IN ({top_k})")
+    op.execute(f"UPDATE tally_spends SET {spends} WHERE tally_id IN ({top_k})")
     connection = op.get_bind()
-    for (dataset_id,) in connection.execute(sa.text("SELECT id FROM datasets")).all():
+    datasets = connection.execute(
+        sa.text(
+            "SELECT id FROM datasets "
+            "WHERE privacy_unit = 'user' AND max_partitions_per_user IS NOT NULL"
+        )
+    )
+    for (dataset_id,) in datasets.all():
         _divide(connection, dataset_id)
 
 
