@@ -70,9 +70,44 @@ MUTATIONS = [
     Mutation(
         "top-k reduced to the largest",
         "accountant/accounting/loss.py",
-        "top = sorted(candidates, reverse=True)[: rule.max_partitions_per_user]",
-        "top = sorted(candidates, reverse=True)[:1]",
+        "return sum(sorted([*self.outside, *(v + c for v in self.inside)], reverse=True)[:k])",
+        "return sum(sorted([*self.outside, *(v + c for v in self.inside)], reverse=True)[:1])",
         ("tests/test_loss_rules.py",),
+    ),
+    Mutation(
+        "the joint and parallel parts' bounds combined by their max",
+        "accountant/accounting/loss.py",
+        'values[name] = min(bounds["every"], bounds["joint"] + bounds["parallel"])',
+        'values[name] = min(bounds["every"], max(bounds["joint"], bounds["parallel"]))',
+        ("tests/test_scope_rules.py::test_the_user_loss_is_never_below_the_worst_person",),
+    ),
+    Mutation(
+        "a joint release left out of the joint part",
+        "accountant/accounting/loss.py",
+        'return part in ("every", "joint" if release == "joint" else "parallel")',
+        'return part in ("every", "parallel" if release == "parallel" else "every")',
+        ("tests/test_scope_rules.py::test_the_user_loss_is_never_below_the_worst_person",),
+    ),
+    Mutation(
+        "a charge adds to s(p) but not to s_J(p) or s_P(p)",
+        "accountant/services/charge_writes.py",
+        "added = cost if holds(part, release) else Amount()",
+        'added = cost if part == "every" else Amount()',
+        ("tests/test_loss_rules.py",),
+    ),
+    Mutation(
+        "the top-k rule's joint and parallel parts not kept",
+        "accountant/accounting/loss.py",
+        'return PARTS if self.uses_top_k else ("every",)',
+        'return ("every",)',
+        ("tests/test_loss_rules.py",),
+    ),
+    Mutation(
+        "spend from before the split counted in neither part",
+        "migrations/versions/0014_joint_parallel_parts.py",
+        'op.execute(f"UPDATE tally_spends SET {spends} WHERE tally_id IN ({top_k})")',
+        "pass",
+        ("tests/test_storage.py::test_the_joint_and_parallel_parts_are_filled_from_the_ledger",),
     ),
     Mutation(
         "parallel multiplicity dropped",
@@ -80,6 +115,16 @@ MUTATIONS = [
         "            return min(k, partition_count)\n        return partition_count",
         "            return 1\n        return partition_count",
         ("tests/test_loss_rules.py",),
+    ),
+    Mutation(
+        "a charge too large for any top-k window is told to wait",
+        "accountant/accounting/checks.py",
+        "alone = loss_after(rule, fresh(rule, partition_count), cost, m, release, names)",
+        "alone = loss_after(rule, ScopeState(), cost, m, release, names)",
+        (
+            "tests/test_denials.py::"
+            "test_cost_alone_above_a_window_limit_is_409_on_a_user_dataset_with_bounded_k",
+        ),
     ),
     Mutation(
         "grid rounding paid once per release",

@@ -112,6 +112,31 @@ def test_cost_alone_above_a_window_limit_is_409(api: Api) -> None:
     assert body["scope"] == "window" and "resets_at" in body
 
 
+def test_cost_alone_above_a_window_limit_is_409_on_a_user_dataset_with_bounded_k(
+    api: Api,
+) -> None:
+    """A user scope's top-k rule on a fresh window: a joint charge of 0.6 costs
+    min(T, top-2 s(p)) = min(0.6, 0.6) = 0.6 > 0.5 whatever the window holds, so waiting
+    would not help; a parallel charge on 2 partitions at 0.3 costs 0.6 too."""
+    api.make_dataset(
+        privacy_unit="user",
+        max_partitions_per_user=2,
+        budget={"epsilon": 10},
+        windows=[{"period": "1d", "epsilon": 0.5}],
+    )
+    joint = api.charge(partitions=["a", "b"], epsilon=0.6)
+    parallel = api.charge(
+        partitions=["a", "b", "c"], epsilon=0.3, release="parallel", input={"values": [1, 2, 3]}
+    )
+    for response in (joint, parallel):
+        assert response.status_code == 409, response.get_json()
+        assert "Retry-After" not in response.headers
+        assert _problem(response)["scope"] == "window"
+    # one that fits a fresh window but not this one is still a 429
+    assert api.charge(partitions=["a"], epsilon=0.4).status_code == 201
+    assert api.charge(partitions=["a"], epsilon=0.2).status_code == 429
+
+
 def test_lowered_limit_blocks_without_refund(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 2})
     assert api.charge(epsilon=1).status_code == 201

@@ -80,6 +80,23 @@ def test_user_unit_total_is_tighter_than_top_k(api: Api) -> None:
     assert loss(api) == 1
 
 
+def test_user_unit_bounds_joint_and_parallel_releases_apart(api: Api) -> None:
+    """L = min(T, top-k s(p), min(T_J, top-k s_J) + min(T_P, top-k s_P)): here the last term
+    is the exact worst person, below the first two."""
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 0.7})
+    assert api.charge(partitions=["a", "b", "c"], epsilon=0.2).status_code == 201
+    # parallel over {a, c} at 0.2: m = 2; T = 0.6, s = (0.4, 0.2, 0.4); L = min(0.6, 0.8)
+    parallel: dict[str, Any] = {"release": "parallel", "input": {"values": [1, 2]}}
+    assert api.charge(partitions=["a", "c"], epsilon=0.2, **parallel).status_code == 201
+    assert loss(api) == 0.6
+    # parallel over {b, c} at 0.1: T = 0.8 and top-2 s = 0.5 + 0.4 = 0.9, but apart:
+    # joint min(T_J = 0.2, 0.4) + parallel min(T_P = 0.6, s_P(c) + s_P(a) = 0.3 + 0.2) = 0.7,
+    # which a person in {a, c} reaches exactly (0.2 + 2 x 0.2 + 0.1): it fits the budget
+    assert api.charge(partitions=["b", "c"], epsilon=0.1, **parallel).status_code == 201
+    assert loss(api) == 0.7
+    assert api.charge(partitions=["d"], epsilon=0.001).status_code == 409
+
+
 def test_user_unit_unbounded_k_is_the_total(api: Api) -> None:
     api.make_dataset(privacy_unit="user", budget={"epsilon": 10})
     # parallel over 4 partitions at 0.5 with unbounded k: m = |P| = 4, T = 2

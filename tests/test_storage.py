@@ -10,11 +10,13 @@ from typing import Any
 
 from flask import Flask
 from sqlalchemy import create_engine, inspect
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from accountant.app import prepared_app
 from accountant.db import dispose_all
 from accountant.migrate import downgrade, upgrade
+from accountant.services import totals
 from tests.conftest import ADMIN_KEY, Api, dump, run_sql
 
 
@@ -139,3 +141,51 @@ def test_folders_made_for_secrets_are_private_under_any_umask(tmp_path: Path) ->
     }
     for name in ("signing_key_file", "noise_secret_file", "key_hash_secret_file"):
         assert stat.S_IMODE(Path(settings[name]).stat().st_mode) == 0o600, name
+
+
+def test_the_joint_and_parallel_parts_are_filled_from_the_ledger(
+    api: Api, database_url: str
+) -> None:
+    """Migration 0014 on a database with charges: a tally that equals its ledger gets the
+    ledger's exact division into joint and parallel releases; one edited outside the service
+    counts all of its spend as parallel, so its loss is the old rule's, never below it."""
+    parallel: dict[str, Any] = {"release": "parallel", "input": {"values": [1, 2]}}
+    for name in ("kept", "edited"):
+        api.make_dataset(
+            name,
+            privacy_unit="user",
+            max_partitions_per_user=2,
+            budget={"epsilon": 10},
+            windows=[{"period": "30d", "epsilon": 10}],
+        )
+        assert api.charge(dataset=name, partitions=["a", "b", "c"], epsilon=0.2).status_code == 201
+        for partitions, epsilon in ((["a", "c"], 0.2), (["b", "c"], 0.1)):
+            response = api.charge(dataset=name, partitions=partitions, epsilon=epsilon, **parallel)
+            assert response.status_code == 201
+    # s(c) of the edited dataset's lifetime scope raised by one unit (1e-9) in the database
+    run_sql(
+        database_url,
+        "UPDATE tally_spends SET epsilon = epsilon + 1 WHERE tally_id = "
+        "(SELECT t.id FROM tallies t JOIN datasets d ON d.id = t.dataset_id "
+        "WHERE d.name = 'edited' AND t.kind = 'lifetime') AND partition_id = "
+        "(SELECT p.id FROM partitions p JOIN datasets d ON d.id = p.dataset_id "
+        "WHERE d.name = 'edited' AND p.key = 'c')",
+    )
+    api.client.application.extensions["accountant"].engine.dispose()  # its pooled connections
+    downgrade(database_url, "0013")
+    upgrade(database_url)
+    # min(T_J, top-2 s_J) + min(T_P, top-2 s_P) = 0.2 + 0.5, against min(T, top-2 s) = 0.8
+    assert api.budget("kept")["loss"]["epsilon"] == 0.7
+    assert api.budget("edited")["loss"]["epsilon"] == 0.8
+    engine = create_engine(database_url, poolclass=NullPool)
+    with Session(engine) as session:
+        differences = totals.check(session)[1]
+    engine.dispose()
+    assert {(d.dataset, d.scope) for d in differences} == {("edited", "lifetime")}
+    assert sorted(d.what for d in differences) == [
+        "T_J",
+        "T_P",
+        "s(c)",
+        *(f"s_J({key})" for key in "abc"),
+        *(f"s_P({key})" for key in "abc"),
+    ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from accountant.accounting.loss import LossRule, ScopeState, loss_after
+from accountant.accounting.loss import LossRule, ScopeState, fresh, loss_after
 from accountant.accounting.windows import Window
 from accountant.exact import Amount, ComponentName, Limit
 
@@ -50,16 +50,18 @@ def scope_check(
     state: ScopeState,
     cost: Amount,
     m: int,
+    release: str,
     names: tuple[ComponentName, ...],
     *,
     window: Window | None = None,
 ) -> ScopeCheck:
-    """A scope's loss now and after a charge of per-release ``cost`` and multiplicity ``m``."""
+    """A scope's loss now and after a charge of per-release ``cost``, multiplicity ``m`` and
+    kind ``release``."""
     return ScopeCheck(
         scope,
         limit,
-        loss_after(rule, state, Amount(), 0, names),
-        loss_after(rule, state, cost, m, names),
+        loss_after(rule, state, Amount(), 0, release, names),
+        loss_after(rule, state, cost, m, release, names),
         window=window,
     )
 
@@ -105,10 +107,18 @@ def first_denial(
 
 
 def never_fits(
-    denial: Denial, rule: LossRule, cost: Amount, m: int, names: tuple[ComponentName, ...]
+    denial: Denial,
+    rule: LossRule,
+    cost: Amount,
+    m: int,
+    release: str,
+    names: tuple[ComponentName, ...],
+    partition_count: int,
 ) -> bool:
-    """Whether the denied charge would exceed the denying limit even on a fresh scope."""
-    return denial.limit.is_exceeded_by(loss_after(rule, ScopeState(), cost, m, names), names)
+    """Whether the denied charge, on ``partition_count`` partitions, would exceed the denying
+    limit even on a fresh scope (read as the charge path reads one: ``loss.fresh``)."""
+    alone = loss_after(rule, fresh(rule, partition_count), cost, m, release, names)
+    return denial.limit.is_exceeded_by(alone, names)
 
 
 def bounds(limit: Limit, names: tuple[ComponentName, ...]) -> dict[ComponentName, int]:

@@ -10,20 +10,24 @@ release and m = min(k, |P|) for a parallel one.
   sits in one partition, so releases on disjoint partitions compose in
   parallel (McSherry 2009, Theorem 4) and releases on the same partition
   compose sequentially (Dwork and Roth 2014, Theorem 3.16).
-- Unit ``user`` with at most k partitions per person:
-  L = min(T, sum of the k largest s(p)); with unbounded k, L = T, because
-  then T <= sum over all p of s(p). Each bound alone is sound; the min keeps
-  the tighter one.
+- Unit ``user`` with at most k partitions per person: L is the smallest of
+  min(T, sum of the k largest s(p)) and
+  min(T_J, sum of the k largest s_J(p)) + min(T_P, sum of the k largest s_P(p)),
+  where T_J and s_J count the joint releases only and T_P and s_P the parallel
+  ones (docs/accounting.md proves each term sound); with unbounded k, L = T,
+  because then T <= sum over all p of s(p).
 
 Spends only grow (nothing is refunded), so after a charge on the partition
-set P the k largest spends are found among the old k largest outside P and
-the old k largest inside P plus c: that is all the accountant reads, a
-bounded number of rows whatever the history.
+set P the k largest spends of each part are found among its old k largest
+outside P and its old k largest inside P plus c: that is all the accountant
+reads, a bounded number of rows whatever the history.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from accountant.exact import COMPONENTS, SATURATION, Amount, ComponentName
 
@@ -42,6 +46,12 @@ class LossRule:
     def uses_top_k(self) -> bool:
         return self.privacy_unit == "user" and self.max_partitions_per_user is not None
 
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """The parts whose T and s(p) a scope keeps: all three for the top-k rule, which
+        reads them, and only ``"every"`` otherwise (the others stay 0, unread)."""
+        return PARTS if self.uses_top_k else ("every",)
+
     def multiplicity(self, release: str, partition_count: int) -> int:
         """m of DESIGN.md: 1 for a joint release, min(k, |P|) for a parallel one."""
         if release == "joint":
@@ -52,41 +62,84 @@ class LossRule:
         return partition_count
 
 
+#: The parts of a scope's charges that the top-k rule bounds: every charge, the joint
+#: releases, the parallel releases.
+Part = Literal["every", "joint", "parallel"]
+PARTS: tuple[Part, ...] = ("every", "joint", "parallel")
+
+
+def holds(part: Part, release: str | None) -> bool:
+    """Whether a charge of this release kind belongs to ``part``: every charge is in
+    ``"every"``, a joint release in ``"joint"`` and any other in ``"parallel"`` (the bound
+    is sound for any division of the charges into the two: docs/accounting.md)."""
+    return part in ("every", "joint" if release == "joint" else "parallel")
+
+
+@dataclass(frozen=True)
+class Top:
+    """The k largest old s(p) of one part of a scope's charges, in one component: outside the
+    charged set P, and inside it (padded with zeros to min(k, |P|), as each partition never
+    charged in this part has s(p) = 0)."""
+
+    outside: tuple[int, ...] = ()
+    inside: tuple[int, ...] = ()
+
+    def sum_after(self, c: int, k: int) -> int:
+        """The sum of the k largest s(p) once ``c`` is added to each s(p) inside P."""
+        return sum(sorted([*self.outside, *(v + c for v in self.inside)], reverse=True)[:k])
+
+
 @dataclass(frozen=True)
 class ScopeState:
     """One scope as read inside the charge transaction, before the charge.
 
     ``max_touched`` is the largest old s(p) over the charged partitions (zero
-    for a partition never charged). For the top-k rule, ``top_outside`` holds
-    the k largest old s(p) outside P and ``top_inside`` the k largest old s(p)
-    inside P, padded with zeros to min(k, |P|); both per component.
+    for a partition never charged). For the top-k rule, ``joint_total`` and
+    ``parallel_total`` are T_J and T_P, and ``top`` holds a ``Top`` per part
+    and component (a missing one: no partition spent anything in it).
     """
 
     total: Amount = Amount()
     max_all: Amount = Amount()
     max_touched: Amount = Amount()
-    top_outside: dict[ComponentName, list[int]] = field(default_factory=dict)
-    top_inside: dict[ComponentName, list[int]] = field(default_factory=dict)
-    top_all: dict[ComponentName, list[int]] = field(default_factory=dict)
+    joint_total: Amount = Amount()
+    parallel_total: Amount = Amount()
+    top: Mapping[tuple[Part, ComponentName], Top] = field(default_factory=dict)
+
+    def part_total(self, part: Part) -> Amount:
+        """T of one part: every charge's c * m, or the joint or the parallel ones'."""
+        return {"every": self.total, "joint": self.joint_total, "parallel": self.parallel_total}[
+            part
+        ]
+
+
+def fresh(rule: LossRule, partition_count: int) -> ScopeState:
+    """A scope no charge has touched yet, as a charge on ``partition_count`` partitions reads
+    it: every figure zero and, for the top-k rule, each part's ``Top.inside`` padded with
+    zeros to min(k, |P|). The charge path reads a new scope so, and ``checks.never_fits``
+    asks whether a charge fits in one."""
+    k = rule.max_partitions_per_user
+    if not rule.uses_top_k or k is None:
+        return ScopeState()
+    zeros = Top(inside=(0,) * min(k, partition_count))
+    return ScopeState(top={(part, name): zeros for part in PARTS for name in COMPONENTS})
 
 
 def loss_now(rule: LossRule, state: ScopeState, names: tuple[ComponentName, ...]) -> Amount:
-    """The loss of a scope as it stands (``top_all`` holds the k largest s(p))."""
-    values = {}
-    for name in names:
-        if rule.privacy_unit != "user":
-            values[name] = state.max_all[name]
-        elif rule.uses_top_k:
-            values[name] = min(state.total[name], sum(state.top_all.get(name, [])))
-        else:
-            values[name] = state.total[name]
-    return Amount(**values)
+    """The loss of a scope as it stands (its ``Top`` lists hold each part's k largest s(p))."""
+    return loss_after(rule, state, Amount(), 0, "joint", names)
 
 
 def loss_after(
-    rule: LossRule, state: ScopeState, cost: Amount, m: int, names: tuple[ComponentName, ...]
+    rule: LossRule,
+    state: ScopeState,
+    cost: Amount,
+    m: int,
+    release: str,
+    names: tuple[ComponentName, ...],
 ) -> Amount:
-    """The loss of a scope if a charge of per-release ``cost`` and multiplicity ``m`` is added."""
+    """The loss of a scope if a charge of per-release ``cost``, multiplicity ``m`` and kind
+    ``release`` is added."""
     values = {}
     for name in names:
         c = cost[name]
@@ -95,14 +148,24 @@ def loss_after(
             values[name] = max(state.max_all[name], state.max_touched[name] + c)
         elif rule.uses_top_k:
             assert rule.max_partitions_per_user is not None
-            candidates = state.top_outside.get(name, []) + [
-                v + c for v in state.top_inside.get(name, [])
-            ]
-            top = sorted(candidates, reverse=True)[: rule.max_partitions_per_user]
-            values[name] = min(total, sum(top))
+            bounds = {
+                part: _bound(state, part, name, c, m, release, rule.max_partitions_per_user)
+                for part in PARTS
+            }
+            values[name] = min(bounds["every"], bounds["joint"] + bounds["parallel"])
         else:
             values[name] = total
     return Amount(**values)
+
+
+def _bound(
+    state: ScopeState, part: Part, name: ComponentName, c: int, m: int, release: str, k: int
+) -> int:
+    """min(T, sum of the k largest s(p)) of ``part`` after a charge of per-release cost ``c``,
+    multiplicity ``m`` and kind ``release`` (which adds nothing to a part it is not in)."""
+    added = c if holds(part, release) else 0
+    total = min(state.part_total(part)[name] + added * m, SATURATION)
+    return min(total, state.top.get((part, name), Top()).sum_after(added, k))
 
 
 def charged(cost: Amount, m: int) -> Amount:
@@ -110,9 +173,11 @@ def charged(cost: Amount, m: int) -> Amount:
     return cost.scaled(m)
 
 
-def total_after(state: ScopeState, cost: Amount, m: int) -> Amount:
-    """T after a charge of per-release ``cost`` and multiplicity ``m``."""
-    return state.total.plus(charged(cost, m))
+def total_after(state: ScopeState, cost: Amount, m: int, part: Part, release: str) -> Amount:
+    """T of ``part`` after a charge of per-release ``cost``, multiplicity ``m`` and kind
+    ``release``."""
+    old = state.part_total(part)
+    return old.plus(charged(cost, m)) if holds(part, release) else old
 
 
 def max_after(state: ScopeState, cost: Amount) -> Amount:
@@ -125,19 +190,43 @@ def max_after(state: ScopeState, cost: Amount) -> Amount:
 
 
 @dataclass
-class ScopeBooks:
-    """A scope's complete books, T and every s(p), rebuilt charge by charge from the ledger
-    (``ledger rebuild-totals``, a window budget added mid-window). The charge path keeps the
-    same numbers incrementally from a bounded read (``total_after``, ``max_after``)."""
+class Books:
+    """T and every s(p) of one part of a scope's charges."""
 
     total: Amount = Amount()
     spends: dict[str, Amount] = field(default_factory=dict)
 
-    def add(self, cost: Amount, m: int, partitions: list[str]) -> None:
-        """Record one granted charge of per-release ``cost`` and multiplicity ``m``."""
-        self.total = self.total.plus(charged(cost, m))
-        for key in partitions:
-            self.spends[key] = self.spends.get(key, Amount()).plus(cost)
+    def top(self, name: ComponentName, k: int) -> Top:
+        """The k largest s(p) in component ``name``, none of them charged (all outside P)."""
+        return Top(tuple(sorted((a[name] for a in self.spends.values()), reverse=True)[:k]))
+
+
+@dataclass
+class ScopeBooks:
+    """A scope's complete books, T and every s(p) of each part, rebuilt charge by charge from
+    the ledger (``ledger rebuild-totals``, a window budget added mid-window). The charge path
+    keeps the same numbers incrementally from a bounded read (``total_after``,
+    ``max_after``)."""
+
+    parts: dict[Part, Books] = field(default_factory=lambda: {part: Books() for part in PARTS})
+
+    @property
+    def total(self) -> Amount:
+        return self.parts["every"].total
+
+    @property
+    def spends(self) -> dict[str, Amount]:
+        """s(p) over every charge."""
+        return self.parts["every"].spends
+
+    def add(self, cost: Amount, m: int, partitions: list[str], release: str | None) -> None:
+        """Record one granted charge of per-release ``cost``, multiplicity ``m`` and kind
+        ``release``."""
+        for part, books in self.parts.items():
+            if holds(part, release):
+                books.total = books.total.plus(charged(cost, m))
+                for key in partitions:
+                    books.spends[key] = books.spends.get(key, Amount()).plus(cost)
 
     @property
     def max_spend(self) -> Amount:
@@ -147,9 +236,19 @@ class ScopeBooks:
         )
 
     def state(self, k: int | None) -> ScopeState:
-        """The scope as ``loss_now`` reads it, with the k largest s(p) when k is given."""
-        top: dict[ComponentName, list[int]] = {}
+        """The scope as ``loss_now`` reads it, with each part's k largest s(p) when k is
+        given."""
+        top = {}
         if k is not None:
-            for name in COMPONENTS:
-                top[name] = sorted((a[name] for a in self.spends.values()), reverse=True)[:k]
-        return ScopeState(total=self.total, max_all=self.max_spend, top_all=top)
+            top = {
+                (part, name): books.top(name, k)
+                for part, books in self.parts.items()
+                for name in COMPONENTS
+            }
+        return ScopeState(
+            total=self.total,
+            max_all=self.max_spend,
+            joint_total=self.parts["joint"].total,
+            parallel_total=self.parts["parallel"].total,
+            top=top,
+        )

@@ -17,8 +17,9 @@ NAMING_CONVENTION = {
 
 #: A privacy amount in integer units (see ``accountant.exact``); exact on every backend.
 Units = Annotated[int, mapped_column(BigInteger, nullable=False, default=0)]
-#: A running total of a scope (``Tally``), 0 until the first charge: a default the table
-#: holds, so the charge path's insert names only the scope's key.
+#: A running total of a scope (``Tally``) or of a part of a partition's spend
+#: (``TallySpend``), 0 until the first charge: a default the table holds, so an insert
+#: names only what it sets.
 RunningTotal = Annotated[int, mapped_column(BigInteger, nullable=False, server_default="0")]
 #: An optional limit in integer units; NULL means "not limited in this component".
 LimitUnits = Annotated[int | None, mapped_column(BigInteger, nullable=True)]

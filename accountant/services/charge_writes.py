@@ -2,8 +2,9 @@
 
 A grant first creates the partitions and scope rows charged for the first
 time (``open_scopes``), then adds the charge to every scope with one
-set-based upsert of s(p) and one update of the scope rows (their new T and
-max s(p) computed by ``accounting.loss``); every charge, granted or denied,
+set-based upsert of s(p) (and of s_J(p) or s_P(p), by its release kind) and
+one update of the scope rows (their new T, T_J, T_P and max s(p) computed by
+``accounting.loss``); every charge, granted or denied,
 appends one ledger entry. None of these last statements depends on
 another's writes, so on PostgreSQL they run as one (``Driver.together``),
 sent with the COMMIT in one round trip.
@@ -28,11 +29,12 @@ from sqlalchemy import (
     update,
 )
 
-from accountant.accounting.loss import ScopeKey, max_after, total_after
+from accountant.accounting.loss import Part, ScopeKey, holds, max_after, total_after
 from accountant.accounting.windows import PERIODS
 from accountant.driver import Driver, Statement, statement, upsert
-from accountant.exact import Amount
+from accountant.exact import COMPONENTS, Amount
 from accountant.models import ChargeCount, Partition, Tally, TallySpend
+from accountant.models.tally import PART_PREFIXES
 from accountant.services import ledger
 from accountant.services.evaluation import ChargeRequest, Evaluation
 
@@ -133,28 +135,35 @@ def add_to_scopes(driver: Driver, evaluation: Evaluation, tally_ids: list[int]) 
     """Add a granted charge to every scope it touches (``open_scopes`` gave their ids): two
     statements, neither of which depends on the other's writes."""
     cost, m = evaluation.priced.cost, evaluation.priced.multiplicity
+    release, kept = evaluation.checker.release, evaluation.checker.rule.parts
     _upsert_spends(
         driver,
         evaluation.dataset.id,
         tally_ids,
         cost,
+        release,
+        kept,
         None if evaluation.all_partitions else evaluation.partitions,
     )
     params: dict[str, Any] = {}
     for i, (scope, tally_id) in enumerate(zip(evaluation.scopes, tally_ids, strict=True)):
-        total = total_after(scope.state, cost, m)
-        highest = max_after(scope.state, cost)
-        params.update(
-            {
-                f"id{i}": tally_id,
-                f"te{i}": total.epsilon,
-                f"td{i}": total.delta,
-                f"tr{i}": total.rho,
-                f"me{i}": highest.epsilon,
-                f"md{i}": highest.delta,
-                f"mr{i}": highest.rho,
-            }
-        )
+        state = scope.state
+        values = {
+            prefix: total_after(state, cost, m, part, release)
+            if part in kept
+            else state.part_total(part)
+            for prefix, part in _TOTALS.items()
+        }
+        values["m"] = max_after(state, cost)
+        params[f"id{i}"] = tally_id
+        for prefix, amount in values.items():
+            params.update(
+                {
+                    f"{prefix}e{i}": amount.epsilon,
+                    f"{prefix}d{i}": amount.delta,
+                    f"{prefix}r{i}": amount.rho,
+                }
+            )
     driver.run(_update_tallies(len(tally_ids)), params)
 
 
@@ -172,7 +181,10 @@ def _insert_partitions(count: int) -> Statement:
     return statement(insert(Partition).values(rows))
 
 
-#: Each scope row's new totals and maxima, by its id: one CASE per column.
+#: The parameters' prefixes of T, T_J and T_P.
+_TOTALS: dict[str, Part] = {"t": "every", "tj": "joint", "tp": "parallel"}
+
+#: Each scope row's new totals (T, T_J, T_P) and maxima, by its id: one CASE per column.
 _TALLY_COLUMNS = {
     "te": Tally.total_epsilon,
     "td": Tally.total_delta,
@@ -180,6 +192,12 @@ _TALLY_COLUMNS = {
     "me": Tally.max_epsilon,
     "md": Tally.max_delta,
     "mr": Tally.max_rho,
+    "tje": Tally.total_joint_epsilon,
+    "tjd": Tally.total_joint_delta,
+    "tjr": Tally.total_joint_rho,
+    "tpe": Tally.total_parallel_epsilon,
+    "tpd": Tally.total_parallel_delta,
+    "tpr": Tally.total_parallel_rho,
 }
 
 
@@ -254,47 +272,49 @@ def _insert_tallies_statement(count: int) -> Statement:
 
 
 def _upsert_spends(
-    driver: Driver, dataset_id: int, tally_ids: list[int], cost: Amount, keys: list[str] | None
+    driver: Driver,
+    dataset_id: int,
+    tally_ids: list[int],
+    cost: Amount,
+    release: str,
+    kept: tuple[Part, ...],
+    keys: list[str] | None,
 ) -> None:
-    """Add the cost to s(p) of every charged partition (``keys``; None: all) in every scope:
-    one statement, which finds partitions created earlier in the transaction by their key.
-    """
-    params: dict[str, Any] = {
-        "tallies": tally_ids,
-        "dataset": dataset_id,
-        "e": cost.epsilon,
-        "d": cost.delta,
-        "r": cost.rho,
-    }
+    """Add the cost to s(p) and, of the ``kept`` parts, to s_J(p) or s_P(p) by the
+    ``release`` kind, of every charged partition (``keys``; None: all) in every scope: one
+    statement, which finds partitions created earlier in the transaction by their key."""
+    params: dict[str, Any] = {"tallies": tally_ids, "dataset": dataset_id}
+    for part in kept:  # each column's increment, bound by the column's name
+        added = cost if holds(part, release) else Amount()
+        params.update({f"{PART_PREFIXES[part]}{name}": added[name] for name in COMPONENTS})
     if keys is not None:
         params["keys"] = keys
-    driver.run(_UPSERT_SPENDS[keys is not None], params)
+    driver.run(_upsert_spends_statement(keys is not None, kept), params)
 
 
-def _upsert_spends_statement(some: bool) -> Statement:
-    """The cost added to s(p) of every scope (:tallies) and partition (:keys if ``some``)
-    (SQLite needs the WHERE clause of the SELECT to parse ``ON CONFLICT``)."""
+@functools.lru_cache(maxsize=4)
+def _upsert_spends_statement(some: bool, kept: tuple[Part, ...]) -> Statement:
+    """The cost added to the ``kept`` parts' spends (:epsilon, :joint_epsilon, ...) of every
+    scope (:tallies) and partition (:keys if ``some``) (SQLite needs the WHERE clause of the
+    SELECT to parse ``ON CONFLICT``). A dataset without the top-k rule keeps s(p) alone, so
+    its charges never touch the other parts' columns or indexes."""
+    spends = [f"{PART_PREFIXES[part]}{name}" for part in kept for name in COMPONENTS]
     charged: Select[Any] = select(  # type: ignore[assignment]  # typed by its columns
-        Tally.id, Partition.id, bindparam("e"), bindparam("d"), bindparam("r")
+        Tally.id, Partition.id, *(bindparam(column) for column in spends)
     ).where(
         Tally.id.in_(bindparam("tallies", expanding=True)),
         Partition.dataset_id == bindparam("dataset"),
     )
     if some:
         charged = charged.where(Partition.key.in_(bindparam("keys", expanding=True)))
-    columns = ["tally_id", "partition_id", "epsilon", "delta", "rho"]
 
     def build(insert: Any) -> Any:
-        added = insert(TallySpend).from_select(columns, charged)
-        return added.on_conflict_do_update(
+        rows = insert(TallySpend).from_select(["tally_id", "partition_id", *spends], charged)
+        return rows.on_conflict_do_update(
             index_elements=[TallySpend.tally_id, TallySpend.partition_id],
             set_={
-                name: getattr(TallySpend, name) + getattr(added.excluded, name)
-                for name in ("epsilon", "delta", "rho")
+                name: getattr(TallySpend, name) + getattr(rows.excluded, name) for name in spends
             },
         )
 
     return upsert(build)
-
-
-_UPSERT_SPENDS = {some: _upsert_spends_statement(some) for some in (False, True)}

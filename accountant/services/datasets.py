@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, object_session
 from accountant import seals
 from accountant.accounting.admits import AdmitsNothing, admitting_limit
 from accountant.accounting.checks import at_limit, remaining
-from accountant.accounting.loss import LossRule, ScopeBooks, ScopeState, loss_now
+from accountant.accounting.loss import PARTS, LossRule, Part, ScopeBooks, ScopeState, Top, loss_now
 from accountant.accounting.modes import MODES, Mode, limit_of, mode_of, mu_of, rdp_order
 from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoformat
 from accountant.driver import Driver
@@ -21,6 +21,7 @@ from accountant.errors import Conflict, NotFound, field_error
 from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
 from accountant.key_hashing import KeyHasher
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
+from accountant.models.tally import PART_PREFIXES
 from accountant.services import ledger, terms
 
 
@@ -332,22 +333,23 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
     ).scalars()
     books = ScopeBooks()
     for entry in entries:
-        books.add(entry.cost, entry.multiplicity, entry.partitions)
-    total, highest, spends = books.total, books.max_spend, books.spends
+        books.add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
+    kept = {part: books.parts[part] for part in rule_of(dataset).parts}
     tally = Tally(
         dataset_id=dataset.id,
         kind="window",
         period_seconds=window.period,
         window_start=window.start,
-        total_epsilon=total.epsilon,
-        total_delta=total.delta,
-        total_rho=total.rho,
-        max_epsilon=highest.epsilon,
-        max_delta=highest.delta,
-        max_rho=highest.rho,
+        **{f"max_{name}": books.max_spend[name] for name in COMPONENTS},
+        **{
+            f"total_{PART_PREFIXES[part]}{name}": part_books.total[name]
+            for part, part_books in kept.items()
+            for name in COMPONENTS
+        },
     )
     session.add(tally)
     session.flush()
+    spends = books.spends
     ids = {
         row.key: row.id
         for row in session.execute(
@@ -360,14 +362,13 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
         session.execute(
             insert(TallySpend),
             [
-                {
-                    "tally_id": tally.id,
-                    "partition_id": ids[key],
-                    "epsilon": amount.epsilon,
-                    "delta": amount.delta,
-                    "rho": amount.rho,
+                {"tally_id": tally.id, "partition_id": ids[key]}
+                | {
+                    f"{PART_PREFIXES[part]}{name}": part_books.spends.get(key, Amount())[name]
+                    for part, part_books in kept.items()
+                    for name in COMPONENTS
                 }
-                for key, amount in spends.items()
+                for key in spends
             ],
         )
 
@@ -420,22 +421,32 @@ def declare_partitions(
 def tally_state(
     session: Session, tally: Tally | None, rule: LossRule, names: tuple[ComponentName, ...]
 ) -> ScopeState:
-    """A tally's state for ``loss_now``: T, the max, and the k largest s(p) if needed."""
+    """A tally's state for ``loss_now``: T, T_J, T_P, the max, and each part's k largest s(p)
+    if needed."""
     if tally is None:
         return ScopeState()
-    top: dict[ComponentName, list[int]] = {}
+    top: dict[tuple[Part, ComponentName], Top] = {}
     if rule.uses_top_k:
-        for name in names:
-            spend = getattr(TallySpend, name)
-            top[name] = list(
-                session.execute(
-                    select(spend)
-                    .where(TallySpend.tally_id == tally.id)
-                    .order_by(spend.desc())
-                    .limit(rule.max_partitions_per_user)
-                ).scalars()
-            )
-    return ScopeState(total=tally.total, max_all=tally.max_spend, top_all=top)
+        for part in PARTS:
+            for name in names:
+                spend = getattr(TallySpend, f"{PART_PREFIXES[part]}{name}")
+                top[part, name] = Top(
+                    tuple(
+                        session.execute(
+                            select(spend)
+                            .where(TallySpend.tally_id == tally.id, spend > 0)
+                            .order_by(spend.desc())
+                            .limit(rule.max_partitions_per_user)
+                        ).scalars()
+                    )
+                )
+    return ScopeState(
+        total=tally.total,
+        max_all=tally.max_spend,
+        joint_total=tally.joint_total,
+        parallel_total=tally.parallel_total,
+        top=top,
+    )
 
 
 def _stated(

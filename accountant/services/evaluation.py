@@ -10,8 +10,9 @@ charge committed before.
 
 ``evaluate`` prices the release with the mechanism's cost declaration and
 checks every scope with the rules of ``accounting.checks`` (the top-k rule
-reads the k largest s(p) inside and outside the charged set as well). It
-writes nothing; a preview runs it without the lock.
+reads the k largest s(p), s_J(p) and s_P(p) inside and outside the charged
+set as well, every one sent before any is read: one round trip on
+PostgreSQL). It writes nothing; a preview runs it without the lock.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
-    BindParameter,
     ScalarSelect,
     and_,
     bindparam,
@@ -31,11 +31,21 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    union_all,
 )
 
 from accountant.accounting import checks as rules
 from accountant.accounting import pricing
-from accountant.accounting.loss import LossRule, ScopeKey, ScopeState, charged
+from accountant.accounting.loss import (
+    PARTS,
+    LossRule,
+    Part,
+    ScopeKey,
+    ScopeState,
+    Top,
+    charged,
+    fresh,
+)
 from accountant.accounting.modes import Mode
 from accountant.accounting.windows import PERIODS, Window
 from accountant.driver import Driver, Pending, Rows, Statement, statement
@@ -43,6 +53,7 @@ from accountant.errors import Forbidden, field_error
 from accountant.exact import Amount, ComponentName
 from accountant.mechanism import Mechanism, UnusableParameters
 from accountant.models import Dataset, Partition, Tally, TallySpend
+from accountant.models.tally import PART_PREFIXES
 from accountant.services import dataset_state, datasets
 from accountant.services.consumers import Principal
 from accountant.services.dataset_state import DatasetState
@@ -77,6 +88,8 @@ class _TallyRow:
     total: Amount
     max_spend: Amount
     max_touched: Amount  # the largest old s(p) among the charged partitions
+    joint_total: Amount
+    parallel_total: Amount
 
 
 @dataclass
@@ -206,6 +219,12 @@ def _scopes_statement(touched: bool) -> Statement:
         Tally.max_epsilon,
         Tally.max_delta,
         Tally.max_rho,
+        Tally.total_joint_epsilon,
+        Tally.total_joint_delta,
+        Tally.total_joint_rho,
+        Tally.total_parallel_epsilon,
+        Tally.total_parallel_delta,
+        Tally.total_parallel_rho,
         *maxima,
     )
     if touched:
@@ -293,12 +312,15 @@ def evaluate(driver: Driver, reads: Reads, request: ChargeRequest, now: float) -
         {scope.key: scope.state for scope in scopes},
         windows,
         keys,
+        request.release,
         functools.cache(lambda: _spends(driver, lifetime_id, ids)),
     )
     cost, m = priced.cost, priced.multiplicity
     checks = checker.checks(cost, m)
     denial = rules.first_denial(checks, cost, mode.components)
-    never = denial is not None and rules.never_fits(denial, rule, cost, m, mode.components)
+    never = denial is not None and rules.never_fits(
+        denial, rule, cost, m, request.release, mode.components, len(keys)
+    )
     return Evaluation(
         dataset,
         mode,
@@ -327,14 +349,17 @@ class ScopeChecker:
     states: dict[ScopeKey, ScopeState]
     windows: list[Window]
     keys: list[str]
+    release: str
     spends_of: Callable[[], dict[str, Amount]]  # the charged partitions' s(p), on demand
 
     def checks(self, cost: Amount, m: int) -> list[rules.ScopeCheck]:
         """Each scope's loss before and after a charge of per-release ``cost`` and
         multiplicity ``m`` (n identical charges are one of cost x n)."""
-        dataset, rule, names = self.dataset, self.rule, self.names
+        dataset, rule, names, release = self.dataset, self.rule, self.names, self.release
         lifetime = self.states[("lifetime", 0, 0, 0)]
-        checks = [rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, names)]
+        checks = [
+            rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, release, names)
+        ]
         if dataset.partition_limit is not None:
             checks.append(
                 rules.partition_check(
@@ -351,6 +376,7 @@ class ScopeChecker:
                     self.states[("consumer", principal.consumer_id, 0, 0)],
                     cost,
                     m,
+                    release,
                     names,
                 )
             )
@@ -363,6 +389,7 @@ class ScopeChecker:
                     self.states[("window", 0, window.period, window.start)],
                     cost,
                     m,
+                    release,
                     names,
                     window=window,
                 )
@@ -433,64 +460,115 @@ def _read_scopes(
             Amount(row.total_epsilon, row.total_delta, row.total_rho),
             Amount(row.max_epsilon, row.max_delta, row.max_rho),
             Amount(row.touched_epsilon or 0, row.touched_delta or 0, row.touched_rho or 0),
+            Amount(row.total_joint_epsilon, row.total_joint_delta, row.total_joint_rho),
+            Amount(row.total_parallel_epsilon, row.total_parallel_delta, row.total_parallel_rho),
         )
         for row in rows
     }
     scopes = [_Scope(key, found.get(key)) for key in keys]
-    existing = [s for s in scopes if s.tally is not None]
-    for scope in existing:
-        tally = scope.tally
-        assert tally is not None
-        max_touched = tally.max_spend if all_partitions else tally.max_touched
-        inside: dict[ComponentName, list[int]] = {}
-        outside: dict[ComponentName, list[int]] = {}
-        if rule.uses_top_k:
-            k = rule.max_partitions_per_user
-            assert k is not None
-            for name in names:
-                inside[name], outside[name] = _top_k(
-                    driver, tally.id, name, k, touched_ids, all_partitions
-                )
-                inside[name] += [0] * (min(k, n) - len(inside[name]))
-        scope.state = ScopeState(tally.total, tally.max_spend, max_touched, outside, inside)
+    k = rule.max_partitions_per_user if rule.uses_top_k else None
+    columns = tuple(f"{PART_PREFIXES[part]}{name}" for part in PARTS for name in names)
+    # Every top-k read of every scope is sent before any is read: the charged partitions'
+    # spends by primary key (the k largest inside P are among them), and the k largest
+    # outside P (of every partition when P is "*" or holds no partition charged before).
+    split = not all_partitions and bool(touched_ids)
+    reads = {
+        scope.key: (
+            _send_spends(driver, scope.tally.id, columns, touched_ids if split else []),
+            _send_tops(driver, scope.tally.id, columns, k, touched_ids if split else None),
+        )
+        for scope in scopes
+        if scope.tally is not None and k is not None
+    }
     for scope in scopes:
-        if scope.tally is None and rule.uses_top_k:
-            k = rule.max_partitions_per_user
-            assert k is not None
-            scope.state = ScopeState(top_inside={name: [0] * min(k, n) for name in names})
+        tally = scope.tally
+        if tally is None:
+            scope.state = fresh(rule, n)
+            continue
+        top: dict[tuple[Part, ComponentName], Top] = {}
+        if k is not None:
+            inside_rows, outside_lists = reads[scope.key][0](), reads[scope.key][1].result()
+            for part in PARTS:
+                for name in names:
+                    column = f"{PART_PREFIXES[part]}{name}"
+                    inside = sorted((getattr(row, column) for row in inside_rows), reverse=True)
+                    outside = outside_lists.get(column, [])
+                    if all_partitions:
+                        inside, outside = outside, []
+                    padded = inside[:k] + [0] * (min(k, n) - len(inside[:k]))
+                    top[part, name] = Top(tuple(outside), tuple(padded))
+        scope.state = ScopeState(
+            total=tally.total,
+            max_all=tally.max_spend,
+            max_touched=tally.max_spend if all_partitions else tally.max_touched,
+            joint_total=tally.joint_total,
+            parallel_total=tally.parallel_total,
+            top=top,
+        )
     return scopes
 
 
-def _top_k(
-    driver: Driver, tally_id: int, name: str, k: int, touched_ids: list[int], all_partitions: bool
-) -> tuple[list[int], list[int]]:
-    """The k largest s(p) inside and outside the charged set (an index range scan each)."""
+def _send_spends(
+    driver: Driver, tally_id: int, columns: tuple[str, ...], touched: list[int]
+) -> Callable[[], Rows]:
+    """``columns`` of the charged partitions ``touched`` in a tally, by primary key: one
+    row each (none if ``touched`` is empty), sent now, read when called."""
+    if not touched:
+        return list
+    return driver.send(_inside_statement(columns), {"t": tally_id, "p": touched}, list).result
 
-    def column(among: str) -> list[int]:
-        params = {"t": tally_id, "k": k} | ({"p": touched_ids} if among != "all" else {})
-        return [getattr(row, name) for row in driver.rows(_top_k_statement(name, among), params)]
 
-    if all_partitions:
-        return column("all"), []
-    if not touched_ids:
-        return [], column("all")
-    return column("in"), column("out")
+@functools.lru_cache(maxsize=8)
+def _inside_statement(columns: tuple[str, ...]) -> Statement:
+    """``columns`` of the partitions :p in tally :t (a primary-key lookup each)."""
+    return statement(
+        select(*(getattr(TallySpend, column) for column in columns)).where(
+            TallySpend.tally_id == bindparam("t"),
+            TallySpend.partition_id.in_(bindparam("p", expanding=True)),
+        )
+    )
+
+
+def _send_tops(
+    driver: Driver, tally_id: int, columns: tuple[str, ...], k: int, touched: list[int] | None
+) -> Pending[dict[str, list[int]]]:
+    """The k largest values of each of ``columns`` (s(p), s_J(p), s_P(p) per component) in
+    a tally, outside the charged set (``touched``: their ids) or of every partition
+    (``touched`` None): one statement, sent now, read on demand."""
+
+    def lists(rows: Rows) -> dict[str, list[int]]:
+        found: dict[str, list[int]] = {}
+        for row in rows:
+            found.setdefault(row.spend, []).append(row.value)
+        return {column: sorted(values, reverse=True) for column, values in found.items()}
+
+    params = {"t": tally_id, "k": k} | ({} if touched is None else {"p": touched})
+    return driver.send(_tops_statement(columns, touched is not None), params, lists)
 
 
 @functools.lru_cache(maxsize=16)
-def _top_k_statement(name: str, among: str) -> Statement:
-    """The :k largest s(p) of component ``name`` in tally :t: of every partition
-    (``among="all"``), of the partitions :p (``"in"``) or of the others (``"out"``)."""
-    spend = getattr(TallySpend, name)
-    query = select(spend).where(TallySpend.tally_id == bindparam("t"))
-    charged: BindParameter[int] = bindparam("p", expanding=True)
-    if among == "in":
-        query = query.where(TallySpend.partition_id.in_(charged))
-    elif among == "out":
-        query = query.where(TallySpend.partition_id.not_in(charged))
-    # the driver's :k as text, and an OFFSET written out, which SQLite's dialect would bind
-    limited = query.order_by(spend.desc()).limit(literal_column(":k"))
-    return statement(limited.offset(literal_column("0")))
+def _tops_statement(columns: tuple[str, ...], outside: bool) -> Statement:
+    """The :k largest values of each of ``columns`` in tally :t, as rows (spend, value): of
+    the partitions other than :p if ``outside``, else of every partition. An index range
+    scan each, in one statement."""
+    lists = []
+    for column in columns:
+        spend = getattr(TallySpend, column)
+        # positive: zeros add nothing to a top-k sum, and s_J, s_P are indexed where positive
+        query = select(spend.label("value")).where(
+            TallySpend.tally_id == bindparam("t"), spend > literal_column("0")
+        )
+        if outside:
+            query = query.where(TallySpend.partition_id.not_in(bindparam("p", expanding=True)))
+        # the driver's :k as text, and an OFFSET written out, which SQLite's dialect would bind
+        limited = (
+            query.order_by(spend.desc())
+            .limit(literal_column(":k"))
+            .offset(literal_column("0"))
+            .subquery()
+        )
+        lists.append(select(literal_column(f"'{column}'").label("spend"), limited.c.value))
+    return statement(union_all(*lists))
 
 
 _SPENDS = statement(

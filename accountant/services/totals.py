@@ -1,9 +1,13 @@
 """Rebuilding the running totals from the ledger, to prove the two agree.
 
-The charge path keeps T, max s(p) and s(p) per scope incrementally. Here the
-same numbers are recomputed from the granted ledger entries alone: every
+The charge path keeps T, max s(p) and s(p) per scope incrementally, and
+T_J, T_P, s_J(p) and s_P(p) on datasets with the top-k rule. Here the same
+numbers are recomputed from the granted ledger entries alone: every
 lifetime, consumer and window tally, partition by partition. A difference
-means the totals or the ledger were changed outside the service.
+means the totals or the ledger were changed outside the service (or, for
+T_J, T_P, s_J and s_P only, that the tally dates from before migration 0014
+and did not equal its ledger then, so all of its spend was counted as
+parallel).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from accountant.accounting.loss import ScopeBooks, ScopeKey
+from accountant.accounting.loss import PARTS, Books, LossRule, Part, ScopeBooks, ScopeKey
 from accountant.exact import Amount
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend
 
@@ -62,31 +66,42 @@ def check(session: Session) -> tuple[int, list[Difference]]:
                 key for key in tallies if key[0] == "window" and key[3] <= moment < key[3] + key[2]
             ]
             for key in scopes:
-                books[key].add(entry.cost, entry.multiplicity, entry.partitions)
+                books[key].add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
         for key in set(tallies) | set(books):
-            rebuilt_books = books[key]
             tally = tallies.get(key)
             scope = key[0] if key[0] == "lifetime" else f"{key[0]}:{key[1] or key[3]}"
-            stored_total = tally.total if tally else Amount()
-            if stored_total != rebuilt_books.total:
-                differences.append(
-                    Difference(dataset.name, scope, "T", stored_total, rebuilt_books.total)
-                )
-            stored_spends = (
-                {}
-                if tally is None
-                else {
-                    keys[row.partition_id]: Amount(row.epsilon, row.delta, row.rho)
-                    for row in session.execute(
-                        select(TallySpend).where(TallySpend.tally_id == tally.id)
-                    ).scalars()
-                }
-            )
-            for partition in set(stored_spends) | set(rebuilt_books.spends):
-                stored = stored_spends.get(partition, Amount())
-                rebuilt = rebuilt_books.spends.get(partition, Amount())
-                if stored != rebuilt:
-                    differences.append(
-                        Difference(dataset.name, scope, f"s({partition})", stored, rebuilt)
-                    )
+            stored = _stored(session, tally, keys)
+            for part in LossRule(dataset.privacy_unit, dataset.max_partitions_per_user).parts:
+                rebuilt = books[key].parts[part]
+                differences += _compare(dataset.name, scope, part, stored[part], rebuilt)
     return replayed, differences
+
+
+def _stored(session: Session, tally: Tally | None, keys: dict[int, str]) -> dict[Part, Books]:
+    """A tally's T and s(p) of each part as stored (nothing for a missing tally)."""
+    parts = {part: Books() for part in PARTS}
+    if tally is None:
+        return parts
+    parts["every"].total = tally.total
+    parts["joint"].total = tally.joint_total
+    parts["parallel"].total = tally.parallel_total
+    for row in session.execute(select(TallySpend).where(TallySpend.tally_id == tally.id)).scalars():
+        for part, books in parts.items():
+            books.spends[keys[row.partition_id]] = row.parts[part]
+    return parts
+
+
+def _compare(
+    dataset: str, scope: str, part: Part, stored: Books, rebuilt: Books
+) -> list[Difference]:
+    """Where a part's stored T and s(p) differ from the ledger's (T, T_J, T_P; s, s_J, s_P)."""
+    suffix = {"every": "", "joint": "_J", "parallel": "_P"}[part]
+    found = []
+    if stored.total != rebuilt.total:
+        found.append(Difference(dataset, scope, f"T{suffix}", stored.total, rebuilt.total))
+    for partition in set(stored.spends) | set(rebuilt.spends):
+        was = stored.spends.get(partition, Amount())
+        should = rebuilt.spends.get(partition, Amount())
+        if was != should:
+            found.append(Difference(dataset, scope, f"s{suffix}({partition})", was, should))
+    return found
