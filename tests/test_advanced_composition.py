@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
@@ -216,6 +217,23 @@ def test_laplace_releases_on_one_and_one_in_a_million(api: Api) -> None:
     assert _fits(api, _laplace()) == 0
 
 
+def test_all_of_delta_for_the_filter_is_at_its_limit_only_when_rho_is(api: Api) -> None:
+    """With delta' = delta the releases' delta limit is 0: it admits every Laplace, so the
+    dataset and its partitions are not "at limit" until rho is spent."""
+    _advanced(api, partition_budget={"epsilon": 0.5, "delta": 1e-6}, composition_delta=1e-6)
+    assert api.post("/v1/charges", {**_laplace(), "input": {"values": [1.0]}}).status_code == 201
+    report = api.budget()
+    assert report["limit"]["delta"] == 0 and report["partition_limit"]["delta"] == 0
+    assert report["at_limit"] is False and report["partitions"]["at_limit"] is False
+    # the release whose epsilon^2 / 2, rounded up to 10^-12, is exactly what is left
+    left = Decimal(str(report["partitions"]["remaining"]["rho"]))
+    with localcontext(prec=50, rounding=ROUND_FLOOR):
+        epsilon = (2 * left).sqrt().quantize(Decimal("1e-30"))
+    rest = json.dumps({**_laplace(), "input": {"values": [1.0]}}).replace("0.01", str(epsilon))
+    assert api.post("/v1/charges", raw=rest).status_code == 201, rest
+    assert api.budget()["partitions"]["at_limit"] is True
+
+
 def test_laplace_releases_on_ten_and_one_in_a_million(api: Api) -> None:
     api.make_dataset("basic", accounting="approx", budget={"epsilon": 10, "delta": 1e-6})
     assert _fits(api, _laplace("basic")) == 1000
@@ -367,6 +385,10 @@ def test_the_rule_is_part_of_the_terms_digest(api: Api, database_url: str) -> No
             "partition_budget",
         ),
         ({"composition": "advanced", "windows": [{"period": "1d", "rho": 0.1}]}, "windows.0"),
+        (
+            {"composition": "advanced", "windows": [{"period": "1d", "epsilon": 1e-6}]},
+            "windows.0.epsilon",
+        ),
     ],
 )
 def test_what_creation_refuses(api: Api, fields: dict[str, Any], field: str) -> None:
@@ -381,6 +403,32 @@ def test_what_creation_refuses(api: Api, fields: dict[str, Any], field: str) -> 
     assert reply.status_code == 400, reply.get_json()
     assert reply.get_json()["errors"][0]["field"] == field
     assert api.get("/v1/datasets").get_json()["datasets"] == []
+
+
+def test_a_sub_budget_of_delta_prime_admits_releases_without_delta(api: Api) -> None:
+    _advanced(api, partition_budget={"epsilon": 0.5, "delta": 5e-7})
+    assert api.budget()["partition_limit"]["delta"] == 0
+    gaussian = {
+        **_laplace(),
+        "mechanism": "gaussian",
+        "params": {"epsilon": 0.05, "delta": 1e-9, "sensitivity": 1},
+        "input": {"values": [1.0]},
+    }
+    refused = api.post("/v1/charges", gaussian)
+    assert refused.status_code == 409 and refused.get_json()["scope"] == "partition"
+    assert api.post("/v1/charges", {**_laplace(), "input": {"values": [1.0]}}).status_code == 201
+    small = api.post(
+        "/v1/datasets",
+        {
+            "name": "small",
+            "privacy_unit": "record",
+            "accounting": "approx",
+            "composition": "advanced",
+            "budget": {"epsilon": 1, "delta": 1e-6},
+            "windows": [{"period": "1d", "epsilon": 1e-6}],
+        },
+    ).get_json()
+    assert "state epsilon at least 0.000007619" in small["errors"][0]["message"]
 
 
 def test_costs_show_the_release_and_losses_the_filter(api: Api) -> None:
