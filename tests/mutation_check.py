@@ -225,6 +225,33 @@ MUTATIONS = [
         ("tests/test_rdp_gdp.py::test_laplace_is_charged_the_epsilon_dp_bound",),
     ),
     Mutation(
+        "the advanced filter drops its sum of epsilon^2 / 2",
+        "accountant/accounting/advanced.py",
+        "rho = ((log_term + epsilon).sqrt() - log_term.sqrt()) ** 2",
+        "rho = epsilon**2 / (4 * log_term)",
+        (
+            "tests/test_advanced_composition.py::test_the_filter_never_admits_what_the_theorem_refuses",
+        ),
+    ),
+    Mutation(
+        "the advanced filter lets the releases spend delta'",
+        "accountant/accounting/advanced.py",
+        "delta_limit = DELTA.limit_units(delta) - composition_delta",
+        "delta_limit = DELTA.limit_units(delta)",
+        (
+            "tests/test_advanced_composition.py::test_the_filter_never_admits_what_the_theorem_refuses",
+        ),
+    ),
+    Mutation(
+        "the advanced filter charges epsilon^2 / 4",
+        "accountant/accounting/modes.py",
+        "rho=RHO.cost_units(cost.epsilon**2 / 2) if self.advanced else 0,",
+        "rho=RHO.cost_units(cost.epsilon**2 / 4) if self.advanced else 0,",
+        (
+            "tests/test_advanced_composition.py::test_the_filter_never_admits_what_the_theorem_refuses",
+        ),
+    ),
+    Mutation(
         "gdp charges the grid sampler mu = D/sigma",
         "plugins/gaussian.py",
         "GDP_MARGIN = 1 + Fraction(1, 2**20)",

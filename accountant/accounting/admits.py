@@ -13,7 +13,8 @@ A stated budget is positive (the schemas ask epsilon > 0), yet it can come to 0:
   below one unit (10^-12) for a small epsilon with a small delta: (10^-6, 10^-18)
   gives rho* < 10^-12 and mu*^2 < 10^-12. A rho stated directly below 10^-12 too.
 - ``pure`` and ``approx``: an epsilon below 10^-9, or a delta above 0 but below
-  10^-18, rounds to 0 units.
+  10^-18, rounds to 0 units. With advanced composition, an epsilon whose rho* at the
+  dataset's delta' is below 10^-12 (below 7.434e-6 at delta' = 10^-6).
 
 ``admitting_limit`` refuses such a budget, naming the least stated value that
 admits a charge, instead of storing a zero limit. The services use it for every
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from accountant.accounting import advanced
 from accountant.accounting.modes import (
     Mode,
     converted_limit,
@@ -47,6 +49,11 @@ def admitting_limit(mode: Mode, stated: dict[str, Decimal], dataset_delta: Decim
     """``modes.limit_of``, refusing with ``AdmitsNothing`` a stated positive budget whose
     enforced limit is 0 units in a component the mode enforces."""
     limit = limit_of(mode, stated, dataset_delta)
+    if mode.composition_delta is not None:
+        # a delta equal to delta' is delta'' = 0: it admits releases without delta
+        if stated.get("epsilon") is not None and limit.rho == 0:
+            raise AdmitsNothing("epsilon", _advanced_refusal(stated["epsilon"], mode))
+        return limit
     if not mode.converts:
         for name in mode.components:
             value = stated.get(name)
@@ -95,6 +102,23 @@ def _refusal(mode: Mode, epsilon: Decimal, delta: Decimal) -> str:
         f"epsilon {epsilon:g} {at} converts to a {measure} limit below {RHO.to_decimal(1):g}, "
         f"which is enforced as 0 and would admit no charge; {fix}"
         + (", or a larger delta" if least is not None else "")
+    )
+
+
+def _advanced_refusal(epsilon: Decimal, mode: Mode) -> str:
+    """Why an epsilon is too small for the advanced filter, and the least that is not."""
+    assert mode.composition_delta is not None
+    share = DELTA.to_decimal(mode.composition_delta)
+
+    def within(units: int) -> bool:
+        return units > 0 and advanced.rho_limit(EPSILON.to_decimal(units), share) > 0
+
+    guess = EPSILON.limit_units(advanced.epsilon_of(1, mode.composition_delta))
+    least = EPSILON.to_decimal(least_units(within, guess))
+    return (
+        f"epsilon {epsilon:g} at this dataset's composition_delta {share:g} converts to a rho "
+        f"limit below {RHO.to_decimal(1):g} (the advanced filter's rho*), which is enforced "
+        f"as 0 and would admit no charge; state epsilon at least {least:g}"
     )
 
 

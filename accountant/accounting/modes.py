@@ -2,7 +2,11 @@
 
 - ``pure``: epsilon only; mechanisms with delta > 0 are refused.
 - ``approx``: (epsilon, delta) by basic composition, each component composed
-  separately (Dwork and Roth 2014, Theorem 3.16).
+  separately (Dwork and Roth 2014, Theorem 3.16); or, chosen when the dataset is created
+  and never changed, by the advanced-composition filter of Whitehouse, Ramdas, Rogers and
+  Wu (2023): a release of (epsilon_i, delta_i) costs rho_i = epsilon_i^2 / 2 and delta_i,
+  both add, and a budget (epsilon, delta) with the filter's share delta' is enforced as
+  rho* = (sqrt(ln(1/delta') + epsilon) - sqrt(ln(1/delta')))^2 and delta - delta'.
 - ``zcdp``: rho, which adds under composition (Bun and Steinke 2016,
   Lemma 2.3). An epsilon-DP mechanism is (epsilon^2 / 2)-zCDP
   (Proposition 1.4). A budget stated as (epsilon, delta) is enforced as the
@@ -39,6 +43,7 @@ from typing import Literal
 
 import mpmath
 
+from accountant.accounting import advanced
 from accountant.exact import (
     DELTA,
     EPSILON,
@@ -77,6 +82,14 @@ class Mode:
     components: tuple[ComponentName, ...]
     #: rdp only: the Renyi order, fixed when the dataset is created.
     order: Decimal | None = None
+    #: approx with advanced composition only: delta', the share of the dataset's delta that
+    #: the filter's concentration term uses, in delta units, fixed when it is created.
+    composition_delta: int | None = None
+
+    @property
+    def advanced(self) -> bool:
+        """Whether releases compose by the advanced-composition filter (approx only)."""
+        return self.composition_delta is not None
 
     @property
     def converts(self) -> bool:
@@ -87,6 +100,8 @@ class Mode:
     @property
     def measure(self) -> str:
         """The name of what the mode adds up, as amounts show it."""
+        if self.advanced:
+            return "rho"
         return {"zcdp": "rho", "rdp": "rdp", "gdp": "mu"}.get(self.name, "epsilon")
 
     def amount_of(self, cost: StatedCost) -> Amount:
@@ -100,7 +115,10 @@ class Mode:
             return Amount(epsilon=EPSILON.cost_units(cost.epsilon))
         if self.name == "approx":
             return Amount(
-                epsilon=EPSILON.cost_units(cost.epsilon), delta=DELTA.cost_units(cost.delta)
+                epsilon=EPSILON.cost_units(cost.epsilon),
+                delta=DELTA.cost_units(cost.delta),
+                # the advanced filter's share: the exact epsilon^2 / 2, rounded up
+                rho=RHO.cost_units(cost.epsilon**2 / 2) if self.advanced else 0,
             )
         if self.name == "rdp":
             return Amount(rho=self._renyi_units(cost))
@@ -142,7 +160,7 @@ class Mode:
         the epsilon conversion that ``report`` adds."""
         if self.name == "gdp":
             return mu_of(amount.rho)
-        if self.converts:
+        if self.converts or self.advanced:
             return RHO.to_decimal(amount.rho)
         return EPSILON.to_decimal(amount.epsilon)
 
@@ -150,6 +168,12 @@ class Mode:
         """An amount as the API shows it (API.md: zcdp amounts carry rho, epsilon, delta;
         rdp amounts rdp, order, epsilon, delta; gdp amounts mu, epsilon, delta)."""
         delta = DELTA.to_decimal(dataset_delta)
+        if self.composition_delta is not None:
+            return {
+                "epsilon": advanced.epsilon_of(amount.rho, self.composition_delta),
+                "delta": DELTA.to_decimal(amount.delta),
+                "rho": self.lead(amount),
+            }
         if self.name == "zcdp":
             return {
                 "rho": self.lead(amount),
@@ -172,6 +196,18 @@ class Mode:
             }
         return {"epsilon": self.lead(amount), "delta": DELTA.to_decimal(amount.delta)}
 
+    def report_cost(self, amount: Amount, dataset_delta: int) -> dict[str, Decimal]:
+        """A release's cost (or cost x multiplicity) as the API shows it: as ``report``, but
+        with advanced composition the epsilon the release declared, not the filter's epsilon
+        of its rho (one release's epsilon_i, not what it would cost alone)."""
+        if not self.advanced:
+            return self.report(amount, dataset_delta)
+        return {
+            "epsilon": EPSILON.to_decimal(amount.epsilon),
+            "delta": DELTA.to_decimal(amount.delta),
+            "rho": RHO.to_decimal(amount.rho),
+        }
+
 
 MODES: dict[str, Mode] = {
     "pure": Mode("pure", ("epsilon",)),
@@ -182,11 +218,23 @@ MODES: dict[str, Mode] = {
 }
 
 
-def mode_of(accounting: str, rdp_order: str | None = None) -> Mode:
-    """The mode of a dataset: its accounting, and for rdp its order."""
+def mode_of(
+    accounting: str, rdp_order: str | None = None, composition_delta: int | None = None
+) -> Mode:
+    """The mode of a dataset: its accounting, for rdp its order, and for approx with
+    advanced composition the filter's delta' (in delta units)."""
     if accounting == "rdp":
         return _rdp_mode(Decimal(rdp_order) if rdp_order is not None else None)
+    if accounting == "approx" and composition_delta is not None:
+        return _advanced_mode(composition_delta)
     return MODES[accounting]
+
+
+@functools.lru_cache(maxsize=256)
+def _advanced_mode(composition_delta: int) -> Mode:
+    if composition_delta <= 0:
+        raise ValueError("the advanced filter's delta' must be at least one delta unit")
+    return Mode("approx", ("delta", "rho"), composition_delta=composition_delta)
 
 
 @functools.lru_cache(maxsize=256)
@@ -400,11 +448,9 @@ def mu_of(mu2_units: int, *, down: bool = False) -> Decimal:
 def rho_by_bun_steinke(epsilon: Decimal, delta: Decimal) -> int:
     """Units of the largest rho with rho + 2 sqrt(rho ln(1/delta)) <= epsilon (Bun and
     Steinke 2016, Proposition 1.3), rounded down: looser than ``rho_limit``; the discrete
-    Gaussian plugin calibrates its (epsilon, delta) parameters with it."""
-    with decimal.localcontext(_CONTEXT):
-        log_term = (1 / delta).ln()
-        rho = ((log_term + epsilon).sqrt() - log_term.sqrt()) ** 2
-        return max(0, RHO.limit_units(max(Decimal(0), rho - _GUARD)))
+    Gaussian plugin calibrates its (epsilon, delta) parameters with it, and it is the
+    advanced-composition filter's bound (``accounting.advanced``)."""
+    return advanced.rho_limit(epsilon, delta)
 
 
 def _b_float(epsilon: float, delta: float, alpha: float) -> float:
@@ -460,11 +506,16 @@ def limit_of(
 
     In zcdp, rdp and gdp modes a budget states ``epsilon`` (with an optional
     ``delta``, defaulting to the dataset's) to be converted; a zcdp budget may
-    instead state ``rho`` directly.
+    instead state ``rho`` directly. With advanced composition, (epsilon, delta) becomes
+    rho* at the dataset's delta' and delta - delta' (``accounting.advanced.limit``).
     """
     epsilon = stated.get("epsilon")
     delta = stated.get("delta")
     rho = stated.get("rho")
+    if mode.composition_delta is not None:
+        if rho is not None:
+            raise ValueError("an approx budget states epsilon and delta, not rho")
+        return advanced.limit(epsilon, delta, mode.composition_delta)
     if not mode.converts:
         return Limit(
             epsilon=None if epsilon is None else EPSILON.limit_units(epsilon),

@@ -17,7 +17,7 @@ from accountant.errors import field_error
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
 from accountant.services import charge_records, charges, evaluation, idempotency, plans
-from accountant.services.charge_responses import reason, report
+from accountant.services.charge_responses import reason, report, report_cost
 from accountant.services.consumers import Principal
 from accountant.services.evaluation import ChargeRequest
 
@@ -143,7 +143,7 @@ def preview() -> Any:
         "granted": denial is None,
         "dataset": evaluated.dataset.name,
         "partitions": evaluated.partitions,
-        "cost": report(evaluated, evaluated.priced.cost),
+        "cost": report_cost(evaluated, evaluated.priced.cost),
         "multiplicity": evaluated.priced.multiplicity,
         "remaining_after": report(evaluated, evaluated.remaining),
         "scope": None if denial is None else denial.scope,
@@ -169,7 +169,7 @@ def plan() -> Any:
         | ({} if limited_by.window is None else {"resets_at": isoformat(limited_by.window.end)}),
         "dataset": evaluated.dataset.name,
         "partitions": evaluated.partitions,
-        "cost": report(evaluated, evaluated.priced.cost),
+        "cost": report_cost(evaluated, evaluated.priced.cost),
         "multiplicity": evaluated.priced.multiplicity,
     }
 
@@ -213,7 +213,7 @@ def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
         "count": body["count"],
         "dataset": evaluated.dataset.name,
         "partitions": evaluated.partitions,
-        "cost": report(evaluated, evaluated.priced.cost),
+        "cost": report_cost(evaluated, evaluated.priced.cost),
         "multiplicity": evaluated.priced.multiplicity,
     }
 

@@ -36,8 +36,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "Amount": {
         "type": "object",
         "additionalProperties": {"type": "number"},
-        "description": "epsilon and delta; rho on zcdp, rdp and order on rdp, mu on gdp "
-        "datasets (DESIGN.md)",
+        "description": "epsilon and delta; rho on zcdp and on approx datasets with "
+        "advanced composition, rdp and order on rdp, mu on gdp datasets (DESIGN.md)",
     },
     "FieldError": _object(["field", "message"], field=STRING, message=STRING),
     "Problem": _object(
@@ -122,6 +122,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         accounting=STRING,
         max_partitions_per_user={"type": ["integer", "null"]},
         max_records_per_user={"type": ["integer", "null"]},
+        composition={"enum": ["basic", "advanced"]},
+        composition_delta={"type": "number"},
         budget=_ref("Amount"),
         partition_budget=OPTIONAL_AMOUNT,
         windows=_list(ANY_OBJECT),
@@ -143,6 +145,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         partition_limit=_ref("Amount"),
         limit_history=_list(ANY_OBJECT),
         consumer=ANY_OBJECT,
+        composition={"enum": ["basic", "advanced"]},
+        composition_delta={"type": "number"},
     ),
     "PartitionsDeclared": _object(
         ["dataset", "created", "existing"], dataset=STRING, created=STRINGS, existing=STRINGS

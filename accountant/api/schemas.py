@@ -60,6 +60,19 @@ DATASET_CREATE: dict[str, Any] = {
             "description": "the Renyi order of an rdp dataset, fixed for life; "
             "by default the best for its budget",
         },
+        "composition": {
+            "enum": ["basic", "advanced"],
+            "description": "approx only, fixed for life: basic composition (epsilons and "
+            "deltas add; the default) or the advanced-composition filter of Whitehouse, "
+            "Ramdas, Rogers and Wu 2023",
+        },
+        "composition_delta": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "exclusiveMaximum": 1,
+            "description": "advanced composition only, fixed for life: delta', the share of "
+            "budget.delta the filter keeps for itself; by default half of budget.delta",
+        },
         "budget": BUDGET,
         "partition_budget": {"anyOf": [SUB_BUDGET, {"type": "null"}]},
         "windows": {"type": "array", "items": WINDOW, "maxItems": len(PERIODS)},

@@ -60,7 +60,7 @@ def _measure(dataset: Dataset) -> str:
 def _column(dataset: Dataset) -> tuple[ComponentName, str]:
     """The stored component the dataset's limits bind, and its name: rho holds rho, the
     Renyi divergence at the order on rdp datasets, and mu^2 on gdp ones."""
-    if not dataset.mode.converts:
+    if not (dataset.mode.converts or dataset.mode.advanced):
         return "epsilon", "epsilon"
     return "rho", {"rdp": "rdp", "gdp": "mu²"}.get(dataset.accounting, "rho")
 
@@ -108,7 +108,10 @@ def sign_out_submit(who: Principal) -> Any:
 
 
 def _bound(dataset: Dataset) -> tuple[str, ...]:
-    """The figures a limit binds in the dataset's mode: epsilon and delta, or its measure."""
+    """The figures a limit binds in the dataset's mode: epsilon and delta, or its measure
+    (with advanced composition, rho and the releases' delta)."""
+    if dataset.mode.advanced:
+        return ("rho", "delta")
     return (dataset.mode.measure,) if dataset.mode.converts else ("epsilon", "delta")
 
 
@@ -286,7 +289,7 @@ def dataset(who: Principal, name: str) -> Any:
         used_pct=used,
         state=scopes[0]["state"],
         scopes=scopes,
-        converts=found.mode.converts,
+        converts=found.mode.converts or found.mode.advanced,
         delta=report["loss"].get("delta") if found.mode.converts else None,
         loss_chart=charts.loss_over_time(
             history,

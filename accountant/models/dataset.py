@@ -16,7 +16,9 @@ class Dataset(Base):
     ``limit_*`` is the lifetime budget and ``partition_limit_*`` the optional
     per-partition one. On zcdp, rdp and gdp datasets ``limit_epsilon``/``limit_delta``
     are the stated budget and ``limit_rho`` the enforced one (rho, the Renyi divergence at
-    ``rdp_order``, or mu^2). ``ledger_seq`` and
+    ``rdp_order``, or mu^2). On approx datasets with advanced composition ``limit_rho`` is
+    the filter's rho* and ``limit_delta`` delta'' = delta - ``composition_delta``, both
+    enforced (``accounting.advanced``). ``ledger_seq`` and
     ``ledger_head`` are the end of the dataset's ledger chain.
     """
 
@@ -28,6 +30,10 @@ class Dataset(Base):
     accounting: Mapped[str] = mapped_column(String(16))
     #: rdp datasets: the Renyi order as exact decimal text, fixed at creation.
     rdp_order: Mapped[str | None] = mapped_column(String(40))
+    #: approx datasets: "basic" or "advanced" composition, fixed at creation.
+    composition: Mapped[str] = mapped_column(String(16), default="basic", server_default="basic")
+    #: advanced composition only: delta', the filter's share of the delta budget (units).
+    composition_delta: Mapped[LimitUnits]
     max_partitions_per_user: Mapped[int | None] = mapped_column(Integer)
     max_records_per_user: Mapped[int | None] = mapped_column(Integer)
     limit_epsilon: Mapped[LimitUnits]
@@ -57,7 +63,7 @@ class Dataset(Base):
 
     @property
     def mode(self) -> Mode:
-        return mode_of(self.accounting, self.rdp_order)
+        return mode_of(self.accounting, self.rdp_order, self.composition_delta)
 
     @property
     def partition_limit(self) -> Limit | None:

@@ -42,9 +42,9 @@ def granted(
             "mechanism": request.mechanism.name,
             "release": request.release,
             "partitions": evaluation.partitions,
-            "cost": report(evaluation, priced.cost),
+            "cost": report_cost(evaluation, priced.cost),
             "multiplicity": priced.multiplicity,
-            "charged": report(evaluation, evaluation.charged),
+            "charged": report_cost(evaluation, evaluation.charged),
             "remaining": report(evaluation, evaluation.remaining),
             "created_at": isoformat(created_at / 1e6),
             "run_params": idempotency.encode_params(priced.run_params),
@@ -92,7 +92,7 @@ def denial_error(
         "scope": denial.scope,
         "limit": _limit_report(evaluation, denial),
         "spent": report(evaluation, denial.spent),
-        "requested": report(evaluation, denial.requested),
+        "requested": report_cost(evaluation, denial.requested),
         "charge_id": charge_id,
     }
     if denial.partition is not None and denial.scope == "partition":
@@ -112,6 +112,11 @@ def report(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
     return evaluation.mode.report(amount, evaluation.dataset.limit_delta or 0)
 
 
+def report_cost(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
+    """A release's cost as the dataset's mode states it (``Mode.report_cost``)."""
+    return evaluation.mode.report_cost(amount, evaluation.dataset.limit_delta or 0)
+
+
 def reason(evaluation: Evaluation, denial: Denial) -> str:
     """One sentence: which scope, its limit, what is spent and what was asked for."""
     where = {
@@ -124,7 +129,7 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
         f"this charge would exceed {where}: limit "
         f"{_text(_limit_report(evaluation, denial))}, spent "
         f"{_text(report(evaluation, denial.spent))}, requested "
-        f"{_text(report(evaluation, denial.requested))}"
+        f"{_text(report_cost(evaluation, denial.requested))}"
     )
     if denial.window is not None:
         text += f"; the window resets at {isoformat(denial.window.end)}"

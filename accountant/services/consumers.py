@@ -253,9 +253,11 @@ def _modes_of_quotas(consumer: Consumer) -> dict[int, Mode]:
     if not ids or session is None:
         return {}
     return {
-        row.id: mode_of(row.accounting, row.rdp_order)
+        row.id: mode_of(row.accounting, row.rdp_order, row.composition_delta)
         for row in session.execute(
-            select(Dataset.id, Dataset.accounting, Dataset.rdp_order).where(Dataset.id.in_(ids))
+            select(
+                Dataset.id, Dataset.accounting, Dataset.rdp_order, Dataset.composition_delta
+            ).where(Dataset.id.in_(ids))
         )
     }
 

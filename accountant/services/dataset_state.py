@@ -41,6 +41,7 @@ class DatasetState:
     privacy_unit: str
     accounting: str
     rdp_order: str | None
+    composition_delta: int | None  # delta' of an approx dataset with advanced composition
     max_partitions_per_user: int | None
     max_records_per_user: int | None
     limit: Limit
@@ -59,7 +60,7 @@ class DatasetState:
 
     @property
     def mode(self) -> Mode:
-        return mode_of(self.accounting, self.rdp_order)
+        return mode_of(self.accounting, self.rdp_order, self.composition_delta)
 
     @property
     def rule(self) -> LossRule:
@@ -77,6 +78,7 @@ def _select(lock: bool) -> Statement:
             Dataset.privacy_unit,
             Dataset.accounting,
             Dataset.rdp_order,
+            Dataset.composition_delta,
             Dataset.max_partitions_per_user,
             Dataset.max_records_per_user,
             Dataset.limit_epsilon,
@@ -142,6 +144,7 @@ def _state(name: str, rows: Rows) -> DatasetState:
         privacy_unit=d.privacy_unit,
         accounting=d.accounting,
         rdp_order=d.rdp_order,
+        composition_delta=d.composition_delta,
         max_partitions_per_user=d.max_partitions_per_user,
         max_records_per_user=d.max_records_per_user,
         limit=Limit(d.limit_epsilon, d.limit_delta, d.limit_rho),

@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
 from accountant import seals
+from accountant.accounting import advanced
 from accountant.accounting.admits import AdmitsNothing, admitting_limit
 from accountant.accounting.checks import at_limit, remaining
 from accountant.accounting.loss import PARTS, LossRule, Part, ScopeBooks, ScopeState, Top, loss_now
@@ -81,7 +82,8 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
     if session.execute(select(Dataset.id).where(Dataset.name == body["name"])).first():
         raise Conflict(f"a dataset named {body['name']!r} exists; choose another name")
     order = _rdp_order(body) if accounting == "rdp" else None
-    mode = mode_of(accounting, order)
+    share = _composition_delta(body, accounting)
+    mode = mode_of(accounting, order, share)
     lifetime = _limit(mode, budget, budget.get("delta"), "budget")
     _check_delta(mode, lifetime)
     if mode.name == "approx" and lifetime.delta is None:
@@ -91,6 +93,8 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
         privacy_unit=unit,
         accounting=mode.name,
         rdp_order=order,
+        composition="advanced" if mode.advanced else "basic",
+        composition_delta=share,
         max_partitions_per_user=body.get("max_partitions_per_user"),
         max_records_per_user=body.get("max_records_per_user"),
         limit_epsilon=lifetime.epsilon,
@@ -120,6 +124,41 @@ def _rdp_order(body: dict[str, Any]) -> str:
         return str(rdp_order(budget["epsilon"], budget["delta"]))
     except (KeyError, ValueError) as error:
         raise field_error("budget", f"an rdp budget needs epsilon and delta: {error}") from None
+
+
+def _composition_delta(body: dict[str, Any], accounting: str) -> int | None:
+    """delta' of a dataset created with ``"composition": "advanced"`` (in delta units), None
+    for basic composition: ``composition_delta`` if given, else half the budget's delta."""
+    composition = body.get("composition")
+    if accounting != "approx" and composition is not None:
+        raise field_error(
+            "composition",
+            f"composition applies only to accounting approx, not {accounting!r}; omit it "
+            "(zcdp, rdp and gdp datasets already compose their measure by adding it)",
+        )
+    if composition != "advanced":
+        if "composition_delta" in body:
+            raise field_error(
+                "composition_delta", 'composition_delta applies only to "composition": "advanced"'
+            )
+        return None
+    delta = body["budget"].get("delta")
+    if not delta:
+        raise field_error(
+            "budget.delta",
+            "an approx dataset with advanced composition needs 0 < delta < 1: its filter "
+            "spends a share delta' of it (composition_delta); state budget.delta",
+        )
+    units = DELTA.limit_units(delta)
+    stated = body.get("composition_delta")
+    share = advanced.default_share(units) if stated is None else DELTA.limit_units(stated)
+    if not 0 < share <= units:
+        raise field_error(
+            "composition_delta",
+            f"composition_delta must be above 0 (at least 1e-18) and at most budget.delta "
+            f"{delta}; got {stated if stated is not None else 'half of budget.delta'}",
+        )
+    return share
 
 
 def _check_delta(mode: Mode, limit: Limit) -> None:
@@ -172,6 +211,11 @@ def describe_limit(limit: Limit, mode: Mode | None = None) -> dict[str, Decimal]
     if limit.rho is not None and mode is not None and mode.name in ("rdp", "gdp"):
         enforced = described.pop("rho")
         described[mode.measure] = enforced if mode.name == "rdp" else mu_of(limit.rho, down=True)
+    if mode is not None and mode.composition_delta is not None and limit.delta is not None:
+        # stated as delta' + delta'': the enforced delta'' is what the releases may spend
+        stated = advanced.stated_delta(limit.delta, mode.composition_delta)
+        assert stated is not None
+        described["delta"] = DELTA.to_decimal(stated)
     return described
 
 
@@ -196,12 +240,26 @@ def describe(dataset: Dataset) -> dict[str, Any]:
     }
     if mode.order is not None:
         view["rdp_order"] = mode.order
+    view.update(composition_of(dataset))
     if dataset.privacy_unit == "partition":
         view["note"] = (
             "privacy unit 'partition' protects one whole partition, not a person "
             "who appears in several partitions"
         )
     return view
+
+
+def composition_of(dataset: Dataset) -> dict[str, Any]:
+    """An approx dataset's composition rule, and with advanced composition its delta'."""
+    if dataset.accounting != "approx":
+        return {}
+    mode = dataset.mode
+    if mode.composition_delta is None:
+        return {"composition": "basic"}
+    return {
+        "composition": "advanced",
+        "composition_delta": DELTA.to_decimal(mode.composition_delta),
+    }
 
 
 def seal_terms(dataset: Dataset, hasher: KeyHasher | None) -> None:
@@ -454,7 +512,9 @@ def _stated(
 ) -> dict[str, Decimal]:
     report = mode.report(amount, dataset.limit_delta or 0)
     if only is not None and not mode.converts:
-        report = {k: v for k, v in report.items() if k in only}
+        # with advanced composition, the epsilon of a limited rho is its stated face
+        shown = set(only) | ({"epsilon"} if mode.advanced and "rho" in only else set())
+        report = {k: v for k, v in report.items() if k in shown}
     return report
 
 
@@ -545,6 +605,7 @@ def budget_report(
             "budgets and consumer quotas are allocation limits"
         ),
     }
+    report.update(composition_of(dataset))
     if dataset.has_partition_limit and dataset.partition_limit is not None:
         limited = tuple(n for n in names if dataset.partition_limit[n] is not None)
         report["partition_limit"] = _stated(

@@ -25,7 +25,7 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
     charged = None  # what the running total grew by: cost x multiplicity, when granted
     if entry.kind == "charge":
         grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)
-        charged = mode.report(
+        charged = mode.report_cost(
             grew.scaled(entry.multiplicity) if entry.status == "granted" else Amount(),
             dataset.limit_delta or 0,
         )
@@ -40,7 +40,7 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "mechanism": entry.mechanism,
         "release": entry.release,
         "partitions": entry.partitions,
-        "cost": mode.report(entry.cost, dataset.limit_delta or 0),
+        "cost": mode.report_cost(entry.cost, dataset.limit_delta or 0),
         "multiplicity": entry.multiplicity,
         "charged": charged,
         "loss_after": None

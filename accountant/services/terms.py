@@ -1,11 +1,12 @@
 """A dataset's accounting terms, and the digest kept with them to catch a direct edit.
 
 The terms are everything that decides what a charge may spend: the privacy unit, the
-accounting mode, the contribution bounds, and the lifetime, partition and window limits in
-exact units. Their SHA-256 (of sorted-key JSON) is stored with the dataset when it is
-created and whenever a PATCH changes a limit, and each limit change's ledger entry records
-it, inside the hash chain. ``ledger verify`` recomputes it: a limit edited in the database
-behind the service's back no longer matches (docs/ledger.md).
+accounting mode (with its rdp order, or its composition and delta'), the contribution
+bounds, and the lifetime, partition and window limits in exact units. Their SHA-256 (of
+sorted-key JSON) is stored with the dataset when it is created and whenever a PATCH changes
+a limit, and each limit change's ledger entry records it, inside the hash chain. ``ledger
+verify`` recomputes it: a limit edited in the database behind the service's back no longer
+matches (docs/ledger.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ FIELDS = (
     "privacy_unit",
     "accounting",
     "rdp_order",
+    "composition",
+    "composition_delta",
     "max_partitions_per_user",
     "max_records_per_user",
     "limit_epsilon",
@@ -39,6 +42,8 @@ def digest_of(values: Mapping[str, Any], windows: Iterable[Iterable[Any]]) -> st
     content = {name: values.get(name) for name in FIELDS}
     if content["rdp_order"] is None:  # digests of datasets other than rdp stay as they were
         del content["rdp_order"]
+    if content["composition"] in (None, "basic"):  # and those of basic composition
+        del content["composition"], content["composition_delta"]
     content["has_partition_limit"] = bool(content["has_partition_limit"])
     content["windows"] = sorted([list(window) for window in windows])
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
