@@ -153,3 +153,52 @@ class ScopeBooks:
             for name in COMPONENTS:
                 top[name] = sorted((a[name] for a in self.spends.values()), reverse=True)[:k]
         return ScopeState(total=self.total, max_all=self.max_spend, top_all=top)
+
+
+@dataclass
+class RunningLoss:
+    """A scope's loss as ``loss_now`` states it, kept charge by charge from the ledger
+    (``ledger verify`` recomputes each entry's ``loss_after`` with it): the same number as
+    ``loss_now(rule, books.state(k), names)``, without sorting every s(p) after each charge.
+
+    Spends only grow, so the k largest s(p) of a component (k = 1 for the largest, units
+    ``record`` and ``partition``) change only where a charge raised one: a partition already
+    among them stays, and another enters in place of the smallest one if it now exceeds it.
+    Taken one charged partition at a time, each step is one such rise."""
+
+    rule: LossRule
+    names: tuple[ComponentName, ...]
+    books: ScopeBooks = field(default_factory=ScopeBooks)
+    top: dict[ComponentName, dict[str, int]] = field(default_factory=dict)
+
+    def add(self, cost: Amount, m: int, partitions: list[str]) -> None:
+        """Record one granted charge of per-release ``cost`` and multiplicity ``m``."""
+        self.books.add(cost, m, partitions)
+        k = 1 if self.rule.privacy_unit != "user" else self.rule.max_partitions_per_user
+        if k is None:  # user, unbounded: L = T, no s(p) needed
+            return
+        for name in self.names:
+            top = self.top.setdefault(name, {})
+            for key in partitions:
+                value = self.books.spends[key][name]
+                if key in top or len(top) < k:
+                    top[key] = value
+                    continue
+                smallest = min(top, key=top.__getitem__)
+                if value > top[smallest]:
+                    del top[smallest]
+                    top[key] = value
+
+    @property
+    def loss(self) -> Amount:
+        """The scope's loss now, by the rule of ``loss_now``."""
+        values = {}
+        for name in self.names:
+            top = self.top.get(name, {}).values()
+            if self.rule.privacy_unit != "user":
+                values[name] = max(top, default=0)
+            elif self.rule.uses_top_k:
+                values[name] = min(self.books.total[name], sum(top))
+            else:
+                values[name] = self.books.total[name]
+        return Amount(**values)
