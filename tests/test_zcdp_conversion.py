@@ -148,8 +148,10 @@ def test_mixed_workloads_never_report_less_than_their_exact_loss(
 
 
 def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
-    api: Api, database_url: str
+    api: Api, database_url: str, signing_key_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from pathlib import Path
+
     from sqlalchemy import create_engine, select
     from sqlalchemy.orm import Session
 
@@ -175,6 +177,9 @@ def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
         session.commit()
     engine.dispose()
     assert api.budget()["limit"]["rho"] == classic / RHO.scale
+    # run where the service runs: its key-hash secret seals what the upgrade ledgers
+    secret = Path(signing_key_file).parent / "key-hash-secret"
+    monkeypatch.setenv("ACCOUNTANT_KEY_HASH_SECRET_FILE", str(secret))
     upgrade(database_url)
     budget = api.budget()
     assert budget["limit"]["rho"] == rho_limit(Decimal(1), Decimal("1e-6")) / RHO.scale
@@ -186,6 +191,7 @@ def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
     assert [c["detail"]["scope"] for c in changes] == ["dataset", "window:1d"]
     assert all("Canonne" in c["detail"]["reason"] for c in changes)
     assert changes[0]["loss_after"]["rho"] == budget["loss"]["rho"] == 5e-5
-    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    body = api.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is True, body
     upgrade(database_url)  # again: nothing more to raise
     assert len([e for e in api.ledger() if e["kind"] == "limit_change"]) == 2
