@@ -41,12 +41,13 @@ class KeyHasher:
 
     secret: bytes = field(repr=False)
     id: str
-    #: The key seals are made under (``seal``), derived once: every charge seals its head.
-    _seal_key: bytes = field(init=False, repr=False, compare=False)
+    #: HMAC-SHA256 keyed for seals (``seal``), made once and copied for each seal: every
+    #: charge seals its chain head, and a copy costs half a fresh HMAC.
+    _sealer: hmac.HMAC = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         key = hmac.new(self.secret, b"accountant seal key v1", hashlib.sha256).digest()
-        object.__setattr__(self, "_seal_key", key)
+        object.__setattr__(self, "_sealer", hmac.new(key, digestmod=hashlib.sha256))
 
     def __call__(self, key: str) -> str:
         return self.of_digest(hashlib.sha256(key.encode()).digest())
@@ -57,7 +58,9 @@ class KeyHasher:
     def seal(self, content: bytes) -> str:
         """HMAC-SHA256 of ``content`` under a key derived from the secret for seals
         (``accountant.seals``), apart from the keys' hashes."""
-        return hmac.digest(self._seal_key, content, "sha256").hex()
+        sealer = self._sealer.copy()  # the keyed state, never updated itself
+        sealer.update(content)
+        return sealer.hexdigest()
 
 
 def load_or_create(path: Path) -> KeyHasher:
