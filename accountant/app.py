@@ -73,6 +73,7 @@ def create_app(
     pm, refusals = make_plugin_manager(settings.disabled_plugins, extra_plugins)
     signer = signing.load(Path(settings.signing_key_file))
     clock = clock or SystemClock()
+    hasher = key_hashing.load(Path(settings.key_hash_secret_file))
     app.extensions["accountant"] = Runtime(
         settings=settings,
         engine=engine,
@@ -88,8 +89,9 @@ def create_app(
             alerts=AlertDispatcher(pm, AlertSettings.of(settings)),
             signer_published=[False],
             group=GroupCommit(settings.lock_timeout_ms / 1000),
+            hasher=hasher,
         ),
-        key_hasher=key_hashing.load(Path(settings.key_hash_secret_file)),
+        key_hasher=hasher,
         known_keys=KnownKeys(),
     )
     app.extensions["accountant_engine"] = engine

@@ -462,6 +462,7 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None, jwks_file: s
     from accountant.db import make_session_factory
     from accountant.key_hashing import foreign
     from accountant.services import ledger as ledger_service
+    from accountant.services.verification import verify
 
     anchors = _anchors(copies)
     settings = _settings()
@@ -469,7 +470,7 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None, jwks_file: s
     hasher = _existing_key_hasher(settings)
     with sessions() as session:
         other = None if hasher is None else foreign(session, hasher)
-        result = ledger_service.verify(
+        result = verify(
             session,
             progress=lambda n: click.echo(f"  {n} entries checked ...", err=True),
             hasher=None if other else hasher,
@@ -612,16 +613,20 @@ def seals_group() -> None:
 
 @seals_group.command("init")
 def seals_init() -> None:
-    """Seal a database from before seals, once, as it stands, and ledger who did it.
+    """Seal a database from before seals, or its chain heads, once, as it stands, and
+    ledger who did it.
 
-    The service seals each dataset's terms and each consumer's role, grants, quotas and
-    keys as it writes them, and never seals rows that exist: on a database from before
-    seals it does not start, and 'accountant ledger verify' reports it DAMAGED, until this
-    command is run. Check the database first ('accountant ledger verify', the consumers'
-    roles and the datasets' limits): sealing vouches for the rows as they stand. Refused
-    when anything is sealed already or the ledger does not verify. Each dataset's chain
-    records who ran it (a limit_change entry of scope 'seals'); it prints what it sealed.
-    Run it on a host with the key-hash secret (ACCOUNTANT_KEY_HASH_SECRET_FILE)."""
+    The service seals each dataset's terms and chain head and each consumer's role,
+    grants, quotas and keys as it writes them, and never seals rows that exist: on a
+    database from before seals it does not start, and 'accountant ledger verify' reports
+    it DAMAGED, until this command is run; on a database sealed before chain heads were
+    (migration 0016), verify reports the unsealed heads until this command seals them.
+    Check the database first ('accountant ledger verify --against' earlier exports, the
+    consumers' roles and the datasets' limits): sealing vouches for the rows as they
+    stand. Refused when what it would seal is sealed already or the ledger does not
+    verify. Each dataset's chain records who ran it (a limit_change entry of scope
+    'seals'); it prints what it sealed. Run it on a host with the key-hash secret
+    (ACCOUNTANT_KEY_HASH_SECRET_FILE)."""
     from datetime import UTC, datetime
 
     from accountant.db import begin_write, make_session_factory
@@ -643,12 +648,17 @@ def seals_init() -> None:
     except KeyHashSecretMismatch as error:
         raise click.ClickException(str(error)) from None
     at = datetime.fromtimestamp(now / 1e6, UTC).isoformat(timespec="seconds")
-    click.echo(
-        f"sealed {len(sealed.datasets)} datasets and {len(sealed.consumers)} consumers as they "
-        f"stood, by {by} at {at}:"
+    what = (
+        f"the chain heads of {len(sealed.datasets)} datasets"
+        if sealed.heads_only
+        else f"{len(sealed.datasets)} datasets and {len(sealed.consumers)} consumers"
     )
-    for name, digest in sealed.datasets:
-        click.echo(f"  dataset {name}: terms_sha256 {digest}")
+    click.echo(f"sealed {what} as they stood, by {by} at {at}:")
+    for dataset in sealed.datasets:
+        click.echo(
+            f"  dataset {dataset.name}: terms_sha256 {dataset.terms_sha256}, head seq "
+            f"{dataset.head.seq} {dataset.head.hash}"
+        )
     for consumer in sealed.consumers:
         granted = f" on {', '.join(consumer.datasets)}" if consumer.datasets else ""
         click.echo(

@@ -41,6 +41,13 @@ class KeyHasher:
 
     secret: bytes = field(repr=False)
     id: str
+    #: HMAC-SHA256 keyed for seals (``seal``), made once and copied for each seal: every
+    #: charge seals its chain head, and a copy costs half a fresh HMAC.
+    _sealer: hmac.HMAC = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        key = hmac.new(self.secret, b"accountant seal key v1", hashlib.sha256).digest()
+        object.__setattr__(self, "_sealer", hmac.new(key, digestmod=hashlib.sha256))
 
     def __call__(self, key: str) -> str:
         return self.of_digest(hashlib.sha256(key.encode()).digest())
@@ -51,8 +58,9 @@ class KeyHasher:
     def seal(self, content: bytes) -> str:
         """HMAC-SHA256 of ``content`` under a key derived from the secret for seals
         (``accountant.seals``), apart from the keys' hashes."""
-        key = hmac.new(self.secret, b"accountant seal key v1", hashlib.sha256).digest()
-        return hmac.new(key, content, hashlib.sha256).hexdigest()
+        sealer = self._sealer.copy()  # the keyed state, never updated itself
+        sealer.update(content)
+        return sealer.hexdigest()
 
 
 def load_or_create(path: Path) -> KeyHasher:
@@ -86,13 +94,14 @@ def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> No
 
     It never seals a row that exists (``accountant.seals``): on a database that holds no
     dataset and no key yet it records that seals begin now, so that each row is sealed as
-    it is written; any other database without that record is sealed only by ``accountant
-    seals init``."""
+    it is written, and on one that holds no dataset, that chain heads are sealed from now
+    on; any other database without those records is sealed only by ``accountant seals
+    init``."""
     from accountant import seals  # seals hash with this module's KeyHasher
 
-    known, sealed_at = connection.execute(
-        select(KeyHashSecret.id, KeyHashSecret.sealed_at)
-    ).one_or_none() or (None, None)
+    known, sealed_at, heads_sealed_at = connection.execute(
+        select(KeyHashSecret.id, KeyHashSecret.sealed_at, KeyHashSecret.heads_sealed_at)
+    ).one_or_none() or (None, None, None)
     now = time.time_ns() // 1000
     if known is None:
         connection.execute(
@@ -110,6 +119,8 @@ def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> No
         _check(known, hasher)
     if sealed_at is None and seals.holds_nothing(connection):
         connection.execute(update(KeyHashSecret).values(sealed_at=now))
+    if heads_sealed_at is None and seals.holds_no_dataset(connection):
+        connection.execute(update(KeyHashSecret).values(heads_sealed_at=now))
 
 
 def foreign(connection: Connection | Session, hasher: KeyHasher) -> str | None:

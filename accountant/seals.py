@@ -10,11 +10,15 @@ database never holds. The service seals
 - each dataset's terms digest (privacy unit, mode, bounds, lifetime, partition and window
   limits), when it creates the dataset and at every limit change;
 - each consumer's name, role, grants, quotas and keys (ids, stored hashes, revocations),
-  whenever any of them changes.
+  whenever any of them changes;
+- each dataset's chain head (the seq and hash of its last entry), in the statement that
+  moves it, and only on top of a head it sealed before (``next_head_seal``).
 
 ``ledger verify`` on a host with the secret recomputes every seal. A limit edited before a
 dataset's first ledger entry, a quota raised, a role escalated, a revoked key restored or a
-key moved to another consumer shows as a broken seal; a missing seal is a broken one.
+key moved to another consumer shows as a broken seal; a missing seal is a broken one. An
+entry appended in the database, with or without the dataset's head moved to it, lies past
+the last head the service sealed (``services.verification``).
 
 Nothing seals rows that exist already without an operator saying so. A change made
 through the service reseals only a consumer or dataset whose seal held before it
@@ -25,11 +29,14 @@ dataset and no key records ``key_hash_secrets.sealed_at``, and every write seals
 writes. A database from before seals is sealed only by ``accountant seals init``
 (``accountant.services.sealing``), which is ledgered; until then ``verify`` reports it
 DAMAGED and the service does not start on it (``require_sealed``), so that no write seals
-part of it first.
+part of it first. Chain heads began to be sealed later
+(``heads_sealed_at``): a database sealed before has every head unsealed, the service appends
+to them without sealing them, and ``accountant seals init`` seals them as they stand, once.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 from typing import Any
 
@@ -94,6 +101,90 @@ def require_sealed(executor: Executor) -> None:
     raise NotSealed(
         (cleared(found) if found else NEVER_SEALED)
         + "; the service does not start on a database without a record of its seals"
+    )
+
+
+def of_head(hasher: KeyHasher, name: str, seq: int, head: str) -> str:
+    """The seal of a dataset's chain head, bound to its name: the seq and hash of its last
+    entry (0 and 64 zeros before the first). Its content is ``_canonical({"dataset": name,
+    "head": head, "seq": seq})``, written out here because every charge seals its head."""
+    content = b'{"dataset":%s,"head":%s,"seq":%d}' % (
+        json.dumps(name).encode(),
+        json.dumps(head).encode(),
+        seq,
+    )
+    return hasher.seal(content)
+
+
+def next_head_seal(
+    hasher: KeyHasher | None, name: str, old: tuple[int, str, str | None], new: tuple[int, str]
+) -> str | None:
+    """The seal a chain's head gets when an entry moves it from ``old`` (seq, head, seal) to
+    ``new`` (seq, head): the new head's seal if the old seal holds, else the old seal as it
+    was. So a head the service did not seal (an entry appended in the database, a database
+    from before head seals) stays unsealed through every later append, and ``verify``
+    still finds the last head the service sealed; without ``hasher`` (a host without the
+    key-hash secret) nothing is sealed either."""
+    seq, head, seal = old
+    if hasher is None or seal is None:
+        return seal
+    if not hmac.compare_digest(seal, of_head(hasher, name, seq, head)):
+        return seal
+    return of_head(hasher, name, *new)
+
+
+def heads_begun(executor: Executor) -> bool:
+    """Whether the database records when its chain heads began to be sealed: a new chain's
+    head is sealed from its start then (``of_head``)."""
+    return executor.execute(select(KeyHashSecret.heads_sealed_at)).scalar() is not None
+
+
+def holds_no_dataset(executor: Executor) -> bool:
+    """Whether the database holds no dataset, so no chain head to seal yet."""
+    return not executor.execute(select(Dataset.id).limit(1)).first()
+
+
+HEADS_NEVER_SEALED = (
+    "its chain's head is not sealed, nor is any other: this database was sealed before "
+    "chain heads were (migration 0016), so nothing yet tells the service's entries from "
+    "entries appended in the database. Check the chains against earlier exports "
+    "('accountant ledger verify --against EXPORT') and receipts, then seal every head as it "
+    "stands with 'accountant seals init' (once, on a host with the key-hash secret)"
+)
+
+HEAD_UNSEALED = (
+    "its chain's head has no seal (removed in the database, or the dataset written where "
+    "the service never sealed it); find what changed against earlier exports ('accountant "
+    "ledger verify --against EXPORT') and restore the database from a backup"
+)
+
+
+def heads_cleared(carried: int) -> str:
+    """Why a database whose heads carry seals but that has no record of them is damaged."""
+    return (
+        "the record of when this database's chain heads began to be sealed "
+        f"(key_hash_secrets.heads_sealed_at) is empty, yet {carried} chain heads carry seals "
+        "(cleared in the database?); restore the database from a backup taken before the edit"
+    )
+
+
+def head_not_sealed(seq: int) -> str:
+    """Why a chain whose head, and no earlier head, is the one sealed is damaged."""
+    return (
+        f"its chain's head (seq {seq}) is not the one the service sealed, nor is any head of "
+        "its chain: the chain cut back, or rewritten, together with its recorded head, in the "
+        "database; compare it with earlier exports ('accountant ledger verify --against "
+        "EXPORT') and restore the database from a backup"
+    )
+
+
+def appended_after(first: int, last: int) -> str:
+    """Why a chain that goes on past the last head the service sealed is damaged."""
+    return (
+        f"the chain goes on to seq {last} past the last head the service sealed (seq "
+        f"{first - 1}): entry seq {first} was appended in the database, not by the service "
+        "(forged?), and the service seals a new head only on top of a sealed one, so no head "
+        "after it is sealed; restore the database from a backup"
     )
 
 
@@ -191,7 +282,7 @@ def problem(session: Session, hasher: KeyHasher) -> tuple[str | None, str] | Non
 
 def broken(session: Session, hasher: KeyHasher) -> tuple[str | None, str] | None:
     """The first dataset or consumer whose seal is missing or does not match its rows, as
-    (the dataset's name or None, what is wrong); None if every seal holds. ``ledger.verify``
+    (the dataset's name or None, what is wrong); None if every seal holds. ``verify``
     checks each dataset's terms digest against its rows first, so the seal covers its
     limits."""
     for name, terms_sha256, seal in session.execute(

@@ -54,6 +54,7 @@ def main() -> None:
             f"  writing {args.entries} ledger entries, {args.partitions} partitions ...",
             file=sys.stderr,
         )
+        hasher = app.extensions["accountant"].key_hasher
         with app.extensions["accountant"].sessions() as session:
             begin_write(session)
             dataset = datasets.find(session, "big", lock=True)
@@ -99,6 +100,7 @@ def main() -> None:
                     release="joint",
                     partitions=[f"p{index % args.partitions}"],
                     cost=Amount(epsilon=10**6),
+                    hasher=hasher,
                 )
                 if index % 20_000 == 0:
                     session.flush()

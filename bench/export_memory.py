@@ -25,6 +25,7 @@ def fill(client: object, entries: int) -> None:
     from accountant.services import datasets, ledger
 
     sessions = client.application.extensions["accountant"].sessions  # type: ignore[attr-defined]
+    hasher = client.application.extensions["accountant"].key_hasher  # type: ignore[attr-defined]
     with sessions() as session:
         begin_write(session)
         dataset = datasets.find(session, "bench", lock=True)
@@ -41,6 +42,7 @@ def fill(client: object, entries: int) -> None:
                 release="joint",
                 partitions=[f"p{index % 97}"],
                 cost=Amount(epsilon=1_000_000),
+                hasher=hasher,
             )
             if index % 20_000 == 19_999:
                 print(f"  wrote {index + 1} entries", file=sys.stderr, flush=True)

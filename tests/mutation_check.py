@@ -252,6 +252,27 @@ MUTATIONS = [
         ),
     ),
     Mutation(
+        "verify skips the chain heads' seals",
+        "accountant/services/verification.py",
+        "found = Problem(*sealed) if sealed else head_problem(session, hasher)",
+        "found = Problem(*sealed) if sealed else None",
+        ("tests/test_head_seals.py",),
+    ),
+    Mutation(
+        "an append seals a new head over one the service did not seal",
+        "accountant/seals.py",
+        "if not hmac.compare_digest(seal, of_head(hasher, name, seq, head)):",
+        "if False:",
+        ("tests/test_head_seals.py",),
+    ),
+    Mutation(
+        "verify trusts the recorded loss_after",
+        "accountant/services/verification.py",
+        "        if recorded != expected:",
+        "        if False:",
+        ("tests/test_head_seals.py",),
+    ),
+    Mutation(
         "gdp charges the grid sampler mu = D/sigma",
         "plugins/gaussian.py",
         "GDP_MARGIN = 1 + Fraction(1, 2**20)",

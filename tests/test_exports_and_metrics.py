@@ -134,6 +134,7 @@ def _count(text: str, series: str) -> float:
 def test_a_ten_thousand_entry_export_round_trips(api: Api, app: Flask) -> None:
     api.make_dataset(budget={"epsilon": 1000})
     sessions = app.extensions["accountant"].sessions
+    hasher = app.extensions["accountant"].key_hasher  # each head sealed, as the service does
     with sessions() as session:
         begin_write(session)
         dataset = datasets.find(session, "clicks", lock=True)
@@ -150,6 +151,7 @@ def test_a_ten_thousand_entry_export_round_trips(api: Api, app: Flask) -> None:
                 release="joint",
                 partitions=[f"p{index % 97}"],
                 cost=Amount(epsilon=1_000_000),
+                hasher=hasher,
             )
         session.commit()
         stored = [

@@ -167,10 +167,14 @@ def test_a_truncation_the_chain_cannot_see_is_caught_against_an_earlier_export(
     assert subprocess.run(verify, env=env, capture_output=True).returncode == 0
     for statement in REWOUND[case]:
         _sql(database_url, statement)
-    # The chain alone is blind to a deleted chain. The deleted last entry here is the limit
-    # change, so the limits no longer match what the last remaining entry recorded.
-    chain_alone = busy.get("/v1/ledger/verify").get_json()["ok"]
-    assert chain_alone is (case == "whole chain deleted")
+    # The chain alone is blind to a deleted chain (the deleted last entry here is the limit
+    # change, so the limits no longer match what the last remaining entry recorded); the
+    # head's seal is not: the rewound head is not the one the service sealed.
+    env_alone = {**env, "ACCOUNTANT_KEY_HASH_SECRET_FILE": str(tmp_path / "absent")}
+    chain_alone = subprocess.run([BIN, "ledger", "verify"], env=env_alone, capture_output=True)
+    assert chain_alone.returncode == (0 if case == "whole chain deleted" else 1)
+    body = busy.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and body["dataset"] == "clicks"
     result = subprocess.run(verify, env=env, capture_output=True, text=True)
     assert result.returncode == 1 and "DAMAGED: dataset 'clicks'" in result.stderr, result.stderr
 
@@ -221,7 +225,8 @@ def test_a_receipt_anchors_the_chain_against_a_truncation(api: Api, database_url
         "ledger_entries WHERE dataset_id = 1 AND seq = 2) WHERE id = 1",
     ):
         _sql(database_url, statement)
-    assert api.get("/v1/ledger/verify").get_json()["ok"] is True  # the chain alone: blind
+    body = api.get("/v1/ledger/verify").get_json()  # the chain alone is blind; its head's seal
+    assert body["ok"] is False and "is not the one the service sealed" in body["reason"]
     verdict = api.post("/v1/receipts/verify", {"receipt": last["receipt"]}).get_json()
     assert verdict["valid"] is True and verdict["in_ledger"] is False
     assert "cut back" in verdict["reason"]

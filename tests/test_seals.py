@@ -33,18 +33,32 @@ def _accountant(
 
 
 def _seals(database_url: str) -> list[tuple[str, str | None]]:
-    return [
-        (row[0], row[1])
-        for row in run_sql(database_url, "SELECT name, seal FROM consumers ORDER BY id")
-    ] + [
-        (row[0], row[1])
-        for row in run_sql(database_url, "SELECT name, terms_seal FROM datasets ORDER BY id")
-    ]
+    return (
+        [
+            (row[0], row[1])
+            for row in run_sql(database_url, "SELECT name, seal FROM consumers ORDER BY id")
+        ]
+        + [
+            (row[0], row[1])
+            for row in run_sql(database_url, "SELECT name, terms_seal FROM datasets ORDER BY id")
+        ]
+        + [
+            (f"{row[0]} head", row[1])
+            for row in run_sql(database_url, "SELECT name, head_seal FROM datasets ORDER BY id")
+        ]
+    )
 
 
 def _sealed_at(database_url: str) -> int | None:
     value = run_sql(database_url, "SELECT sealed_at FROM key_hash_secrets")[0][0]
     return None if value is None else int(value)
+
+
+def _from_before_seals(database_url: str) -> None:
+    """The database as migrations 0011 and 0016 leave one from before seals."""
+    run_sql(database_url, "UPDATE datasets SET terms_seal = NULL, head_seal = NULL")
+    run_sql(database_url, "UPDATE consumers SET seal = NULL")
+    run_sql(database_url, "UPDATE key_hash_secrets SET sealed_at = NULL, heads_sealed_at = NULL")
 
 
 @pytest.fixture
@@ -94,9 +108,7 @@ def test_a_laundered_seal_is_caught_and_never_resealed(
 def test_a_database_from_before_seals_is_sealed_only_by_seals_init(
     books: Api, database_url: str, signing_key_file: str
 ) -> None:
-    run_sql(database_url, "UPDATE datasets SET terms_seal = NULL")
-    run_sql(database_url, "UPDATE consumers SET seal = NULL")
-    run_sql(database_url, "UPDATE key_hash_secrets SET sealed_at = NULL")  # as 0011 leaves it
+    _from_before_seals(database_url)
     body = books.get("/v1/ledger/verify").get_json()
     assert body["ok"] is False and "accountant seals init" in body["reason"]
     verify = _accountant(database_url, signing_key_file, "ledger", "verify")
@@ -139,9 +151,7 @@ def test_a_database_from_before_seals_is_sealed_only_by_seals_init(
 def test_seals_init_refuses_a_ledger_that_does_not_verify(
     books: Api, database_url: str, signing_key_file: str
 ) -> None:
-    run_sql(database_url, "UPDATE datasets SET terms_seal = NULL")
-    run_sql(database_url, "UPDATE consumers SET seal = NULL")
-    run_sql(database_url, "UPDATE key_hash_secrets SET sealed_at = NULL")
+    _from_before_seals(database_url)
     run_sql(database_url, "UPDATE ledger_entries SET cost_epsilon = 1 WHERE seq = 1")
     refused = _accountant(database_url, signing_key_file, "seals", "init")
     assert refused.returncode == 1 and "does not verify" in refused.stderr

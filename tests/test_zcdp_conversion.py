@@ -149,8 +149,14 @@ def test_mixed_workloads_never_report_less_than_their_exact_loss(
 
 
 def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
-    app: Flask, api: Api, database_url: str
+    app: Flask,
+    api: Api,
+    database_url: str,
+    signing_key_file: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from pathlib import Path
+
     from sqlalchemy import create_engine, select
     from sqlalchemy.orm import Session
 
@@ -177,10 +183,13 @@ def test_db_upgrade_raises_limits_made_under_the_classic_conversion(
         session.commit()
     engine.dispose()
     # ... which was older than seals too
-    run_sql(database_url, "UPDATE datasets SET terms_seal = NULL")
+    run_sql(database_url, "UPDATE datasets SET terms_seal = NULL, head_seal = NULL")
     run_sql(database_url, "UPDATE consumers SET seal = NULL")
-    run_sql(database_url, "UPDATE key_hash_secrets SET sealed_at = NULL")
+    run_sql(database_url, "UPDATE key_hash_secrets SET sealed_at = NULL, heads_sealed_at = NULL")
     assert api.budget()["limit"]["rho"] == classic / RHO.scale
+    # run where the service runs: its key-hash secret seals what the upgrade ledgers
+    secret = Path(signing_key_file).parent / "key-hash-secret"
+    monkeypatch.setenv("ACCOUNTANT_KEY_HASH_SECRET_FILE", str(secret))
     upgrade(database_url)
     budget = api.budget()
     assert budget["limit"]["rho"] == rho_limit(Decimal(1), Decimal("1e-6")) / RHO.scale

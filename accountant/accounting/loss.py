@@ -252,3 +252,62 @@ class ScopeBooks:
             parallel_total=self.parts["parallel"].total,
             top=top,
         )
+
+
+@dataclass
+class RunningLoss:
+    """A scope's loss as ``loss_now`` states it, kept charge by charge from the ledger
+    (``ledger verify`` recomputes each entry's ``loss_after`` with it): the same number as
+    ``loss_now(rule, books.state(k), names)``, without sorting every s(p) after each charge.
+
+    Spends only grow, so the k largest s(p) of a part and component (k = 1 for the largest,
+    units ``record`` and ``partition``) change only where a charge raised one: a partition
+    already among them stays, and another enters in place of the smallest one if it now
+    exceeds it. Taken one charged partition at a time, each step is one such rise."""
+
+    rule: LossRule
+    names: tuple[ComponentName, ...]
+    books: ScopeBooks = field(default_factory=ScopeBooks)
+    top: dict[tuple[Part, ComponentName], dict[str, int]] = field(default_factory=dict)
+
+    def add(self, cost: Amount, m: int, partitions: list[str], release: str | None) -> None:
+        """Record one granted charge of per-release ``cost``, multiplicity ``m`` and kind
+        ``release``."""
+        self.books.add(cost, m, partitions, release)
+        k = 1 if self.rule.privacy_unit != "user" else self.rule.max_partitions_per_user
+        if k is None:  # user, unbounded: L = T, no s(p) needed
+            return
+        for part in self.rule.parts:
+            if not holds(part, release):
+                continue
+            spends = self.books.parts[part].spends
+            for name in self.names:
+                top = self.top.setdefault((part, name), {})
+                for key in partitions:
+                    value = spends[key][name]
+                    if key in top or len(top) < k:
+                        top[key] = value
+                        continue
+                    smallest = min(top, key=top.__getitem__)
+                    if value > top[smallest]:
+                        del top[smallest]
+                        top[key] = value
+
+    @property
+    def loss(self) -> Amount:
+        """The scope's loss now, by ``loss_now`` itself."""
+        largest = {
+            name: max(self.top.get(("every", name), {}).values(), default=0)
+            for name in COMPONENTS
+        }
+        state = ScopeState(
+            total=self.books.total,
+            max_all=Amount(**largest),
+            joint_total=self.books.parts["joint"].total,
+            parallel_total=self.books.parts["parallel"].total,
+            top={
+                key: Top(tuple(sorted(values.values(), reverse=True)))
+                for key, values in self.top.items()
+            },
+        )
+        return loss_now(self.rule, state, self.names)

@@ -19,9 +19,9 @@ from accountant.errors import AccountantError, NotFound, field_error
 from accountant.exact import COMPONENTS, Component, ComponentName
 from accountant.models import Dataset
 from accountant.services import dashboard_reads, datasets
-from accountant.services import ledger as ledger_service
 from accountant.services.consumers import Principal
 from accountant.services.dashboard_reads import DAY_US
+from accountant.services.verification import verify
 
 bp = Blueprint(
     "dashboard",
@@ -353,8 +353,9 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
         if scope == "consumer":
             scope = f"quota of {detail.get('consumer', '')}"
         change = f"{scope}: {_limits(detail.get('old'))} → {_limits(detail.get('new'))}"
-        if scope == "seals":  # accountant seals init: the terms vouched for as they stood
-            change = f"terms sealed as they stood, by {detail.get('sealed_by', '')}"
+        if scope == "seals":  # accountant seals init: what it vouched for as it stood
+            what = " and ".join(detail.get("sealed", ["terms"]))
+            change = f"{what} sealed as they stood, by {detail.get('sealed_by', '')}"
         return {
             **entry,
             "cost": change,
@@ -431,8 +432,13 @@ def ledger_page(who: Principal) -> Any:
     # Verifying reads every entry, so it runs when asked, not on every page view.
     verification = {"ok": None, "entries": 0, "reason": ""}
     if request.args.get("verify"):
-        result = ledger_service.verify(db(), hasher=runtime().key_hasher)
-        verification = {"ok": result.ok, "entries": result.entries, "reason": result.reason or ""}
+        result = verify(db(), hasher=runtime().key_hasher)
+        where = "" if result.dataset is None else f"dataset {result.dataset!r}: "
+        verification = {
+            "ok": result.ok,
+            "entries": result.entries,
+            "reason": where + (result.reason or ""),
+        }
     dataset_names, consumer_names = dashboard_reads.names(db())
     return _page(
         "ledger.html",

@@ -18,8 +18,9 @@ class Dataset(Base):
     are the stated budget and ``limit_rho`` the enforced one (rho, the Renyi divergence at
     ``rdp_order``, or mu^2). On approx datasets with advanced composition ``limit_rho`` is
     the filter's rho* and ``limit_delta`` delta'' = delta - ``composition_delta``, both
-    enforced (``accounting.advanced``). ``ledger_seq`` and
-    ``ledger_head`` are the end of the dataset's ledger chain.
+    enforced (``accounting.advanced``). ``ledger_seq`` and ``ledger_head`` are the end of the
+    dataset's ledger chain, and ``head_seal`` the service's seal of that end
+    (``accountant.seals.of_head``).
     """
 
     __tablename__ = "datasets"
@@ -45,6 +46,8 @@ class Dataset(Base):
     has_partition_limit: Mapped[bool] = mapped_column(default=False)
     ledger_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     ledger_head: Mapped[str] = mapped_column(String(64), default="")
+    #: ``seals.of_head`` of (name, ledger_seq, ledger_head), written with them by each append.
+    head_seal: Mapped[str | None] = mapped_column(String(64))
     #: ``services.terms.digest`` of the limits as the service last set them.
     terms_sha256: Mapped[str] = mapped_column(String(64), default="", server_default="")
     #: ``seals.of_terms`` of that digest: only a holder of the key-hash secret can make it.

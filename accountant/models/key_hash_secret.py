@@ -18,3 +18,5 @@ class KeyHashSecret(Base):
     created_at: Mapped[Microseconds]
     #: When every dataset and consumer was first sealed (``accountant.seals``).
     sealed_at: Mapped[int | None] = mapped_column(BigInteger)
+    #: When every dataset's chain head was first sealed (``accountant.seals.of_head``).
+    heads_sealed_at: Mapped[int | None] = mapped_column(BigInteger)

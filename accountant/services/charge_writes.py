@@ -33,6 +33,7 @@ from accountant.accounting.loss import Part, ScopeKey, holds, max_after, total_a
 from accountant.accounting.windows import PERIODS
 from accountant.driver import Driver, Statement, statement, upsert
 from accountant.exact import COMPONENTS, Amount
+from accountant.key_hashing import KeyHasher
 from accountant.models import ChargeCount, Partition, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import ledger
@@ -40,12 +41,17 @@ from accountant.services.evaluation import ChargeRequest, Evaluation
 
 
 def record(
-    driver: Driver, evaluation: Evaluation, request: ChargeRequest, charge_id: str, now_us: int
+    driver: Driver,
+    evaluation: Evaluation,
+    request: ChargeRequest,
+    charge_id: str,
+    now_us: int,
+    hasher: KeyHasher,
 ) -> ledger.ChainHead:
     """Append the charge's ledger entry; a grant records what produced its output. Every
     charge records the digest of the terms it was checked against, so that limits edited in
-    the database show even before their first limit change. The chain's new head: the
-    entry's seq and hash."""
+    the database show even before their first limit change. The chain's new head, sealed
+    with ``hasher`` in the statement that advances it: the entry's seq and hash."""
     granted = evaluation.granted
     driver.run(
         _COUNT_CHARGE,
@@ -75,6 +81,7 @@ def record(
         noise_secret=request.noise_secret if granted else None,
         implementation=request.mechanism.implementation if granted else None,
         loss_after=evaluation.lifetime_after if granted else evaluation.lifetime_now,
+        hasher=hasher,
     )
 
 

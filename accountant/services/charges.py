@@ -45,6 +45,7 @@ from accountant.clock import Clock
 from accountant.driver import Driver
 from accountant.errors import Forbidden, IdempotencyKeyReused, MechanismFailed, Unauthorized
 from accountant.group_commit import GroupCommit
+from accountant.key_hashing import KeyHasher
 from accountant.noise import NoiseSecret
 from accountant.services import charge_responses, charge_writes, idempotency, receipts, replay
 from accountant.services.consumers import UNKNOWN_KEY
@@ -66,6 +67,8 @@ class ChargeContext:
     signer_published: list[bool]
     #: The queues in which this process's charges of one dataset share a transaction.
     group: GroupCommit
+    #: The key-hash secret, which seals each chain head a charge writes (``accountant.seals``).
+    hasher: KeyHasher
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,7 @@ def _in_transaction(
         tally_ids = charge_writes.open_scopes(connection, evaluation, now)
         output, digest = _run(request, evaluation, charge_id, context.noise)
     with connection.together():  # writes that do not depend on each other's
-        head = charge_writes.record(connection, evaluation, request, charge_id, now)
+        head = charge_writes.record(connection, evaluation, request, charge_id, now, context.hasher)
         if evaluation.granted:
             charge_writes.add_to_scopes(connection, evaluation, tally_ids)
             if not context.signer_published[0]:

@@ -433,6 +433,7 @@ def update_consumer(
                 "terms_sha256": dataset.terms_sha256,
             },
             loss_after=lifetime_loss(session, dataset),
+            hasher=hasher,
         )
     session.flush()
     seals.seal_consumer(session, hasher, consumer.id)

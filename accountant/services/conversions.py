@@ -115,7 +115,7 @@ def upgrade_zcdp_limits(session: Session, now: int, hasher: KeyHasher | None = N
         changed += 1
         seal_terms(dataset, hasher if holds else None)
         session.flush()
-        ledger_limit_changes(session, dataset, None, changes, REASON, now)
+        ledger_limit_changes(session, dataset, None, changes, REASON, now, hasher)
     if hasher is not None:
         session.flush()
         for consumer_id in sorted(resealed & holding):

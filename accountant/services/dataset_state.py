@@ -49,6 +49,7 @@ class DatasetState:
     windows: tuple[WindowLimit, ...]
     ledger_seq: int
     ledger_head: str
+    head_seal: str | None  # ``seals.of_head`` of the two above, as the service wrote it
     terms_sha256: str  # the digest of the terms as the service last set them
     quota: Limit | None  # the charging consumer's quota on this dataset
     granted: bool  # whether the charging consumer holds a grant on it, read under the lock
@@ -90,6 +91,7 @@ def _select(lock: bool) -> Statement:
             Dataset.partition_limit_rho,
             Dataset.ledger_seq,
             Dataset.ledger_head,
+            Dataset.head_seal,
             Dataset.terms_sha256,
             WindowBudget.period_seconds,
             WindowBudget.limit_epsilon.label("window_epsilon"),
@@ -156,6 +158,7 @@ def _state(name: str, rows: Rows) -> DatasetState:
         windows=windows,
         ledger_seq=d.ledger_seq,
         ledger_head=d.ledger_head,
+        head_seal=d.head_seal,
         terms_sha256=d.terms_sha256,
         quota=Limit(d.quota_epsilon, d.quota_delta, d.quota_rho) if d.has_quota else None,
         granted=d.granted is not None,

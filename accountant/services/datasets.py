@@ -105,6 +105,8 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
     _set_partition_limit(dataset, mode, body.get("partition_budget"))
     _set_windows(dataset, mode, body.get("windows", []))
     seal_terms(dataset, hasher)
+    if seals.heads_begun(session):  # its chain is sealed from its (empty) start
+        dataset.head_seal = seals.of_head(hasher, dataset.name, 0, ledger.GENESIS)
     session.add(dataset)
     try:
         session.flush()
@@ -328,7 +330,7 @@ def update_limits(
                     session, dataset, Window.containing(budget.period_seconds, now / 1e6)
                 )
     seal_terms(dataset, hasher)
-    ledger_limit_changes(session, dataset, actor, changes, reason, now)
+    ledger_limit_changes(session, dataset, actor, changes, reason, now, hasher)
 
 
 def ledger_limit_changes(
@@ -338,10 +340,11 @@ def ledger_limit_changes(
     changes: list[tuple[str, Any, Any]],
     reason: str | None,
     now: int,
+    hasher: KeyHasher | None,
 ) -> None:
     """One ``limit_change`` entry per changed scope, (scope, old, new): the old and new terms
     as exact text, the reason, and the terms digest the dataset now has. A limit change
-    leaves the loss as it was."""
+    leaves the loss as it was. ``hasher`` seals the chain's new head (``ledger.append``)."""
     loss = lifetime_loss(session, dataset)
     for scope, old, new in changes:
         ledger.append(
@@ -359,6 +362,7 @@ def ledger_limit_changes(
                 "terms_sha256": dataset.terms_sha256,
             },
             loss_after=loss,
+            hasher=hasher,
         )
 
 

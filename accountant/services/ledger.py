@@ -2,7 +2,9 @@
 
 Entries are appended only while the dataset row is locked (every writer
 takes that lock first), so ``seq`` and ``prev_hash`` come from the dataset
-row itself: no scan of the ledger, no fork of the chain.
+row itself: no scan of the ledger, no fork of the chain. The statement that
+moves the row's head to a new entry also writes the head's seal
+(``seals.next_head_seal``), which ``services.verification`` checks.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from accountant.driver import Driver, statement
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, LedgerEntry
-from accountant.services import terms
 from accountant.services.dataset_state import DatasetState
 
 GENESIS = "0" * 64
@@ -90,10 +91,13 @@ def append(
     noise_secret: str | None = None,
     implementation: str | None = None,
     loss_after: Amount | None = None,
+    hasher: KeyHasher | None,
 ) -> ChainHead:
     """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked);
     the chain's new head, which is the entry's own seq and hash.
 
+    The statement that moves the dataset's head also writes its seal
+    (``seals.next_head_seal``: with ``hasher``, the new head's seal if the old one holds).
     Two driver statements and no ORM object: this runs on every charge."""
     values: dict[str, Any] = {
         "seq": dataset.ledger_seq + 1,
@@ -124,11 +128,21 @@ def append(
     )
     for name in ("partitions", "params", "detail"):
         values[name] = json.dumps(values[name])
+    seal = seals.next_head_seal(
+        hasher,
+        dataset.name,
+        (dataset.ledger_seq, values["prev_hash"], dataset.head_seal),
+        (values["seq"], values["hash"]),
+    )
     driver.run(_INSERT, values)
-    driver.run(_ADVANCE_HEAD, {"seq": values["seq"], "head": values["hash"], "id": dataset.id})
+    driver.run(
+        _ADVANCE_HEAD,
+        {"seq": values["seq"], "head": values["hash"], "seal": seal, "id": dataset.id},
+    )
     if isinstance(dataset, Dataset):  # keep a loaded ORM row in step with the database
         set_committed_value(dataset, "ledger_seq", values["seq"])
         set_committed_value(dataset, "ledger_head", values["hash"])
+        set_committed_value(dataset, "head_seal", seal)
     return ChainHead(values["seq"], values["hash"])
 
 
@@ -145,7 +159,7 @@ _INSERT = statement(insert(LedgerEntry).values({name: bindparam(name) for name i
 _ADVANCE_HEAD = statement(
     update(Dataset)
     .where(Dataset.id == bindparam("id"))
-    .values(ledger_seq=bindparam("seq"), ledger_head=bindparam("head"))
+    .values(ledger_seq=bindparam("seq"), ledger_head=bindparam("head"), head_seal=bindparam("seal"))
 )
 
 
@@ -200,114 +214,6 @@ def matching(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
     if filters.before_id is not None:
         statement = statement.where(LedgerEntry.id < filters.before_id)
     return statement
-
-
-@dataclass(frozen=True)
-class Verification:
-    """The result of recomputing every chain: ok, entries checked, heads, or the first break."""
-
-    ok: bool
-    entries: int
-    heads: dict[str, str]
-    first_bad: LedgerEntry | None = None
-    dataset: str | None = None
-    reason: str | None = None
-    #: whether every dataset's and consumer's seal was recomputed (``accountant.seals``)
-    seals_checked: bool = False
-
-
-def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = None) -> Verification:
-    """Recompute each dataset's chain from its first entry.
-
-    An edited entry no longer matches its hash; a deleted or reordered one
-    breaks the seq count or the prev_hash link; entries whose ids were swapped
-    (which reorders every listing, ordered by id) break the rule that ids grow
-    with seq; a deleted last entry leaves the dataset's recorded head pointing
-    past the chain's end; a limit, bound or window edited in the database no
-    longer matches the terms digest the service recorded. A chain truncated
-    together with its recorded head is caught only against an earlier copy:
-    ``anchors_missing``.
-
-    With ``hasher`` (the key-hash secret), every seal is recomputed too: terms edited
-    together with their digest (before a dataset's first entry, say) and consumers' roles,
-    grants, quotas and keys edited in the database show there, and so does a missing seal,
-    a database never sealed or one whose record of its seals was cleared, or a secret that
-    is not the database's (``accountant.seals.problem``).
-    """
-    consumers = dict(session.execute(select(Consumer.id, Consumer.name)).all())
-    checked = 0
-    heads: dict[str, str] = {}
-    for dataset in session.execute(select(Dataset).order_by(Dataset.id)).scalars():
-        expected_prev, expected_seq, previous_id = GENESIS, 1, 0
-        recorded_terms = dataset.terms_sha256  # unless a limit change in the chain says more
-        entries = session.execute(
-            select(LedgerEntry)
-            .where(LedgerEntry.dataset_id == dataset.id)
-            .order_by(LedgerEntry.seq)
-        ).scalars()
-        for entry in entries:
-            consumer = consumers.get(entry.consumer_id) if entry.consumer_id else None
-            problem = None
-            if entry.seq != expected_seq:
-                problem = f"expected seq {expected_seq}, found {entry.seq} (entry missing?)"
-            elif entry.id <= previous_id:  # listings are in id order: it must be seq order
-                problem = (
-                    f"entry id {entry.id} is not after the previous entry's id "
-                    f"{previous_id} (ids swapped or rewritten)"
-                )
-            elif entry.prev_hash != expected_prev:
-                problem = "prev_hash does not match the previous entry's hash"
-            elif (
-                chain_hash(entry.prev_hash, canonical(entry, dataset.name, consumer)) != entry.hash
-            ):
-                problem = "the entry's content does not match its hash (edited)"
-            if problem:
-                return Verification(False, checked, heads, entry, dataset.name, problem)
-            expected_prev, expected_seq, previous_id = entry.hash, entry.seq + 1, entry.id
-            if (entry.detail or {}).get("terms_sha256"):  # a limit change, or a charge
-                recorded_terms = entry.detail["terms_sha256"]
-            checked += 1
-            if progress is not None and checked % 10_000 == 0:
-                progress(checked)
-        if (
-            dataset.ledger_seq != expected_seq - 1
-            or (dataset.ledger_head or GENESIS) != expected_prev
-        ):
-            return Verification(
-                False,
-                checked,
-                heads,
-                None,
-                dataset.name,
-                f"the chain ends at seq {expected_seq - 1} but the dataset "
-                f"records {dataset.ledger_seq} entries (entries deleted?)",
-            )
-        problem = _terms_problem(dataset, recorded_terms)
-        if problem:
-            return Verification(False, checked, heads, None, dataset.name, problem)
-        if dataset.ledger_seq:
-            heads[dataset.name] = expected_prev
-    if hasher is None:
-        return Verification(True, checked, heads)
-    found = seals.problem(session, hasher)
-    if found is not None:
-        return Verification(False, checked, heads, None, found[0], found[1], seals_checked=True)
-    return Verification(True, checked, heads, seals_checked=True)
-
-
-def _terms_problem(dataset: Dataset, recorded: str) -> str | None:
-    """Why ``dataset``'s limits are not the ones the service last set, if they are not."""
-    if dataset.terms_sha256 != recorded:
-        return (
-            "the dataset's limits are not the ones its last ledger entry recorded "
-            "(edited in the database?)"
-        )
-    if terms.digest(dataset) != dataset.terms_sha256:
-        return (
-            "the dataset's limits, bounds or windows do not match the digest the service "
-            "recorded when it last set them (edited in the database?)"
-        )
-    return None
 
 
 def anchors_missing(session: Session, anchors: dict[str, tuple[int, str]]) -> list[str]:

@@ -17,6 +17,7 @@ from accountant.key_hashing import KeyHasher
 from accountant.models import ChargeCount, Consumer, Dataset, LedgerEntry
 from accountant.services import ledger
 from accountant.services.ledger import LedgerFilter
+from accountant.services.verification import verify
 
 
 def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
@@ -115,9 +116,9 @@ def export_rows(
 
 
 def verification(session: Session, hasher: KeyHasher) -> dict[str, Any]:
-    """``ledger.verify`` (seals included) as the API reports it, with the first bad entry
+    """``verify`` (seals included) as the API reports it, with the first bad entry
     described."""
-    result = ledger.verify(session, hasher=hasher)
+    result = verify(session, hasher=hasher)
     if result.ok:
         return {
             "ok": True,

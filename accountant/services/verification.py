@@ -1,0 +1,290 @@
+"""Verifying the ledger: every chain recomputed, its head checked against the head the
+service sealed, every ``loss_after`` recomputed, and with the key-hash secret every seal.
+
+A chain's hashes are keyed by nothing, so whoever can write the database can append a
+well-formed entry and move the dataset's recorded head to it. The head's seal
+(``seals.of_head``, written by the statement that moves the head) is what they cannot
+make: ``verify`` finds the last head the service sealed and names the first entry after
+it. ``loss_after`` is not hashed; it follows from the chain (the lifetime loss after each
+entry, by the dataset's loss rule), so ``verify`` recomputes it and names the first entry
+that differs (docs/ledger.md).
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from accountant import seals
+from accountant.accounting.loss import LossRule, RunningLoss
+from accountant.exact import COMPONENTS, Amount, ComponentName
+from accountant.key_hashing import KeyHasher
+from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry
+from accountant.services import terms
+from accountant.services.ledger import GENESIS, canonical, chain_hash
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The result of recomputing every chain: ok, entries checked, heads, or the first break."""
+
+    ok: bool
+    entries: int
+    heads: dict[str, str]
+    first_bad: LedgerEntry | None = None
+    dataset: str | None = None
+    reason: str | None = None
+    #: whether every seal, the chain heads' included, was recomputed (``accountant.seals``)
+    seals_checked: bool = False
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is wrong, in which dataset (None: none in particular), at which entry."""
+
+    dataset: str | None
+    reason: str
+    entry: LedgerEntry | None = None
+
+
+def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = None) -> Verification:
+    """Recompute each dataset's chain from its first entry, and report the first problem.
+
+    An edited entry no longer matches its hash; a deleted or reordered one
+    breaks the seq count or the prev_hash link; entries whose ids were swapped
+    (which reorders every listing, ordered by id) break the rule that ids grow
+    with seq; a deleted last entry leaves the dataset's recorded head pointing
+    past the chain's end, and an entry appended without moving it lies past that
+    head; a limit, bound or window edited in the database no longer matches the
+    terms digest the service recorded.
+
+    With ``hasher`` (the key-hash secret), every seal is recomputed then: terms edited
+    together with their digest (before a dataset's first entry, say) and consumers' roles,
+    grants, quotas and keys edited in the database show there, and so does a missing seal,
+    a database never sealed or one whose record of its seals was cleared, or a secret that
+    is not the database's (``accountant.seals.problem``). Then each chain's head must be
+    the one the service sealed (``head_problem``): entries appended together with a moved
+    head, and a chain cut back together with its head, show there. A chain cut back to a
+    head sealed earlier, with that earlier seal put back, is caught only against an
+    earlier copy (``ledger.anchors_missing``) or a receipt.
+
+    Last, each entry's ``loss_after`` must be the lifetime loss its chain gives after it
+    (``RunningLoss``): reported after the seals, which say better what was written behind
+    the service's back when both are off.
+    """
+    consumers = dict(session.execute(select(Consumer.id, Consumer.name)).all())
+    checked = 0
+    heads: dict[str, str] = {}
+    wrong_loss: Problem | None = None
+    for dataset in session.execute(select(Dataset).order_by(Dataset.id)).scalars():
+        walk = _Walk(dataset, _running_loss(dataset))
+        for entry in session.execute(
+            select(LedgerEntry)
+            .where(LedgerEntry.dataset_id == dataset.id)
+            .order_by(LedgerEntry.seq)
+        ).scalars():
+            problem = walk.step(entry, consumers.get(entry.consumer_id or 0))
+            if problem:
+                return Verification(False, checked, heads, entry, dataset.name, problem)
+            checked += 1
+            if progress is not None and checked % 10_000 == 0:
+                progress(checked)
+        found = walk.end_problem() or _terms_problem(dataset, walk.recorded_terms)
+        if found:
+            return Verification(False, checked, heads, found.entry, dataset.name, found.reason)
+        wrong_loss = wrong_loss or walk.wrong_loss
+        if dataset.ledger_seq:
+            heads[dataset.name] = walk.head
+    if hasher is not None:
+        sealed = seals.problem(session, hasher)
+        found = Problem(*sealed) if sealed else head_problem(session, hasher)
+        wrong_loss = found or wrong_loss
+    if wrong_loss is not None:
+        return Verification(
+            False,
+            checked,
+            heads,
+            wrong_loss.entry,
+            wrong_loss.dataset,
+            wrong_loss.reason,
+            seals_checked=hasher is not None,
+        )
+    return Verification(True, checked, heads, seals_checked=hasher is not None)
+
+
+class _Walk:
+    """One dataset's chain as ``verify`` reads it, entry by entry, in seq order."""
+
+    def __init__(self, dataset: Dataset, loss: RunningLoss | None) -> None:
+        self.dataset = dataset
+        self.loss = loss
+        self.head, self.seq, self.previous_id = GENESIS, 0, 0
+        self.recorded_terms = dataset.terms_sha256  # unless an entry records them
+        self.past_head: LedgerEntry | None = None  # the entry after the dataset's recorded head
+        self.wrong_loss: Problem | None = None
+        self.loss_recorded = False  # whether an earlier entry recorded its loss_after
+
+    def step(self, entry: LedgerEntry, consumer: str | None) -> str | None:
+        """Why ``entry`` does not follow the chain so far, or None (then it is taken in)."""
+        if entry.seq != self.seq + 1:
+            return f"expected seq {self.seq + 1}, found {entry.seq} (entry missing?)"
+        if entry.id <= self.previous_id:  # listings are in id order: it must be seq order
+            return (
+                f"entry id {entry.id} is not after the previous entry's id "
+                f"{self.previous_id} (ids swapped or rewritten)"
+            )
+        if entry.prev_hash != self.head:
+            return "prev_hash does not match the previous entry's hash"
+        if chain_hash(entry.prev_hash, canonical(entry, self.dataset.name, consumer)) != entry.hash:
+            return "the entry's content does not match its hash (edited)"
+        self.head, self.seq, self.previous_id = entry.hash, entry.seq, entry.id
+        if (entry.detail or {}).get("terms_sha256"):  # a limit change, or a charge
+            self.recorded_terms = entry.detail["terms_sha256"]
+        if entry.seq == self.dataset.ledger_seq + 1:
+            self.past_head = entry
+        if self.loss is not None and self.wrong_loss is None:
+            self._check_loss(entry)
+        return None
+
+    def end_problem(self) -> Problem | None:
+        """Why the chain does not end where the dataset records its head, if it does not."""
+        dataset = self.dataset
+        if dataset.ledger_seq == self.seq and (dataset.ledger_head or GENESIS) == self.head:
+            return None
+        past = self.past_head
+        if past is not None and past.prev_hash == (dataset.ledger_head or GENESIS):
+            return Problem(
+                dataset.name,
+                f"the chain goes on past the head the dataset records (seq "
+                f"{dataset.ledger_seq}): entries from seq {past.seq} to {self.seq} were "
+                "appended in the database, not by the service, which moves the head with "
+                "every entry (forged?)",
+                past,
+            )
+        return Problem(
+            dataset.name,
+            f"the chain ends at seq {self.seq} but the dataset records "
+            f"{dataset.ledger_seq} entries (entries deleted?)",
+        )
+
+    def _check_loss(self, entry: LedgerEntry) -> None:
+        assert self.loss is not None
+        if entry.kind == "charge" and entry.status == "granted":
+            self.loss.add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
+        recorded = entry.loss_after
+        if recorded is None:  # entries from before migration 0007 have none
+            if self.loss_recorded:
+                self.wrong_loss = Problem(
+                    self.dataset.name,
+                    "its loss_after is missing, though earlier entries of the chain record "
+                    "theirs (removed in the database?)",
+                    entry,
+                )
+            return
+        self.loss_recorded = True
+        expected = self.loss.loss
+        if recorded != expected:
+            names = self.loss.names
+            self.wrong_loss = Problem(
+                self.dataset.name,
+                f"its loss_after ({_units(recorded, names)}) is not the dataset's lifetime loss "
+                f"after it that the chain gives ({_units(expected, names)}): loss_after edited "
+                "in the database, or the running totals edited before this entry ('accountant "
+                "ledger rebuild-totals --check' compares them with the ledger)",
+                entry,
+            )
+
+
+def _running_loss(dataset: Dataset) -> RunningLoss | None:
+    """The dataset's lifetime loss, to be replayed from its chain; None if its accounting
+    terms name no mode (edited: ``_terms_problem`` reports them)."""
+    try:
+        names = dataset.mode.components
+    except (KeyError, ArithmeticError):
+        return None
+    return RunningLoss(LossRule(dataset.privacy_unit, dataset.max_partitions_per_user), names)
+
+
+def _units(amount: Amount, names: tuple[ComponentName, ...]) -> str:
+    """An amount as exact decimals, by component: 'epsilon 0.5'."""
+    shown = [n for n in COMPONENTS if n in names or amount[n]]
+    return ", ".join(f"{name} {COMPONENTS[name].to_decimal(amount[name])}" for name in shown)
+
+
+def _terms_problem(dataset: Dataset, recorded: str) -> Problem | None:
+    """Why ``dataset``'s limits are not the ones the service last set, if they are not."""
+    if dataset.terms_sha256 != recorded:
+        return Problem(
+            dataset.name,
+            "the dataset's limits are not the ones its last ledger entry recorded "
+            "(edited in the database?)",
+        )
+    if terms.digest(dataset) != dataset.terms_sha256:
+        return Problem(
+            dataset.name,
+            "the dataset's limits, bounds or windows do not match the digest the service "
+            "recorded when it last set them (edited in the database?)",
+        )
+    return None
+
+
+def head_problem(session: Session, hasher: KeyHasher) -> Problem | None:
+    """The first dataset whose chain head is not one the service sealed (``seals.of_head``),
+    with the first entry appended after the last head it did seal when there is one; None
+    if every head's seal holds. Run after ``verify`` has found each chain ending at its
+    recorded head, with the database's secret in ``hasher``."""
+    begun = session.execute(select(KeyHashSecret.heads_sealed_at)).scalar()
+    rows = session.execute(
+        select(
+            Dataset.id, Dataset.name, Dataset.ledger_seq, Dataset.ledger_head, Dataset.head_seal
+        ).order_by(Dataset.id)
+    ).all()
+    if begun is None:
+        carried = sum(1 for row in rows if row.head_seal is not None)
+        if carried:
+            return Problem(None, seals.heads_cleared(carried))
+        return Problem(rows[0].name, seals.HEADS_NEVER_SEALED) if rows else None
+    for row in rows:
+        if row.head_seal is None:
+            return Problem(row.name, seals.HEAD_UNSEALED)
+        head = row.ledger_head or GENESIS
+        if hmac.compare_digest(
+            row.head_seal, seals.of_head(hasher, row.name, row.ledger_seq, head)
+        ):
+            continue
+        unsealed = _first_unsealed(session, hasher, row.id, row.name, row.head_seal)
+        if unsealed is None:
+            return Problem(row.name, seals.head_not_sealed(row.ledger_seq))
+        return Problem(row.name, seals.appended_after(unsealed.seq, row.ledger_seq), unsealed)
+    return None
+
+
+def _first_unsealed(
+    session: Session, hasher: KeyHasher, dataset_id: int, name: str, seal: str
+) -> LedgerEntry | None:
+    """The entry right after the head that ``seal`` seals (the chain's first entry if it
+    seals the empty chain), or None if no head of the chain is the one sealed."""
+    if hmac.compare_digest(seal, seals.of_head(hasher, name, 0, GENESIS)):
+        return session.execute(
+            select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id, LedgerEntry.seq == 1)
+        ).scalar()
+    sealed_seq = None
+    for seq, head in session.execute(
+        select(LedgerEntry.seq, LedgerEntry.hash)
+        .where(LedgerEntry.dataset_id == dataset_id)
+        .order_by(LedgerEntry.seq)
+    ).all():
+        if hmac.compare_digest(seal, seals.of_head(hasher, name, seq, head)):
+            sealed_seq = seq
+            break
+    if sealed_seq is None:
+        return None
+    return session.execute(
+        select(LedgerEntry).where(
+            LedgerEntry.dataset_id == dataset_id, LedgerEntry.seq == sealed_seq + 1
+        )
+    ).scalar()
