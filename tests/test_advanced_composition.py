@@ -69,10 +69,10 @@ def service_admits(
     for eps, dlt in releases:
         cost = mode.amount_of(StatedCost(eps, dlt, None))
         state = ScopeState(books.total, books.max_spend, books.spends.get("p", Amount()))
-        after = loss_after(rule, state, cost, 1, mode.components)
+        after = loss_after(rule, state, cost, 1, "joint", mode.components)
         admitted = not limit.is_exceeded_by(after, mode.components)
         if admitted:
-            books.add(cost, 1, ["p"])
+            books.add(cost, 1, ["p"], "joint")
         decisions.append(admitted)
     return decisions
 
@@ -151,7 +151,7 @@ def test_the_filter_admits_within_one_release_of_the_theorem(
 
     def grants(n: int) -> bool:
         after = loss_after(
-            LossRule("record", None), ScopeState(), cost.scaled(n), 1, mode.components
+            LossRule("record", None), ScopeState(), cost.scaled(n), 1, "joint", mode.components
         )
         return not limit.is_exceeded_by(after, mode.components)
 

@@ -306,7 +306,13 @@ def test_head_seals_are_the_canonical_form() -> None:
 
 @pytest.mark.parametrize(
     "rule",
-    [LossRule("record", None), LossRule("user", 1), LossRule("user", 3), LossRule("user", None)],
+    [
+        LossRule("record", None),
+        LossRule("partition", None),
+        LossRule("user", 1),
+        LossRule("user", 3),
+        LossRule("user", None),
+    ],
     ids=str,
 )
 def test_the_running_loss_is_the_loss_of_the_rebuilt_books(rule: LossRule) -> None:
@@ -319,7 +325,8 @@ def test_the_running_loss_is_the_loss_of_the_rebuilt_books(rule: LossRule) -> No
         cost = Amount(choice.randint(0, 50), choice.randint(0, 5))
         partitions = choice.sample([f"p{i}" for i in range(12)], choice.randint(1, 4))
         m = choice.randint(1, 3)
-        running.add(cost, m, partitions)
-        books.add(cost, m, partitions)
+        release = choice.choice(["joint", "parallel"])
+        running.add(cost, m, partitions, release)
+        books.add(cost, m, partitions, release)
         k = rule.max_partitions_per_user if rule.uses_top_k else None
         assert running.loss == loss_now(rule, books.state(k), names)

@@ -339,6 +339,7 @@ def test_an_entry_committed_after_the_heads_were_read_is_left_out(
             status="granted",
             created_at=dataset.ledger_seq + 1,
             detail={"scope": "test", "terms_sha256": dataset.terms_sha256},
+            hasher=app.extensions["accountant"].key_hasher,
         )
 
     with Session(engine) as session:  # the export's first page
