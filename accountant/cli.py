@@ -188,6 +188,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     from accountant import serving
 
     settings = _settings()
+    _require_schema(settings)
     structured_logging.configure(settings.log_level)  # every line on standard error is JSON
     master = os.getpid()
     _remove_stale_metrics_folders()
@@ -250,16 +251,65 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
             )
 
 
+def _require_schema(settings: Settings) -> None:
+    """Refuse, in one line naming the command to run, a database without the schema or at
+    another migration than this release's: served, every call would be a 503. Serving never
+    migrates ('accountant db upgrade' and 'accountant init' do, once, before any host
+    starts), and this creates nothing. A database that does not answer yet is served:
+    /readyz says 503 until it answers."""
+    from pathlib import Path
+
+    from sqlalchemy import inspect, text
+    from sqlalchemy.engine import make_url
+
+    from accountant.db import make_engine
+    from accountant.migrate import head_revision, is_revision
+
+    url = make_url(settings.database_url)
+    no_schema = click.ClickException(
+        f"the database {url.render_as_string(hide_password=True)} has no schema; run "
+        "'accountant init' first (it creates the schema and prints a first admin key)"
+    )
+    if url.get_backend_name() == "sqlite" and not Path(url.database or ":memory:").exists():
+        raise no_schema
+    engine = make_engine(settings, service=False)
+    try:
+        with engine.connect() as connection:
+            revision = (
+                connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+                if inspect(connection).has_table("alembic_version")
+                else None
+            )
+    except OperationalError:
+        return  # not answering (yet)
+    finally:
+        engine.dispose()
+    head = head_revision()
+    if revision is None:
+        raise no_schema
+    if revision != head and is_revision(revision):
+        raise click.ClickException(
+            f"the database is at migration {revision} and this release needs {head}; run "
+            "'accountant db upgrade' first"
+        )
+    if revision != head:
+        raise click.ClickException(
+            f"the database is at migration {revision}, which this release does not know (a "
+            "newer release migrated it); serve it with that release"
+        )
+
+
 def _prepare_host(settings: Settings) -> None:
     """``app.prepare_host``; a host or database it refuses is one line saying what to do."""
     from accountant.app import prepare_host
     from accountant.key_hashing import KeyHashSecretMismatch
+    from accountant.keyfiles import MissingKeyFile
     from accountant.noise import NoiseSecretMismatch
     from accountant.seals import NotSealed
 
     try:
         prepare_host(settings)
-    except (NoiseSecretMismatch, KeyHashSecretMismatch, NotSealed) as error:
+    except (NoiseSecretMismatch, KeyHashSecretMismatch, MissingKeyFile, NotSealed) as error:
         raise click.ClickException(str(error)) from None
 
 
