@@ -30,13 +30,20 @@ def _now() -> int:
     return time.time_ns() // 1000
 
 
-def _key_hasher(settings: Settings) -> KeyHasher:
-    """The secret API keys are hashed under (created with the database's other secrets)."""
+def _key_hasher(settings: Settings, engine: Engine) -> KeyHasher:
+    """The secret API keys are hashed under: created (with the database's other secrets)
+    only for a database that has none; else found where its file is, never made anew."""
     from pathlib import Path
 
     from accountant import key_hashing
+    from accountant.keyfiles import MissingKeyFile
 
-    return key_hashing.load_or_create(Path(settings.key_hash_secret_file))
+    with engine.connect() as connection:
+        registered = key_hashing.registered_id(connection)
+    try:
+        return key_hashing.load_or_create(Path(settings.key_hash_secret_file), registered)
+    except MissingKeyFile as error:
+        raise click.ClickException(str(error)) from None
 
 
 def _existing_key_hasher(settings: Settings) -> KeyHasher | None:
@@ -139,8 +146,9 @@ def init() -> None:
     settings = _settings()
     upgrade(settings.database_url)
     _prepare_host(settings)  # the key and secret files, registered; ACCOUNTANT_ADMIN_KEY's admin
-    sessions = make_session_factory(make_engine(settings, service=False))
-    hasher = _key_hasher(settings)
+    engine = make_engine(settings, service=False)
+    sessions = make_session_factory(engine)
+    hasher = _key_hasher(settings, engine)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with sessions() as session:
         begin_write(session)
@@ -333,22 +341,21 @@ def noise_secret() -> None:
 
 @noise_secret.command("show")
 def noise_secret_show() -> None:
-    """Print the id of this host's noise secret and of the database's."""
+    """Print the id of this host's noise secret and of the database's (creating none)."""
     from pathlib import Path
-
-    from sqlalchemy import text
 
     from accountant import noise
 
     settings = _settings()
     engine = _database(settings)
-    secret = noise.load_or_create(Path(settings.noise_secret_file))
+    path = Path(settings.noise_secret_file)
+    mine = noise.load(path).id if path.exists() else "no file"
     try:
         with engine.connect() as connection:
-            known = connection.execute(text("SELECT id FROM noise_secrets WHERE current")).scalar()
+            known = noise.registered_id(connection)
     finally:
         engine.dispose()
-    click.echo(f"this host: {secret.id} ({settings.noise_secret_file})")
+    click.echo(f"this host: {mine} ({path})")
     click.echo(f"database:  {known or 'none registered yet'}")
 
 
@@ -431,8 +438,9 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     from accountant.services.consumers import create_consumer, issue_key
 
     settings = _settings()
-    sessions = make_session_factory(_database(settings))
-    hasher = _key_hasher(settings)
+    engine = _database(settings)
+    sessions = make_session_factory(engine)
+    hasher = _key_hasher(settings, engine)
     try:
         with sessions() as session:
             begin_write(session)
@@ -685,8 +693,9 @@ def seals_init() -> None:
     from accountant.services import sealing
 
     settings = _settings()
-    sessions = make_session_factory(_database(settings))
-    hasher = _key_hasher(settings)
+    engine = _database(settings)
+    sessions = make_session_factory(engine)
+    hasher = _key_hasher(settings, engine)
     now, by = _now(), _operator()
     try:
         with sessions() as session:

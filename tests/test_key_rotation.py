@@ -132,3 +132,37 @@ def test_moving_the_signing_key_alone_refuses_to_start_and_creates_no_secret(
     assert "set ACCOUNTANT_NOISE_SECRET_FILE to the file that holds it" in lines[0]
     assert "adopt" not in refused.stderr
     assert not moved.exists()
+    create = subprocess.run(
+        [BIN, "keys", "create", "--name", "ops", "--role", "admin"],
+        env={**env, "ACCOUNTANT_SIGNING_KEY_FILE": str(moved / "signing-key.pem")},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert create.returncode == 1 and create.stdout == ""  # no key hashed under a new secret
+    assert f"there is no key-hash secret file at {moved / 'key-hash-secret'}" in create.stderr
+    assert not moved.exists()
+
+
+def test_noise_secret_show_names_the_file_and_creates_none(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The command the rotation steps point to for finding the secret never makes one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
+    env["ACCOUNTANT_DATABASE_URL"] = database_url
+    subprocess.run([BIN, "init"], env=env, cwd=tmp_path, capture_output=True, check=True)
+    here = subprocess.run(
+        [BIN, "noise-secret", "show"], env=env, cwd=tmp_path, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert here[0].endswith(f"({tmp_path / 'var' / 'noise-secret'})")
+    assert here[0].split()[2] == here[1].split()[1]  # this host's id is the database's
+    moved = tmp_path / "keys-2027"
+    elsewhere = subprocess.run(
+        [BIN, "noise-secret", "show"],
+        env={**env, "ACCOUNTANT_SIGNING_KEY_FILE": str(moved / "signing-key.pem")},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert elsewhere.stdout.splitlines()[0] == f"this host: no file ({moved / 'noise-secret'})"
+    assert not moved.exists()
