@@ -212,6 +212,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # never point anyone at it again
         raise
+    _say_if_no_admin(settings)
 
     class _Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
         def load_config(self) -> None:
@@ -304,6 +305,33 @@ def _require_schema(settings: Settings) -> None:
         raise click.ClickException(
             f"the database is at migration {revision}, which this release does not know (a "
             "newer release migrated it); serve it with that release"
+        )
+
+
+def _say_if_no_admin(settings: Settings) -> None:
+    """Log how to make the first admin when there is none and ACCOUNTANT_ADMIN_KEY is unset
+    (after 'accountant db upgrade' alone): every API call would otherwise be a 401."""
+    from sqlalchemy.exc import ProgrammingError
+
+    from accountant.db import make_engine
+    from accountant.models import Consumer
+
+    if settings.admin_key:
+        return
+    engine = make_engine(settings, service=False)
+    try:
+        with engine.connect() as connection:
+            admin = connection.execute(
+                select(Consumer.id).where(Consumer.role == "admin").limit(1)
+            ).first()
+    except (OperationalError, ProgrammingError):
+        return  # not answering (yet): /readyz says so
+    finally:
+        engine.dispose()
+    if admin is None:
+        logging.getLogger("accountant.serve").warning(
+            "no admin yet: set ACCOUNTANT_ADMIN_KEY and restart, or run 'accountant keys "
+            "create --name NAME --role admin'"
         )
 
 

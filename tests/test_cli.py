@@ -303,3 +303,23 @@ def test_an_app_whose_database_lost_its_schema_names_db_upgrade_not_a_retry(
         assert answer.content_type == "application/problem+json"
         assert "run 'accountant db upgrade'" in answer.get_json()["detail"]
         assert "Idempotency-Key" not in answer.get_json()["detail"]
+
+
+def test_serve_after_db_upgrade_alone_says_how_to_make_the_first_admin(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
+    subprocess.run([BIN, "db", "upgrade"], env=env, cwd=tmp_path, check=True, capture_output=True)
+    log = tmp_path / "serve.log"
+    with running_service(env, log, "--workers", "1", cwd=tmp_path) as server:
+        assert requests.get(f"{server.base}/readyz", timeout=5).status_code == 200
+        assert server.stop() == 0
+    said = [json.loads(line) for line in log.read_text().splitlines()]
+    warned = [line for line in said if line["message"].startswith("no admin yet")]
+    assert [(line["logger"], line["message"]) for line in warned] == [
+        (
+            "accountant.serve",
+            "no admin yet: set ACCOUNTANT_ADMIN_KEY and restart, or run "
+            "'accountant keys create --name NAME --role admin'",
+        )
+    ]
+    made = {p.name for p in (tmp_path / "var").iterdir()}
+    assert {"key-hash-secret", "noise-secret", "signing-key.pem"} <= made
