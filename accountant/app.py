@@ -156,7 +156,9 @@ def record_metric(update: Callable[[], object]) -> None:
 def prepare_host(settings: Settings) -> None:
     """What ``accountant init`` and ``accountant serve`` do once before any worker starts:
     create the signing key, noise secret and key-hash secret files, publish the signing key,
-    register the secrets (or refuse another database's), refuse a database with rows but no
+    register the secrets (or refuse another database's; a secret the database is served with
+    is never made anew where its file is missing: ``MissingKeyFile`` says where to find it,
+    so that moving the signing key never moves a secret), refuse a database with rows but no
     record of its seals (``seals.NotSealed``: ``accountant seals init`` seals one from before
     seals), and create the first admin from ``ACCOUNTANT_ADMIN_KEY``. It opens its own
     connections and closes all of them: a SQLite connection inherited across fork shares its
@@ -164,9 +166,14 @@ def prepare_host(settings: Settings) -> None:
     workers, losing acknowledged charges."""
     engine = make_engine(settings)
     try:
+        try:  # a secret the database already has is found where it is, never made anew
+            with engine.connect() as connection, connection.begin():
+                registered = noise.registered_id(connection), key_hashing.registered_id(connection)
+        except (OperationalError, ProgrammingError):
+            registered = None, None  # no schema yet, or no answer: nothing registered to find
+        secret = noise.load_or_create(Path(settings.noise_secret_file), registered[0])
+        hasher = key_hashing.load_or_create(Path(settings.key_hash_secret_file), registered[1])
         signer = signing.load_or_create(Path(settings.signing_key_file))
-        secret = noise.load_or_create(Path(settings.noise_secret_file))
-        hasher = key_hashing.load_or_create(Path(settings.key_hash_secret_file))
         try:
             with engine.connect() as connection:
                 noise.register(connection, secret)
@@ -207,6 +214,29 @@ def _response(problem: problems.Problem) -> Response:
     for name, value in problem.headers.items():
         response.headers[name] = value
     return response
+
+
+def _schema_missing(error: OperationalError | ProgrammingError) -> bool:
+    """Whether the database lacks a table or column this release uses: no schema, or one
+    behind its migrations (SQLite's wording; PostgreSQL's undefined_table and
+    undefined_column codes)."""
+    code = getattr(error.orig, "sqlstate", None)
+    return code in {"42P01", "42703"} or str(error.orig).startswith(
+        ("no such table", "no such column")
+    )
+
+
+def _no_schema() -> Response:
+    log.error("the database has no schema or is behind this release's migrations")
+    return _response(
+        problems.of(
+            Unavailable(
+                "the database has no schema, or is behind this release's migrations; an "
+                "operator must run 'accountant db upgrade' (a retry fails until then)",
+                retry_after=60,
+            )
+        )
+    )
 
 
 def _register_error_handlers(app: Flask) -> None:
@@ -250,8 +280,14 @@ def _register_error_handlers(app: Flask) -> None:
             problems.of(InvalidRequest(detail, errors=[{"field": "", "message": detail}]))
         )
 
+    @app.errorhandler(ProgrammingError)
+    def _on_statement(error: ProgrammingError) -> Response:
+        return _no_schema() if _schema_missing(error) else _on_unexpected(error)
+
     @app.errorhandler(OperationalError)
     def _on_database(error: OperationalError) -> Response:
+        if _schema_missing(error):
+            return _no_schema()
         record_metric(DATABASE_ERRORS.inc)
         log.error(
             "database unavailable", extra={"path": request.path, "error": str(error.orig)[:200]}

@@ -30,13 +30,20 @@ def _now() -> int:
     return time.time_ns() // 1000
 
 
-def _key_hasher(settings: Settings) -> KeyHasher:
-    """The secret API keys are hashed under (created with the database's other secrets)."""
+def _key_hasher(settings: Settings, engine: Engine) -> KeyHasher:
+    """The secret API keys are hashed under: created (with the database's other secrets)
+    only for a database that has none; else found where its file is, never made anew."""
     from pathlib import Path
 
     from accountant import key_hashing
+    from accountant.keyfiles import MissingKeyFile
 
-    return key_hashing.load_or_create(Path(settings.key_hash_secret_file))
+    with engine.connect() as connection:
+        registered = key_hashing.registered_id(connection)
+    try:
+        return key_hashing.load_or_create(Path(settings.key_hash_secret_file), registered)
+    except MissingKeyFile as error:
+        raise click.ClickException(str(error)) from None
 
 
 def _existing_key_hasher(settings: Settings) -> KeyHasher | None:
@@ -139,8 +146,9 @@ def init() -> None:
     settings = _settings()
     upgrade(settings.database_url)
     _prepare_host(settings)  # the key and secret files, registered; ACCOUNTANT_ADMIN_KEY's admin
-    sessions = make_session_factory(make_engine(settings, service=False))
-    hasher = _key_hasher(settings)
+    engine = make_engine(settings, service=False)
+    sessions = make_session_factory(engine)
+    hasher = _key_hasher(settings, engine)
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with sessions() as session:
         begin_write(session)
@@ -188,6 +196,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
     from accountant import serving
 
     settings = _settings()
+    _require_schema(settings)
     structured_logging.configure(settings.log_level)  # every line on standard error is JSON
     master = os.getpid()
     _remove_stale_metrics_folders()
@@ -203,6 +212,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         shutil.rmtree(metrics_dir, ignore_errors=True)
         os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)  # never point anyone at it again
         raise
+    _say_if_no_admin(settings)
 
     class _Server(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type hints
         def load_config(self) -> None:
@@ -250,16 +260,92 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
             )
 
 
+def _require_schema(settings: Settings) -> None:
+    """Refuse, in one line naming the command to run, a database without the schema or at
+    another migration than this release's: served, every call would be a 503. Serving never
+    migrates ('accountant db upgrade' and 'accountant init' do, once, before any host
+    starts), and this creates nothing. A database that does not answer yet is served:
+    /readyz says 503 until it answers."""
+    from pathlib import Path
+
+    from sqlalchemy import inspect, text
+    from sqlalchemy.engine import make_url
+
+    from accountant.db import make_engine
+    from accountant.migrate import head_revision, is_revision
+
+    url = make_url(settings.database_url)
+    no_schema = click.ClickException(
+        f"the database {url.render_as_string(hide_password=True)} has no schema; run "
+        "'accountant init' first (it creates the schema and prints a first admin key)"
+    )
+    if url.get_backend_name() == "sqlite" and not Path(url.database or ":memory:").exists():
+        raise no_schema
+    engine = make_engine(settings, service=False)
+    try:
+        with engine.connect() as connection:
+            revision = (
+                connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+                if inspect(connection).has_table("alembic_version")
+                else None
+            )
+    except OperationalError:
+        return  # not answering (yet)
+    finally:
+        engine.dispose()
+    head = head_revision()
+    if revision is None:
+        raise no_schema
+    if revision != head and is_revision(revision):
+        raise click.ClickException(
+            f"the database is at migration {revision} and this release needs {head}; run "
+            "'accountant db upgrade' first"
+        )
+    if revision != head:
+        raise click.ClickException(
+            f"the database is at migration {revision}, which this release does not know (a "
+            "newer release migrated it); serve it with that release"
+        )
+
+
+def _say_if_no_admin(settings: Settings) -> None:
+    """Log how to make the first admin when there is none and ACCOUNTANT_ADMIN_KEY is unset
+    (after 'accountant db upgrade' alone): every API call would otherwise be a 401."""
+    from sqlalchemy.exc import ProgrammingError
+
+    from accountant.db import make_engine
+    from accountant.models import Consumer
+
+    if settings.admin_key:
+        return
+    engine = make_engine(settings, service=False)
+    try:
+        with engine.connect() as connection:
+            admin = connection.execute(
+                select(Consumer.id).where(Consumer.role == "admin").limit(1)
+            ).first()
+    except (OperationalError, ProgrammingError):
+        return  # not answering (yet): /readyz says so
+    finally:
+        engine.dispose()
+    if admin is None:
+        logging.getLogger("accountant.serve").warning(
+            "no admin yet: set ACCOUNTANT_ADMIN_KEY and restart, or run 'accountant keys "
+            "create --name NAME --role admin'"
+        )
+
+
 def _prepare_host(settings: Settings) -> None:
     """``app.prepare_host``; a host or database it refuses is one line saying what to do."""
     from accountant.app import prepare_host
     from accountant.key_hashing import KeyHashSecretMismatch
+    from accountant.keyfiles import MissingKeyFile
     from accountant.noise import NoiseSecretMismatch
     from accountant.seals import NotSealed
 
     try:
         prepare_host(settings)
-    except (NoiseSecretMismatch, KeyHashSecretMismatch, NotSealed) as error:
+    except (NoiseSecretMismatch, KeyHashSecretMismatch, MissingKeyFile, NotSealed) as error:
         raise click.ClickException(str(error)) from None
 
 
@@ -283,22 +369,21 @@ def noise_secret() -> None:
 
 @noise_secret.command("show")
 def noise_secret_show() -> None:
-    """Print the id of this host's noise secret and of the database's."""
+    """Print the id of this host's noise secret and of the database's (creating none)."""
     from pathlib import Path
-
-    from sqlalchemy import text
 
     from accountant import noise
 
     settings = _settings()
     engine = _database(settings)
-    secret = noise.load_or_create(Path(settings.noise_secret_file))
+    path = Path(settings.noise_secret_file)
+    mine = noise.load(path).id if path.exists() else "no file"
     try:
         with engine.connect() as connection:
-            known = connection.execute(text("SELECT id FROM noise_secrets WHERE current")).scalar()
+            known = noise.registered_id(connection)
     finally:
         engine.dispose()
-    click.echo(f"this host: {secret.id} ({settings.noise_secret_file})")
+    click.echo(f"this host: {mine} ({path})")
     click.echo(f"database:  {known or 'none registered yet'}")
 
 
@@ -381,8 +466,9 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     from accountant.services.consumers import create_consumer, issue_key
 
     settings = _settings()
-    sessions = make_session_factory(_database(settings))
-    hasher = _key_hasher(settings)
+    engine = _database(settings)
+    sessions = make_session_factory(engine)
+    hasher = _key_hasher(settings, engine)
     try:
         with sessions() as session:
             begin_write(session)
@@ -635,8 +721,9 @@ def seals_init() -> None:
     from accountant.services import sealing
 
     settings = _settings()
-    sessions = make_session_factory(_database(settings))
-    hasher = _key_hasher(settings)
+    engine = _database(settings)
+    sessions = make_session_factory(engine)
+    hasher = _key_hasher(settings, engine)
     now, by = _now(), _operator()
     try:
         with sessions() as session:

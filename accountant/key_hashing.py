@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from accountant.db import WRITE
-from accountant.keyfiles import create_secret, load_secret, secret_id
+from accountant.keyfiles import create_secret, load_secret, require_registered, secret_id
 from accountant.models import ApiKey, KeyHashSecret
 
 
@@ -63,10 +63,17 @@ class KeyHasher:
         return sealer.hexdigest()
 
 
-def load_or_create(path: Path) -> KeyHasher:
-    """The secret in ``path`` (hex), created once when missing."""
+def load_or_create(path: Path, registered: str | None = None) -> KeyHasher:
+    """The secret in ``path`` (hex), created once when missing, unless the database's keys
+    are hashed under a secret already (``registered``, its id): then ``MissingKeyFile``."""
+    require_registered(path, "key-hash secret", "ACCOUNTANT_KEY_HASH_SECRET_FILE", registered)
     create_secret(path, "key-hash secret")
     return load(path)
+
+
+def registered_id(connection: Connection | Session) -> str | None:
+    """The id of the secret the database's keys are hashed under, if any."""
+    return connection.execute(select(KeyHashSecret.id)).scalar()
 
 
 def load(path: Path) -> KeyHasher:
@@ -126,7 +133,7 @@ def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> No
 def foreign(connection: Connection | Session, hasher: KeyHasher) -> str | None:
     """Why ``hasher``'s secret is not the database's, or None if it is (or the database
     has none yet)."""
-    known = connection.execute(select(KeyHashSecret.id)).scalar()
+    known = registered_id(connection)
     return None if known in (None, hasher.id) else _mismatch(known, hasher)
 
 
@@ -138,6 +145,6 @@ def _check(known: str | None, hasher: KeyHasher) -> None:
 def _mismatch(known: str | None, hasher: KeyHasher) -> str:
     return (
         f"this host's key-hash secret (id {hasher.id}) is not the one this database's API "
-        f"keys are hashed under (id {known}); copy the key-hash secret file "
-        "(ACCOUNTANT_KEY_HASH_SECRET_FILE) from a host that serves this database"
+        f"keys are hashed under (id {known}); set ACCOUNTANT_KEY_HASH_SECRET_FILE to the file "
+        "that holds it, or copy that file from a host that serves this database"
     )

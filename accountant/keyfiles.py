@@ -70,6 +70,19 @@ def require(path: Path, what: str) -> None:
         )
 
 
+def require_registered(path: Path, what: str, setting: str, registered: str | None) -> None:
+    """Raise ``MissingKeyFile`` when ``path`` is missing although the database is served with
+    a secret (``registered``, its id): a new secret there would only make the host refuse
+    to start, so none is created. The secret is found where it is, never replaced."""
+    if registered is not None and not path.exists():
+        raise MissingKeyFile(
+            f"there is no {what} file at {path}, and this database is served with the {what} "
+            f"id {registered}: set {setting} to the file that holds it, or copy that file "
+            "here from a host that serves this database (it does not move when "
+            "ACCOUNTANT_SIGNING_KEY_FILE does; docs/operations.md, 'Rotating the signing key')"
+        )
+
+
 def create_secret(path: Path, what: str) -> None:
     """Write 32 random bytes in hex to ``path`` unless it exists (``create_once``)."""
     create_once(path, os.urandom(32).hex().encode() + b"\n", what)

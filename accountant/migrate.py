@@ -24,6 +24,12 @@ def head_revision() -> str:
     return head
 
 
+def is_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of this release's migrations (else a newer release's)."""
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    return any(step.revision == revision for step in script.walk_revisions())
+
+
 def upgrade(database_url: str, revision: str = "head") -> None:
     """Migrate the schema, then (at the head) the data that a migration cannot derive in
     SQL: the rho limits of zcdp datasets (``services.conversions``)."""

@@ -29,7 +29,7 @@ from pathlib import Path
 from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
 
-from accountant.keyfiles import create_secret, load_secret, secret_id
+from accountant.keyfiles import create_secret, load_secret, require_registered, secret_id
 from accountant.models import Base
 from accountant.randomness import KeyedRandomSource, RandomSource
 
@@ -58,10 +58,17 @@ def from_bytes(secret: bytes) -> NoiseSecret:
     return NoiseSecret(secret, secret_id(secret, b"accountant noise secret id v1"))
 
 
-def load_or_create(path: Path) -> NoiseSecret:
-    """The secret in ``path`` (hex), created once when missing."""
+def load_or_create(path: Path, registered: str | None = None) -> NoiseSecret:
+    """The secret in ``path`` (hex), created once when missing, unless the database is
+    served with a secret already (``registered``, its id): then ``MissingKeyFile``."""
+    require_registered(path, "noise secret", "ACCOUNTANT_NOISE_SECRET_FILE", registered)
     create_secret(path, "noise secret")
     return load(path)
+
+
+def registered_id(connection: Connection) -> str | None:
+    """The id of the secret the database is served with, if any."""
+    return connection.execute(select(_TABLE.c.id).where(_TABLE.c.current)).scalar()
 
 
 def load(path: Path) -> NoiseSecret:
@@ -80,13 +87,13 @@ def register(connection: Connection, noise: NoiseSecret) -> None:
     except IntegrityError:
         pass  # a secret is registered already (this one, or another host's)
     with connection.begin():
-        known = connection.execute(select(_TABLE.c.id).where(_TABLE.c.current)).scalar()
+        known = registered_id(connection)
     if known != noise.id:
         raise NoiseSecretMismatch(
             f"this host's noise secret (id {noise.id}) is not the one this database is served "
-            f"with (id {known}); copy the noise secret file (ACCOUNTANT_NOISE_SECRET_FILE) from "
-            "a host that serves this database. If that secret is lost for good, run "
-            "'accountant noise-secret adopt': replays of earlier charges are then refused"
+            f"with (id {known}); set ACCOUNTANT_NOISE_SECRET_FILE to the file that holds it, or "
+            "copy that file from a host that serves this database (docs/operations.md, "
+            "'The three secrets')"
         )
 
 

@@ -64,13 +64,15 @@ class Server:
 
 @contextmanager
 def running_service(
-    env: dict[str, str], log: Path, *options: str, ready: str = "/readyz"
+    env: dict[str, str], log: Path, *options: str, ready: str = "/readyz", cwd: Path | None = None
 ) -> Iterator[Server]:
-    """`accountant serve` on a free port with ``options``, ready when the block starts."""
+    """`accountant serve` on a free port with ``options`` (in ``cwd``), ready when the block
+    starts."""
     port = free_port()
     with log.open("w") as output:
         process = subprocess.Popen(
             [BIN, "serve", "--port", str(port), *options],
+            cwd=cwd,
             env=env,
             stdout=output,
             stderr=output,

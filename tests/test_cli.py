@@ -203,3 +203,123 @@ def test_a_folder_without_a_database_gets_one_line_and_nothing_created(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "accountant init" in lines[0], done.stderr
     assert list(tmp_path.iterdir()) == []  # no ./var, no file
+
+
+def _serve_once(env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`accountant serve` that must refuse: a serve that starts is stopped after 30 s."""
+    return subprocess.run(
+        [BIN, "serve", "--port", "0", "--workers", "1"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_serve_in_an_empty_folder_names_init_in_one_line_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
+    refused = _serve_once(env, cwd=tmp_path)
+    assert refused.returncode == 1
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1, refused.stderr
+    assert "has no schema; run 'accountant init' first" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # no ./var, no database file, no secret
+
+
+def test_serve_refuses_a_schema_behind_and_after_db_upgrade_sets_itself_up(
+    database_url: str, tmp_path: Path
+) -> None:
+    """No schema: one line naming 'accountant init'; behind this release: one line naming
+    'accountant db upgrade'; neither creates a file. After 'accountant db upgrade', serve
+    creates the key files, registers them and creates the ACCOUNTANT_ADMIN_KEY admin."""
+    keys = tmp_path / "keys"
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": str(keys / "signing-key.pem"),
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+    }
+    subprocess.run([BIN, "db", "downgrade", "base"], env=env, check=True, capture_output=True)
+    empty = _serve_once(env)
+    assert empty.returncode == 1
+    assert [line for line in empty.stderr.splitlines() if line] == [
+        f"Error: the database {_shown(database_url)} has no schema; run 'accountant init' "
+        "first (it creates the schema and prints a first admin key)"
+    ]
+    subprocess.run([BIN, "db", "upgrade", "0015"], env=env, check=True, capture_output=True)
+    behind = _serve_once(env)
+    assert behind.returncode == 1
+    assert [line for line in behind.stderr.splitlines() if line] == [
+        "Error: the database is at migration 0015 and this release needs 0016; run "
+        "'accountant db upgrade' first"
+    ]
+    assert not keys.exists()
+    subprocess.run([BIN, "db", "upgrade"], env=env, check=True, capture_output=True)
+    with running_service(env, tmp_path / "serve.log", "--workers", "1") as server:
+        headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        me = requests.get(f"{server.base}/v1/consumers/me", headers=headers, timeout=5)
+        assert me.status_code == 200 and me.json()["name"] == "admin"
+        created = requests.post(
+            f"{server.base}/v1/datasets",
+            headers=headers,
+            timeout=5,
+            json={"name": "web", "privacy_unit": "record", "budget": {"epsilon": 1}},
+        )
+        assert created.status_code == 201
+        assert server.stop() == 0
+    assert sorted(p.name for p in keys.iterdir()) == [
+        "key-hash-secret",
+        "noise-secret",
+        "signing-key.pem",
+    ]
+
+
+def _shown(database_url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(database_url).render_as_string(hide_password=True)
+
+
+def test_an_app_whose_database_lost_its_schema_names_db_upgrade_not_a_retry(
+    database_url: str, signing_key_file: str
+) -> None:
+    """The WSGI app run without 'accountant serve' on a database without the schema: each
+    call is a 503 naming 'accountant db upgrade', not advice to retry."""
+    from accountant.app import prepared_app
+    from accountant.migrate import downgrade
+    from tests.conftest import Api
+
+    settings = {"database_url": database_url, "admin_key": ADMIN_KEY}
+    app = prepared_app({**settings, "signing_key_file": signing_key_file})
+    api = Api(app.test_client())
+    assert api.get("/v1/datasets").status_code == 200
+    downgrade(database_url, "base")
+    charge = {"dataset": "web", "mechanism": "laplace", "params": {"epsilon": 0.1}}
+    for answer in (api.get("/v1/datasets"), api.post("/v1/charges", charge)):
+        assert answer.status_code == 503
+        assert answer.content_type == "application/problem+json"
+        assert "run 'accountant db upgrade'" in answer.get_json()["detail"]
+        assert "Idempotency-Key" not in answer.get_json()["detail"]
+
+
+def test_serve_after_db_upgrade_alone_says_how_to_make_the_first_admin(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
+    subprocess.run([BIN, "db", "upgrade"], env=env, cwd=tmp_path, check=True, capture_output=True)
+    log = tmp_path / "serve.log"
+    with running_service(env, log, "--workers", "1", cwd=tmp_path) as server:
+        assert requests.get(f"{server.base}/readyz", timeout=5).status_code == 200
+        assert server.stop() == 0
+    said = [json.loads(line) for line in log.read_text().splitlines()]
+    warned = [line for line in said if line["message"].startswith("no admin yet")]
+    assert [(line["logger"], line["message"]) for line in warned] == [
+        (
+            "accountant.serve",
+            "no admin yet: set ACCOUNTANT_ADMIN_KEY and restart, or run "
+            "'accountant keys create --name NAME --role admin'",
+        )
+    ]
+    made = {p.name for p in (tmp_path / "var").iterdir()}
+    assert {"key-hash-secret", "noise-secret", "signing-key.pem"} <= made

@@ -13,6 +13,7 @@ from flask import Flask
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
+from accountant import key_hashing
 from accountant.app import prepared_app
 from accountant.db import begin_write
 from accountant.key_hashing import KeyHashSecretMismatch
@@ -90,6 +91,7 @@ def test_a_host_with_another_secret_refuses_to_start(
         "signing_key_file": str(tmp_path / "signing-key.pem"),
         "key_hash_secret_file": str(tmp_path / "elsewhere" / "key-hash-secret"),
     }
+    key_hashing.load_or_create(Path(other["key_hash_secret_file"]))  # another host's secret
     with pytest.raises(KeyHashSecretMismatch, match="ACCOUNTANT_KEY_HASH_SECRET_FILE"):
         prepared_app(other)
     # the same secret, copied, starts

@@ -79,6 +79,7 @@ def test_a_host_with_another_noise_secret_refuses_to_start(
     database_url: str, tmp_path: Path
 ) -> None:
     _first(database_url, tmp_path)
+    noise.load_or_create(tmp_path / "other-secret")  # another host's secret
     with pytest.raises(noise.NoiseSecretMismatch, match="noise secret"):
         _app(database_url, tmp_path, secret="other-secret")
     env = {
