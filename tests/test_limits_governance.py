@@ -100,8 +100,9 @@ def test_a_change_to_the_limit_in_force_is_not_ledgered_and_says_so(api: Api) ->
             "nothing changed: every limit given equals the current one, so nothing was ledgered"
         ]
         assert {k: v for k, v in answer.items() if k in before} == before
-    for body in ({"quotas": {"clicks": {"epsilon": 0.4}}}, {"datasets": ["clicks"]}):
-        answer = _patch(api, "/v1/consumers/svc", body)
+    restated: list[dict[str, Any]] = [{"quotas": {"clicks": {"epsilon": 0.4}}}]
+    for consumer_body in [*restated, {"datasets": ["clicks"]}]:
+        answer = _patch(api, "/v1/consumers/svc", consumer_body)
         assert answer["changed"] is False and answer["notes"][0].startswith("nothing changed")
     assert _changes(api) == []
 
