@@ -61,11 +61,14 @@ def update(name: str) -> Any:
     caller = principal("admin")
     body = json_body(schemas.CONSUMER_PATCH)
     session = db()
-    consumer = consumers.update_consumer(
+    consumer, outcome = consumers.update_consumer(
         session, name, body, caller, now_us(), runtime().key_hasher
     )
-    session.commit()
-    return consumers.describe_consumer(consumer, _dataset_names())
+    if outcome.changed:
+        session.commit()
+    else:  # the grants and quotas as they were: nothing to write
+        session.rollback()
+    return {**consumers.describe_consumer(consumer, _dataset_names()), **outcome.view()}
 
 
 @bp.get("/v1/consumers/me")

@@ -60,7 +60,7 @@ def patch(name: str) -> Any:
     session = db()
     begin_write(session)
     dataset = datasets.find(session, name, lock=True)
-    datasets.update_limits(
+    outcome = datasets.update_limits(
         session,
         dataset,
         body,
@@ -68,8 +68,11 @@ def patch(name: str) -> Any:
         now_us(),
         runtime().key_hasher,
     )
-    session.commit()
-    return datasets.describe(dataset)
+    if outcome.changed:
+        session.commit()
+    else:  # the limits as they were: nothing to write
+        session.rollback()
+    return {**datasets.describe(dataset), **outcome.view()}
 
 
 @bp.post("/v1/datasets/<name>/partitions")

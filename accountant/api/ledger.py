@@ -106,6 +106,7 @@ EXPORT_FIELDS = [
     "created_at_us",
     "charged",
     "loss_after",
+    "reason",
 ]
 
 

@@ -221,6 +221,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         params=ANY_OBJECT,
         cost_units=_list(INTEGER),
         created_at_us=INTEGER,
+        reason={
+            **OPTIONAL_STRING,
+            "description": 'a limit change\'s reason, or "no reason given"; null on a charge',
+        },
     ),
     "LedgerPage": _object(
         ["entries", "next_cursor"], entries=_list(_ref("LedgerEntry")), next_cursor=OPTIONAL_STRING
@@ -258,3 +262,20 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         reason=STRING,
     ),
 }
+
+
+def _changed(name: str, what: str) -> dict[str, Any]:
+    """The answer to a PATCH of limits: ``name``'s object as it now stands, whether any
+    limit changed (and was ledgered), and plain-English notes on the change."""
+    schema = SCHEMAS[name]
+    return {
+        **schema,
+        "required": [*schema["required"], "changed", "notes"],
+        "description": f"{what} as it now stands; changed: whether any limit changed (only "
+        "changes are ledgered); notes: what the change means, in plain English",
+        "properties": {**schema["properties"], "changed": BOOLEAN, "notes": STRINGS},
+    }
+
+
+SCHEMAS["DatasetUpdate"] = _changed("Dataset", "the dataset")
+SCHEMAS["ConsumerUpdate"] = _changed("Consumer", "the consumer")

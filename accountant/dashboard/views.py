@@ -307,6 +307,7 @@ def dataset(who: Principal, name: str) -> Any:
             for consumer, total in seen.consumer_totals
         ],
         recent=[_row(entry) for entry in seen.recent],
+        changes=[_row(entry) for entry in dashboard_reads.limit_changes(db(), found)],
     )
 
 
@@ -365,6 +366,7 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
             "denied_by": "",
             "outcome": "limit change",
             "badge": "change",
+            "reason": entry["reason"],
         }
     denied_by = ""
     if entry["status"] == "denied":

@@ -15,9 +15,10 @@ from accountant.accounting.admits import AdmitsNothing, admitting_limit
 from accountant.accounting.modes import Mode, mode_of
 from accountant.driver import Driver, statement
 from accountant.errors import Conflict, InvalidRequest, NotFound, field_error
-from accountant.exact import DELTA
+from accountant.exact import DELTA, Amount
 from accountant.key_hashing import KeyHasher, ensure_registered
 from accountant.models import ApiKey, Consumer, Dataset, Grant
+from accountant.services import limit_notes
 from accountant.services.datasets import describe_limit
 
 KEY_PREFIX = "pba_"
@@ -307,19 +308,9 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
     """A consumer's loss on ``dataset`` (its consumer scope) and, with a quota, the quota and
     what is left of it, in the dataset's mode."""
     from accountant.accounting.checks import at_limit, remaining
-    from accountant.accounting.loss import loss_now
-    from accountant.models import Tally
-    from accountant.services.datasets import rule_of, tally_state
 
-    mode, rule = dataset.mode, rule_of(dataset)
-    tally = session.execute(
-        select(Tally).where(
-            Tally.dataset_id == dataset.id,
-            Tally.kind == "consumer",
-            Tally.consumer_id == grant.consumer_id,
-        )
-    ).scalar_one_or_none()
-    loss = loss_now(rule, tally_state(session, tally, rule, mode.components), mode.components)
+    mode = dataset.mode
+    loss = consumer_loss(session, grant.consumer_id, dataset)
     delta = dataset.limit_delta or 0
     entry: dict[str, Any] = {"loss": mode.report(loss, delta)}
     if grant.quota is not None:
@@ -327,6 +318,23 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
         entry["remaining"] = mode.report(remaining(grant.quota, loss, mode.components), delta)
         entry["at_limit"] = at_limit(grant.quota, loss, mode.components)
     return entry
+
+
+def consumer_loss(session: Session, consumer_id: int, dataset: Dataset) -> Amount:
+    """A consumer's loss on ``dataset``: its consumer scope, by the dataset's rule."""
+    from accountant.accounting.loss import loss_now
+    from accountant.models import Tally
+    from accountant.services.datasets import rule_of, tally_state
+
+    rule, names = rule_of(dataset), dataset.mode.components
+    tally = session.execute(
+        select(Tally).where(
+            Tally.dataset_id == dataset.id,
+            Tally.kind == "consumer",
+            Tally.consumer_id == consumer_id,
+        )
+    ).scalar_one_or_none()
+    return loss_now(rule, tally_state(session, tally, rule, names), names)
 
 
 def grant_of(session: Session, consumer_id: int, dataset_id: int) -> Grant | None:
@@ -342,10 +350,11 @@ def update_consumer(
     actor: Principal,
     now: int,
     hasher: KeyHasher,
-) -> Consumer:
+) -> tuple[Consumer, limit_notes.Outcome]:
     """Apply a PATCH of grants (``datasets``: the new set) and quotas (a limit, or null to
     remove one). Each dataset whose grant or quota changes gets a ledgered limit change on
-    its own chain, under its lock, stating the old and new terms and who changed them."""
+    its own chain, under its lock, stating the old and new terms, who changed them and the
+    reason given or none; a quota restated as it was is not ledgered (``limit_notes``)."""
     from accountant.db import begin_write
     from accountant.services import ledger
     from accountant.services.datasets import lifetime_loss
@@ -394,6 +403,8 @@ def update_consumer(
             extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]},
         )
     actor_row = ledger.Actor(actor.consumer_id, actor.name)
+    notes: list[str] = []
+    changed = False
     for dataset_name in sorted(touched):
         dataset = datasets[dataset_name]
         grant = granted.get(dataset.id)
@@ -414,8 +425,12 @@ def update_consumer(
                 else:
                     _set_quota(grant, dataset, quotas[dataset_name], f"quotas.{dataset_name}")
         new = _terms(grant)
+        what = f"the quota of {consumer.name!r} on {dataset_name!r}"
         if new == old:
+            if dataset_name in quotas:
+                notes.append(limit_notes.unchanged(what))
             continue
+        changed = True
         session.flush()
         ledger.append(
             Driver.of(session),
@@ -435,9 +450,19 @@ def update_consumer(
             loss_after=lifetime_loss(session, dataset),
             hasher=hasher,
         )
+        if grant is not None and grant.quota is not None and new["quota"] != old["quota"]:
+            spent = consumer_loss(session, consumer.id, dataset)
+            note = limit_notes.below_spent(
+                what, grant.quota, spent, dataset.mode, "its charges there are denied"
+            )
+            notes += [note] if note is not None else []
+    if not changed:
+        return consumer, limit_notes.Outcome(False, (limit_notes.nothing_changed(),))
     session.flush()
     seals.seal_consumer(session, hasher, consumer.id)
-    return consumer
+    if not limit_notes.given(body.get("reason")):
+        notes.append(limit_notes.UNSTATED)
+    return consumer, limit_notes.Outcome(True, tuple(notes))
 
 
 def _terms(grant: Grant | None) -> dict[str, Any]:

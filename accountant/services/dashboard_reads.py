@@ -82,6 +82,21 @@ def activity(
     )
 
 
+#: Limit changes a dataset page lists at most, newest first (the ledger page has them all).
+LIMIT_CHANGES = 50
+
+
+def limit_changes(session: Session, dataset: Dataset) -> list[dict[str, Any]]:
+    """The dataset's latest limit changes, described (each with its reason), newest first."""
+    rows = session.execute(
+        ledger.query(ledger.LedgerFilter(dataset_id=dataset.id, limit=LIMIT_CHANGES))
+        .where(LedgerEntry.kind == "limit_change")
+        .order_by(None)
+        .order_by(LedgerEntry.id.desc())
+    ).all()
+    return [describe_entry(entry, dataset, consumer) for entry, _name, consumer in rows]
+
+
 #: Points of the loss-over-time chart at most: the ledger is read grouped, never whole.
 LOSS_POINTS = 240
 

@@ -23,7 +23,7 @@ from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
 from accountant.key_hashing import KeyHasher
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
 from accountant.models.tally import PART_PREFIXES
-from accountant.services import ledger, terms
+from accountant.services import ledger, limit_notes, terms
 
 
 def all_datasets(session: Session) -> list[Dataset]:
@@ -287,14 +287,22 @@ def update_limits(
     actor: Any,
     now: int,
     hasher: KeyHasher,
-) -> None:
-    """Apply a PATCH (the dataset row is locked); ledger each changed limit. Refused
-    (``Conflict``) when the terms are not the ones the service last set and sealed."""
+) -> limit_notes.Outcome:
+    """Apply a PATCH (the dataset row is locked); ledger each limit that changed, with the
+    reason given or none, never one whose new limit equals the old (``limit_notes``).
+    Refused (``Conflict``) when the terms are not the ones the service last set and sealed."""
     if not terms_hold(dataset, hasher):
         raise Conflict(seals.refusal(f"dataset {dataset.name!r}"))
     mode = dataset.mode
-    reason = body.get("reason")
     changes: list[tuple[str, Any, Any]] = []
+    notes: list[str] = []
+
+    def record(scope: str, what: str, old: Any, new: Any) -> None:
+        if old == new:
+            notes.append(limit_notes.unchanged(what))
+        else:
+            changes.append((scope, old, new))
+
     if "budget" in body:
         old = describe_limit(dataset.limit, mode)
         stated = {k: v for k, v in old.items() if k in ("epsilon", "delta")} | body["budget"]
@@ -307,30 +315,114 @@ def update_limits(
             limit.delta if limit.delta is not None else 0,
             limit.rho,
         )
-        changes.append(("dataset", old, describe_limit(dataset.limit, mode)))
+        record("dataset", "the lifetime limit", old, describe_limit(dataset.limit, mode))
     if "partition_budget" in body:
         old_limit = dataset.partition_limit
         _set_partition_limit(dataset, mode, body["partition_budget"])
         new_limit = dataset.partition_limit
-        changes.append(
-            (
-                "partition",
-                None if old_limit is None else describe_limit(old_limit, mode),
-                None if new_limit is None else describe_limit(new_limit, mode),
-            )
+        record(
+            "partition",
+            "the partition limit",
+            None if old_limit is None else describe_limit(old_limit, mode),
+            None if new_limit is None else describe_limit(new_limit, mode),
         )
     if "windows" in body:
         old_windows = describe(dataset)["windows"]
         old_periods = {w.period_seconds for w in dataset.windows}
         _set_windows(dataset, mode, body["windows"])
-        changes.append(("window", old_windows, describe(dataset)["windows"]))
+        new_windows = describe(dataset)["windows"]
+        if _by_period(old_windows) == _by_period(new_windows):
+            notes.append(limit_notes.unchanged("the windows"))
+        else:
+            changes.append(("window", old_windows, new_windows))
         for budget in dataset.windows:
             if budget.period_seconds not in old_periods:
                 _rebuild_window(
                     session, dataset, Window.containing(budget.period_seconds, now / 1e6)
                 )
+    if not changes:
+        return limit_notes.Outcome(False, (limit_notes.nothing_changed(),))
     seal_terms(dataset, hasher)
-    ledger_limit_changes(session, dataset, actor, changes, reason, now, hasher)
+    ledger_limit_changes(session, dataset, actor, changes, body.get("reason"), now, hasher)
+    notes += _spent_and_lifetime_notes(session, dataset, {scope for scope, _, _ in changes}, now)
+    if not limit_notes.given(body.get("reason")):
+        notes.append(limit_notes.UNSTATED)
+    return limit_notes.Outcome(True, tuple(notes))
+
+
+def _by_period(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Windows in period order: the same windows stated in another order are no change."""
+    return sorted(windows, key=lambda window: PERIODS[window["period"]])
+
+
+def _spent_and_lifetime_notes(
+    session: Session, dataset: Dataset, scopes: set[str], now: int
+) -> list[str]:
+    """The notes on the limits of the changed ``scopes``: one now below what its scope has
+    spent, and a window or partition limit above the lifetime limit (``limit_notes``)."""
+    mode, rule, names = dataset.mode, rule_of(dataset), dataset.mode.components
+    notes: list[str | None] = []
+    tally = _tally(session, dataset, "lifetime", 0, 0)
+    if "dataset" in scopes:
+        loss = loss_now(rule, tally_state(session, tally, rule, names), names)
+        notes.append(
+            limit_notes.below_spent(
+                "the lifetime limit",
+                dataset.limit,
+                loss,
+                mode,
+                "charges that cost anything there are denied",
+            )
+        )
+    partition_limit = dataset.partition_limit
+    if partition_limit is not None and scopes & {"dataset", "partition"}:
+        if "partition" in scopes:
+            most_spent = tally.max_spend if tally is not None else Amount()
+            notes.append(
+                limit_notes.below_spent(
+                    "the partition limit",
+                    partition_limit,
+                    most_spent,
+                    mode,
+                    "charges on the partitions that spent more are denied",
+                )
+            )
+        notes.append(
+            limit_notes.above_lifetime("the partition limit", partition_limit, dataset.limit, mode)
+        )
+    if scopes & {"dataset", "window"}:
+        for budget in dataset.windows:
+            window = Window.containing(budget.period_seconds, now / 1e6)
+            what = f"the {window.name} window's limit"
+            if "window" in scopes:
+                state = tally_state(
+                    session,
+                    _tally(session, dataset, "window", window.period, window.start),
+                    rule,
+                    names,
+                )
+                notes.append(
+                    limit_notes.below_spent(
+                        what,
+                        budget.limit,
+                        loss_now(rule, state, names),
+                        mode,
+                        f"charges are denied until the window resets at {isoformat(window.end)}",
+                    )
+                )
+            notes.append(limit_notes.above_lifetime(what, budget.limit, dataset.limit, mode))
+    return [note for note in notes if note is not None]
+
+
+def _tally(session: Session, dataset: Dataset, kind: str, period: int, start: int) -> Tally | None:
+    return session.execute(
+        select(Tally).where(
+            Tally.dataset_id == dataset.id,
+            Tally.kind == kind,
+            Tally.period_seconds == period,
+            Tally.window_start == start,
+        )
+    ).scalar_one_or_none()
 
 
 def ledger_limit_changes(

@@ -15,7 +15,7 @@ from accountant.errors import NotFound
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import ChargeCount, Consumer, Dataset, LedgerEntry
-from accountant.services import ledger
+from accountant.services import ledger, limit_notes
 from accountant.services.ledger import LedgerFilter
 from accountant.services.verification import verify
 
@@ -57,6 +57,8 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "params": entry.params,
         "cost_units": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
         "created_at_us": entry.created_at,
+        # a limit change's reason as stated, or "no reason given" (not hashed: the detail is)
+        "reason": limit_notes.reason_of(entry.detail) if entry.kind == "limit_change" else None,
     }
 
 
