@@ -297,8 +297,7 @@ class RunningLoss:
     def loss(self) -> Amount:
         """The scope's loss now, by ``loss_now`` itself."""
         largest = {
-            name: max(self.top.get(("every", name), {}).values(), default=0)
-            for name in COMPONENTS
+            name: max(self.top.get(("every", name), {}).values(), default=0) for name in COMPONENTS
         }
         state = ScopeState(
             total=self.books.total,
