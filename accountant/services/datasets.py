@@ -584,8 +584,13 @@ def budget_report(
             {
                 "at": isoformat(entry.created_at / 1e6),
                 "scope": entry.detail.get("scope"),
-                "old": entry.detail.get("old"),
-                "new": entry.detail.get("new"),
+                **(
+                    {"consumer": entry.detail.get("consumer")}
+                    if entry.detail.get("scope") == "consumer"
+                    else {}
+                ),
+                "old": _as_numbers(entry.detail.get("old")),
+                "new": _as_numbers(entry.detail.get("new")),
                 "reason": entry.detail.get("reason"),
             }
             for entry in session.execute(
@@ -629,6 +634,24 @@ def budget_report(
         )
         report["partitions"]["at_limit"] = at_limit(dataset.partition_limit, most_spent, names)
     return report
+
+
+def _as_numbers(terms: Any) -> Any:
+    """Ledgered terms with their amounts (kept as exact text, which the hash covers) as
+    decimals, so that the report shows them as JSON numbers like every other amount."""
+    if isinstance(terms, list):
+        return [_as_numbers(item) for item in terms]
+    if isinstance(terms, dict):
+        return {
+            key: Decimal(value)
+            if key in _AMOUNT_NAMES and isinstance(value, str)
+            else _as_numbers(value)
+            for key, value in terms.items()
+        }
+    return terms
+
+
+_AMOUNT_NAMES = frozenset({"epsilon", "delta", "rho"})
 
 
 def _as_amount(limit: Limit) -> Amount:
