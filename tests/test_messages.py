@@ -239,3 +239,17 @@ def test_every_mechanism_schema_rule_speaks_plainly(setup: Api, app: Any, mechan
         for keyword, where, broken in _breaks(schema, value, (part,)):
             body = _set(valid, where, broken)
             _check(setup, "POST", "/v1/charges/preview", body, keyword, where)
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ('{"dataset": "clicks",', "line 1, column"),
+        ('{"dataset": "clicks", "dataset": "other"}', 'the key "dataset" comes twice'),
+    ],
+    ids=["malformed", "duplicate key"],
+)
+def test_a_body_that_is_not_json_is_told_so_plainly(setup: Api, raw: str, words: str) -> None:
+    problem = setup.post("/v1/charges", raw=raw).get_json()
+    assert words in problem["detail"] and "(char" not in problem["detail"]
+    assert not re.search(r"'[^']*'", problem["detail"]), problem["detail"]
