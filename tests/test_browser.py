@@ -262,7 +262,7 @@ def _wide_ledger_entries(server: str) -> None:
     a small delta, limit changes of windows and of a quota."""
     name, team = "quarterly-revenue-by-region-and-product", "ads-reporting-service-eu-west"
     windows = [{"period": "1d", "epsilon": 0.5, "delta": 3e-7}, {"period": "7d", "epsilon": 1}]
-    created = {"name": name, "privacy_unit": "record", "accounting": "approx"}
+    created: dict[str, Any] = {"name": name, "privacy_unit": "record", "accounting": "approx"}
     created |= {"budget": {"epsilon": 4, "delta": 1e-6}, "windows": windows}
     assert _api(server, "POST", "/v1/datasets", created).status_code == 201
     key = _api(
@@ -271,7 +271,7 @@ def _wide_ledger_entries(server: str) -> None:
         "/v1/consumers",
         {"name": team, "role": "service", "datasets": [name], "quotas": {name: {"epsilon": 2}}},
     ).json()["api_key"]
-    charge = {"dataset": name, "partitions": ["2026-11-21", "2026-11-22"]}
+    charge: dict[str, Any] = {"dataset": name, "partitions": ["2026-11-21", "2026-11-22"]}
     charge |= {"mechanism": "gaussian", "input": {"values": [1.0, 2.0]}}
     charge["params"] = {"epsilon": 0.123456789, "delta": 1.23e-7, "sensitivity": 1}
     assert _api(server, "POST", "/v1/charges", charge, key=key).status_code == 201
