@@ -247,6 +247,17 @@ def _register_error_handlers(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _on_http(error: HTTPException) -> Response:
         detail = error.description or error.name
+        if error.code == 404:
+            detail = (
+                f"nothing is served at {request.path}; check the path against the "
+                "operations listed in GET /openapi.json (docs/api.md)"
+            )
+        if error.code == 405:
+            allowed = dict(error.get_headers()).get("Allow", "")
+            detail = (
+                f"{request.method} is not served at {request.path}; it answers "
+                f"{allowed} (GET /openapi.json)"
+            )
         if error.code == 413:
             limit = app.config["MAX_CONTENT_LENGTH"]
             detail = f"the request body is larger than {limit} bytes; send less data"

@@ -22,7 +22,9 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise JSONInputError(f"duplicate key {key!r} in a JSON object")
+            raise JSONInputError(
+                f"the key {json.dumps(key)} comes twice in one object; send each key once"
+            )
         result[key] = value
     return result
 
@@ -111,7 +113,11 @@ def loads(text: str | bytes) -> Any:
     except RecursionError:
         raise JSONInputError("the JSON document is nested too deeply") from None
     except json.JSONDecodeError as error:
-        raise JSONInputError(f"malformed JSON: {error}") from None
+        what = error.msg[0].lower() + error.msg[1:].replace("'", '"')
+        raise JSONInputError(
+            f"the body is not valid JSON: at line {error.lineno}, column {error.colno}, "
+            f"{what}; send one JSON document"
+        ) from None
     except UnicodeDecodeError:
         raise JSONInputError("the body is not UTF-8") from None
     if refused:  # only then is the whole document walked, to name the field

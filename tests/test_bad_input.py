@@ -259,3 +259,25 @@ def test_each_schema_is_compiled_once_and_never_confused(ready: Api) -> None:
         assert len(schemas._VALIDATORS) == compiled
     cached = [entry[0] for entry in schemas._VALIDATORS.values()]
     assert len(cached) == len({id(s) for s in cached})
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/nothing-here"), ("GET", "/v2/datasets"), ("DELETE", "/v1/datasets/clicks")],
+)
+def test_an_unknown_path_or_method_is_our_own_problem(ready: Api, method: str, path: str) -> None:
+    """Not Werkzeug's page text: the detail names what was asked for and where to look."""
+    response = ready.call(method, path)
+    assert response.status_code in (404, 405)
+    assert response.content_type == "application/problem+json"
+    detail = response.get_json()["detail"]
+    assert path in detail and "/openapi.json" in detail
+    assert "requested URL" not in detail and "spelling" not in detail
+
+
+def test_a_revoked_key_answers_204_with_no_content_type(api: Api) -> None:
+    api.make_consumer("svc")
+    new = api.post("/v1/consumers/svc/keys").get_json()
+    response = api.call("DELETE", f"/v1/keys/{new['id']}")
+    assert response.status_code == 204 and response.text == ""
+    assert "Content-Type" not in response.headers

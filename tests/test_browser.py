@@ -155,6 +155,7 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
     service_key = _api(
         server, "POST", "/v1/consumers", {"name": "svc", "role": "service", "datasets": ["clicks"]}
     ).json()["api_key"]
+    _wide_ledger_entries(server)
     budgets = {
         name: _api(server, "GET", f"/v1/datasets/{name}/budget").json()
         for name in ("clicks", "used-up", "by-day")
@@ -185,6 +186,7 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         assert full.inner_text() == "1 partition at limit"  # its lifetime use is only 6%
         page.screenshot(path=str(SHOTS / "overview.png"), full_page=True)
         page.click("text=clicks")
+        page.wait_for_load_state()
         assert page.locator("svg.chart").count() == 2
         assert float(page.inner_text("#loss")) == budgets["clicks"]["loss"]["epsilon"]
         assert page.locator("#partitions tbody tr").count() == 4
@@ -219,6 +221,12 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         page.click("text=verify now")
         assert "verified" in page.inner_text("#chain")
         page.screenshot(path=str(SHOTS / "ledger.png"), full_page=True)
+        wide = browser.new_page(viewport={"width": 1280, "height": 800})
+        wide.context.add_cookies(cast(Any, page.context.cookies()))
+        wide.goto(server + "/dashboard/ledger")
+        assert _overflow(wide, "#entries") == 0, "the ledger table needs a scrollbar at 1280 px"
+        wide.screenshot(path=str(SHOTS / "ledger-1280px.png"), full_page=True)
+        wide.close()
         narrow = browser.new_page(viewport={"width": 390, "height": 844})
         narrow.context.add_cookies(cast(Any, page.context.cookies()))
         for name, path in (
@@ -230,6 +238,11 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
             assert narrow.evaluate("document.documentElement.scrollWidth") <= 390, name
             narrow.screenshot(path=str(SHOTS / f"{name}-390px.png"), full_page=True)
         narrow.close()
+        signed_out = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+        signed_out.goto(server + "/dashboard/sign-in")
+        signed_out.screenshot(path=str(SHOTS / "sign-in-390px.png"), full_page=True)
+        assert _overflow(signed_out, "form") == 0, "the sign-in page is wider than 390 px"
+        signed_out.close()
         page.click("header >> text=Mechanisms")
         assert page.locator("#mechanisms tbody tr").count() >= 6
         page.screenshot(path=str(SHOTS / "mechanisms.png"), full_page=True)
@@ -242,6 +255,52 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
     ]
     assert not [text for text in console if "Content Security Policy" in text], console
     assert len(list(SHOTS.glob("*.png"))) >= 10
+
+
+def _wide_ledger_entries(server: str) -> None:
+    """Entries whose cells are the widest a ledger shows: a long dataset and consumer name,
+    a small delta, limit changes of windows and of a quota."""
+    name, team = "quarterly-revenue-by-region-and-product", "ads-reporting-service-eu-west"
+    windows = [{"period": "1d", "epsilon": 0.5, "delta": 3e-7}, {"period": "7d", "epsilon": 1}]
+    created: dict[str, Any] = {"name": name, "privacy_unit": "record", "accounting": "approx"}
+    created |= {"budget": {"epsilon": 4, "delta": 1e-6}, "windows": windows}
+    assert _api(server, "POST", "/v1/datasets", created).status_code == 201
+    key = _api(
+        server,
+        "POST",
+        "/v1/consumers",
+        {"name": team, "role": "service", "datasets": [name], "quotas": {name: {"epsilon": 2}}},
+    ).json()["api_key"]
+    charge: dict[str, Any] = {"dataset": name, "partitions": ["2026-11-21", "2026-11-22"]}
+    charge |= {"mechanism": "gaussian", "input": {"values": [1.0, 2.0]}}
+    charge["params"] = {"epsilon": 0.123456789, "delta": 1.23e-7, "sensitivity": 1}
+    assert _api(server, "POST", "/v1/charges", charge, key=key).status_code == 201
+    windows[0]["epsilon"] = 0.45
+    changed = {"windows": windows, "reason": "a narrower daily window for the audit period"}
+    assert _api(server, "PATCH", f"/v1/datasets/{name}", changed).status_code == 200
+    quota = {"quotas": {name: {"epsilon": 1.5, "delta": 2e-7}}, "reason": "shared with finance"}
+    assert _api(server, "PATCH", f"/v1/consumers/{team}", quota).status_code == 200
+
+
+def _overflow(page: Any, selector: str) -> int:
+    """How many pixels the page, or the element at ``selector`` inside its scrolling box,
+    is wider than what shows: 0 when nothing needs a horizontal scrollbar."""
+    return int(
+        page.evaluate(
+            """selector => {
+                const root = document.documentElement;
+                const element = document.querySelector(selector);
+                const box = element.closest('.scroll') || element.parentElement;
+                return Math.max(
+                    root.scrollWidth - root.clientWidth,
+                    element.scrollWidth - element.clientWidth,
+                    box.scrollWidth - box.clientWidth,
+                    element.getBoundingClientRect().right - root.clientWidth,
+                );
+            }""",
+            selector,
+        )
+    )
 
 
 def _check_loss_chart(page: Any, api_loss: float, limits: list[float]) -> None:

@@ -213,7 +213,7 @@ def test_limit_changes_read_as_changes_not_as_grants(api: Api, client: FlaskClie
         assert len(rows) == 2, path
         change, charge = sorted(rows, key=lambda row: "limit change" in row, reverse=True)
         assert "limit change" in change and ">granted<" not in change
-        assert "dataset: epsilon 1, delta 0.000001" in change and "→" in change
+        assert "dataset: epsilon 1, delta 1e-6" in change and "→" in change
         assert "epsilon 2" in change
         assert ">granted<" in charge and ">0.001099<" in charge  # alpha D^2 / (2 sigma^2)
         assert "admin" in change
@@ -351,3 +351,27 @@ def test_the_session_cookie_is_secure_behind_tls(
     assert "Secure" in cookie("true")
     assert "Secure" not in cookie("false", base_url="https://accountant.example")
     assert "HttpOnly" in cookie(None) and "SameSite=Lax" in cookie(None)
+
+
+def test_numbers_and_moments_are_shown_in_one_format(api: Api, client: FlaskClient) -> None:
+    """No 3E-7 beside 0.000001, no ISO 8601 beside another layout: every amount on the
+    pages reads like 1e-6 or 0.25, every moment like 2026-11-24 20:36:40 UTC."""
+    api.make_dataset(
+        accounting="approx",
+        budget={"epsilon": 1, "delta": 1e-6},
+        partition_budget={"epsilon": 0.5, "delta": 3e-7},
+        windows=[{"period": "1d", "epsilon": 0.75, "delta": 3e-7}],
+    )
+    gaussian = {"epsilon": 0.1, "delta": 1e-7, "sensitivity": 1}
+    assert api.charge(mechanism="gaussian", params=gaussian).status_code == 201
+    api.patch("/v1/datasets/clicks", {"partition_budget": {"epsilon": 0.5, "delta": 2e-7}})
+    _sign_in(client, ADMIN_KEY)
+    for page in ("/dashboard/", "/dashboard/datasets/clicks", "/dashboard/ledger"):
+        html = client.get(page).get_data(as_text=True)
+        text = re.sub(r"<[^>]*>", " ", html)  # what a person reads, not the markup
+        assert not re.search(r"\dE[-+]?\d|\de[-+]?0\d|\de\+", text), page
+        assert "0.000001" not in text and "0.0000003" not in text, page
+        assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", text), page
+        if page != "/dashboard/":
+            assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text), page
+            assert "3e-7" in text or "1e-7" in text, page

@@ -148,8 +148,8 @@ def test_lowered_limit_blocks_without_refund(api: Api) -> None:
     assert raised.status_code == 200
     history = api.budget()["limit_history"]
     assert [(h["old"]["epsilon"], h["new"]["epsilon"]) for h in history] == [
-        ("2", "0.5"),
-        ("0.5", "3"),
+        (2, 0.5),
+        (0.5, 3),
     ]
     changes = [e for e in api.ledger() if e["kind"] == "limit_change"]
     assert len(changes) == 2 and changes[0]["consumer"] == "admin"
@@ -228,3 +228,17 @@ def test_every_scope_of_the_budget_report_says_what_is_left(api: Api) -> None:
         expected = float(limits[scope]["rho"]) - spent[scope]
         assert abs(amount["rho"] - expected) < 1e-9, scope
         assert amount["epsilon"] > 0, scope
+
+
+def test_limit_history_states_numbers_and_names_the_consumer(api: Api) -> None:
+    """Every amount of the limit history is a JSON number, like every other amount, and a
+    quota change names the consumer whose quota it is."""
+    api.make_dataset(windows=[{"period": "1d", "epsilon": 0.5}])
+    api.patch("/v1/datasets/clicks", {"windows": [{"period": "1d", "epsilon": 0.3}]})
+    api.make_consumer("svc", datasets=["clicks"], quotas={"clicks": {"epsilon": 0.5}})
+    api.patch("/v1/consumers/svc", {"quotas": {"clicks": {"epsilon": 0.25}}})
+    window, *consumer = api.budget()["limit_history"]
+    assert (window["old"][0]["epsilon"], window["new"][0]["epsilon"]) == (0.5, 0.3)
+    quota = consumer[-1]
+    assert quota["scope"] == "consumer" and quota["consumer"] == "svc"
+    assert (quota["old"]["quota"]["epsilon"], quota["new"]["quota"]["epsilon"]) == (0.5, 0.25)

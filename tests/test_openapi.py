@@ -203,3 +203,18 @@ def test_the_document_states_the_deployments_own_limits(
     assert body["input"]["additionalProperties"]["maxItems"] == 9
     assert body["input"]["properties"]["size"]["maximum"] == 9
     assert "larger than 1000 bytes" in charge["responses"]["413"]["description"]
+
+
+def test_the_default_accounting_and_the_quotas_shape_are_stated(api: Api) -> None:
+    """The document states the mode a dataset gets when none is named, and that is the mode
+    it gets; the quotas' shape is described, with an example."""
+    paths = api.get("/openapi.json").get_json()["paths"]
+    create = paths["/v1/datasets"]["post"]["requestBody"]["content"]["application/json"]
+    accounting = create["schema"]["properties"]["accounting"]
+    assert "approx" in accounting["description"]
+    made = api.post(
+        "/v1/datasets", {"name": "d", "privacy_unit": "record", "budget": {"epsilon": 1}}
+    )
+    assert made.get_json()["accounting"] == accounting["default"]
+    consumer = paths["/v1/consumers"]["post"]["requestBody"]["content"]["application/json"]
+    assert "keyed by dataset name" in consumer["schema"]["properties"]["quotas"]["description"]

@@ -27,10 +27,10 @@ bp = Blueprint("charges", __name__)
 def _mechanism(body: dict[str, Any]) -> Mechanism:
     mechanism = runtime().registry.get(body["mechanism"])
     if mechanism is None:
-        known = [m.name for m in runtime().registry.all()]
+        known = ", ".join(m.name for m in runtime().registry.all())
         raise field_error(
             "mechanism",
-            f"unknown mechanism {body['mechanism']!r}; registered: {known} (GET /v1/mechanisms)",
+            f'no mechanism named "{body["mechanism"]}"; use one of {known} (GET /v1/mechanisms)',
         )
     return mechanism
 
@@ -41,7 +41,9 @@ def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
     params = dict(body["params"])
     unit = params.pop("sensitivity_unit", None)
     if unit not in (None, "record"):
-        raise field_error("params.sensitivity_unit", "must be 'record' when given")
+        raise field_error(
+            "params.sensitivity_unit", f'must be "record" when given; got {dumps(unit)}'
+        )
     schemas.validate(mechanism.params_schema, params, "params")
     data = body.get("input")
     if data is not None:

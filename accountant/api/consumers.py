@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, Response
 from flask.blueprints import BlueprintSetupState
 from werkzeug.routing import BaseConverter
 
@@ -103,4 +103,6 @@ def revoke(key_id: str) -> Any:
     begin_write(session)
     consumers.revoke_key(session, key_id, now_us(), runtime().key_hasher)
     session.commit()
-    return "", 204
+    revoked = Response(status=204)
+    del revoked.headers["Content-Type"]  # no body, so no type (not Flask's text/html)
+    return revoked

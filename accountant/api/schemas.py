@@ -6,14 +6,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
 
 from accountant.accounting.windows import PERIODS
 from accountant.api.quick_accept import Check, compile_check
+from accountant.api.schema_messages import plain
 from accountant.errors import InvalidRequest
 from accountant.exact import MAX_EPSILON, MAX_RHO
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+#: Each pattern in words, for the messages of the values that miss it.
+_PATTERNS = {
+    SLUG: "a name of 1 to 63 characters, each a lowercase letter, a digit, a hyphen or an "
+    "underscore, the first a letter or digit",
+}
 EPSILON: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": int(MAX_EPSILON)}
 DELTA: dict[str, Any] = {"type": "number", "minimum": 0, "exclusiveMaximum": 1}
 RHO: dict[str, Any] = {"type": "number", "exclusiveMinimum": 0, "maximum": int(MAX_RHO)}
@@ -52,7 +57,13 @@ DATASET_CREATE: dict[str, Any] = {
         "privacy_unit": {"enum": ["record", "user", "partition"]},
         "max_partitions_per_user": BOUND,
         "max_records_per_user": BOUND,
-        "accounting": {"enum": ["pure", "approx", "zcdp", "rdp", "gdp"]},
+        "accounting": {
+            "enum": ["pure", "approx", "zcdp", "rdp", "gdp"],
+            "default": "approx",
+            "description": "how the dataset composes its releases, fixed for life: approx "
+            "(the default when omitted: epsilons and deltas add), pure, zcdp, rdp or gdp "
+            "(docs/accounting.md)",
+        },
         "rdp_order": {
             "type": "number",
             "exclusiveMinimum": 1,
@@ -113,7 +124,13 @@ CONSUMER_CREATE: dict[str, Any] = {
             "items": {"type": "string", "pattern": SLUG},
             "uniqueItems": True,
         },
-        "quotas": {"type": "object", "additionalProperties": SUB_BUDGET},
+        "quotas": {
+            "type": "object",
+            "additionalProperties": SUB_BUDGET,
+            "description": "the most this consumer may spend of each granted dataset, keyed by "
+            'dataset name: {"clicks": {"epsilon": 3}} (an amount, as a sub-budget: epsilon, '
+            "optionally delta, or rho on zcdp); none by default",
+        },
     },
     "required": ["name", "role"],
     "additionalProperties": False,
@@ -126,6 +143,8 @@ CONSUMER_PATCH: dict[str, Any] = {
         "quotas": {
             "type": "object",
             "additionalProperties": {"oneOf": [SUB_BUDGET, {"type": "null"}]},
+            "description": "quotas to set, keyed by dataset name as on creation; a dataset "
+            "left out keeps its quota",
         },
         "reason": {"type": "string", "maxLength": 1000},
     },
@@ -196,29 +215,10 @@ def validate(schema: Mapping[str, Any], instance: Any, prefix: str = "") -> None
     problems = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if not problems:
         return
-    errors = [{"field": _field(error, prefix), "message": _message(error)} for error in problems]
-    summary = "; ".join(f"{e['field'] or 'body'}: {e['message']}" for e in errors[:5])
+    errors = [
+        {"field": field, "message": message}
+        for error in problems
+        for field, message in plain(error, prefix, _PATTERNS)
+    ]
+    summary = "; ".join(e["message"] for e in errors[:5])
     raise InvalidRequest(f"the request is invalid: {summary}", errors=errors)
-
-
-def _field(error: ValidationError, prefix: str) -> str:
-    parts = [str(part) for part in error.absolute_path]
-    if error.validator == "required" and isinstance(error.message, str):
-        missing = error.message.split("'")
-        if len(missing) >= 2:
-            parts.append(missing[1])
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        schema = error.schema if isinstance(error.schema, dict) else {}
-        allowed = set(schema.get("properties", {}))
-        extra = sorted(set(error.instance) - allowed)
-        if extra:
-            parts.append(extra[0])
-    return ".".join(([prefix] if prefix else []) + parts)
-
-
-def _message(error: ValidationError) -> str:
-    if error.validator == "additionalProperties":
-        return "unknown field; remove it (see the API contract for the accepted fields)"
-    if error.validator in {"anyOf", "oneOf"}:
-        return f"does not match any accepted form: {error.message}"
-    return str(error.message)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Response, redirect, render_template, request, url_for
+from flask.blueprints import BlueprintSetupState
 
 from accountant.accounting.windows import isoformat
 from accountant.api import ledger as ledger_api
@@ -163,7 +164,7 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
                 "loss": window["loss"],
                 "limit": window["limit"],
                 "exhausted": window["at_limit"],
-                "resets_at": window["end"],
+                "resets_at": _when(window["end"]),
             }
         )
     for consumer, use in dashboard_reads.quotas(db(), dataset):
@@ -338,8 +339,34 @@ def _units(unit: Component, value: int) -> str:
     return _figure(unit.to_decimal(value))
 
 
-def _figure(value: Decimal) -> str:
-    return f"{float(value):g}"
+def _figure(value: Decimal | float) -> str:
+    """Every number the dashboard shows, in one format: 6 significant digits, written out
+    from 0.001 to 10^9 (0.25, 1500), else as a power of ten (3e-7, 1e-6, 2.5e12)."""
+    number = float(value)
+    if number == 0:
+        return "0"
+    if 1e-3 <= abs(number) < 1e9:
+        text = f"{number:.6g}"
+        return text if "e" not in text else f"{number:.0f}"
+    mantissa, exponent = f"{number:.5e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _shown(value: Any) -> Any:
+    """What ``{{ ... }}`` prints: every decimal or float in ``_figure``'s format."""
+    if isinstance(value, Decimal | float):
+        return _figure(value)
+    return value
+
+
+@bp.record_once
+def _print_numbers_alike(state: BlueprintSetupState) -> None:
+    state.app.jinja_env.finalize = _shown
+
+
+def _when(iso: str) -> str:
+    """Every moment the dashboard shows, in one format: 2026-11-24 20:36:40 UTC."""
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _row(entry: dict[str, Any]) -> dict[str, Any]:
@@ -359,6 +386,7 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
             change = f"{what} sealed as they stood, by {detail.get('sealed_by', '')}"
         return {
             **entry,
+            "created_at": _when(entry["created_at"]),
             "cost": change,
             "charged": "",
             "multiplicity": "",
@@ -381,6 +409,7 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
             denied_by += f" ({detail['period']})"
     return {
         **entry,
+        "created_at": _when(entry["created_at"]),
         "cost": _figure(_lead(entry["cost"])),
         "charged": _figure(_lead(entry["charged"])) if entry["charged"] else "",
         "loss_after": loss_after,
@@ -396,15 +425,24 @@ def _lead(amount: dict[str, Decimal]) -> Decimal:
 
 
 def _limits(stated: Any) -> str:
-    """Limits as a limit change records them: a mapping of amounts, a list of windows, or
-    none."""
+    """Limits as a limit change records them: a mapping of amounts (a consumer's with whether
+    it is granted), a list of windows, or none."""
     if stated is None:
         return "none"
     if isinstance(stated, list):
         return "; ".join(_limits(item) for item in stated) or "none"
-    if isinstance(stated, dict):
-        return ", ".join(f"{k} {v}" for k, v in stated.items())
-    return str(stated)
+    if not isinstance(stated, dict):
+        return str(stated)
+    terms = []
+    for name, value in stated.items():
+        if name == "granted":
+            terms.append("granted" if value else "not granted")
+        elif value is None or isinstance(value, dict | list):
+            terms.append(f"{name} {_limits(value)}")
+        else:
+            amount = name in ("epsilon", "delta", "rho")
+            terms.append(f"{name} {_figure(Decimal(value)) if amount else value}")
+    return ", ".join(terms)
 
 
 def _filters() -> dict[str, str]:

@@ -82,6 +82,10 @@ class KnownKeys:
         self._found.pop(key_hash, None)
 
 
+_NOT_GRANTED = (
+    "a quota is for a dataset granted to the consumer, and this one is not granted; "
+    "add it to datasets or remove the quota"
+)
 _AUTHENTICATE = statement(
     select(
         ApiKey.id.label("key_id"),
@@ -163,8 +167,8 @@ def create_consumer(
     for name in quotas:
         if name not in names:
             raise InvalidRequest(
-                f"quota for {name!r}, which is not among the consumer's datasets",
-                errors=[{"field": f"quotas.{name}", "message": "not a granted dataset"}],
+                f"quotas.{name}: {_NOT_GRANTED}",
+                errors=[{"field": f"quotas.{name}", "message": _NOT_GRANTED}],
             )
     if body["role"] != "service" and names:
         raise InvalidRequest(
@@ -177,8 +181,8 @@ def create_consumer(
     missing = [name for name in names if name not in datasets]
     if missing:
         raise NotFound(
-            f"unknown dataset(s) {missing}; create them first with POST /v1/datasets",
-            extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]},
+            f"no dataset named {', '.join(missing)}; create it first with POST /v1/datasets",
+            extra={"errors": [{"field": "datasets", "message": f"unknown: {', '.join(missing)}"}]},
         )
     consumer = Consumer(name=body["name"], role=body["role"], created_at=now)
     for name in names:
@@ -383,8 +387,8 @@ def update_consumer(
     for dataset_name in quotas:
         if dataset_name not in wanted:
             raise InvalidRequest(
-                f"quota for {dataset_name!r}, which is not among the consumer's datasets",
-                errors=[{"field": f"quotas.{dataset_name}", "message": "not a granted dataset"}],
+                f"quotas.{dataset_name}: {_NOT_GRANTED}",
+                errors=[{"field": f"quotas.{dataset_name}", "message": _NOT_GRANTED}],
             )
     touched = wanted | {names[dataset_id] for dataset_id in granted}
     datasets = {
@@ -399,8 +403,8 @@ def update_consumer(
     missing = sorted(wanted - set(datasets))
     if missing:
         raise NotFound(
-            f"unknown dataset(s) {missing}; create them first with POST /v1/datasets",
-            extra={"errors": [{"field": "datasets", "message": f"unknown: {missing}"}]},
+            f"no dataset named {', '.join(missing)}; create it first with POST /v1/datasets",
+            extra={"errors": [{"field": "datasets", "message": f"unknown: {', '.join(missing)}"}]},
         )
     actor_row = ledger.Actor(actor.consumer_id, actor.name)
     notes: list[str] = []

@@ -124,7 +124,11 @@ def _rdp_order(body: dict[str, Any]) -> str:
     budget = body["budget"]
     try:
         return str(rdp_order(budget["epsilon"], budget["delta"]))
-    except (KeyError, ValueError) as error:
+    except KeyError:
+        raise field_error(
+            "budget.delta", "an rdp budget needs a delta; add budget.delta (0 < delta < 1)"
+        ) from None
+    except ValueError as error:
         raise field_error("budget", f"an rdp budget needs epsilon and delta: {error}") from None
 
 
@@ -135,7 +139,7 @@ def _composition_delta(body: dict[str, Any], accounting: str) -> int | None:
     if accounting != "approx" and composition is not None:
         raise field_error(
             "composition",
-            f"composition applies only to accounting approx, not {accounting!r}; omit it "
+            f"composition applies only to accounting approx, not {accounting}; omit it "
             "(zcdp, rdp and gdp datasets already compose their measure by adding it)",
         )
     if composition != "advanced":
@@ -544,10 +548,13 @@ def check_keys(keys: list[str], field_name: str) -> None:
     for index, key in enumerate(keys):
         if key == "*" or not key.isprintable():
             raise field_error(
-                f"{field_name}.{index}", "a partition key is 1-128 printable characters and not '*'"
+                f"{field_name}.{index}",
+                "a partition key is 1 to 128 printable characters and never *",
             )
         if key in seen:
-            raise field_error(f"{field_name}.{index}", f"duplicate partition key {key!r}")
+            raise field_error(
+                f"{field_name}.{index}", f'the key "{key}" comes twice; send each key once'
+            )
         seen.add(key)
 
 
@@ -669,8 +676,13 @@ def budget_report(
             {
                 "at": isoformat(entry.created_at / 1e6),
                 "scope": entry.detail.get("scope"),
-                "old": entry.detail.get("old"),
-                "new": entry.detail.get("new"),
+                **(
+                    {"consumer": entry.detail.get("consumer")}
+                    if entry.detail.get("scope") == "consumer"
+                    else {}
+                ),
+                "old": _as_numbers(entry.detail.get("old")),
+                "new": _as_numbers(entry.detail.get("new")),
                 "reason": entry.detail.get("reason"),
             }
             for entry in session.execute(
@@ -714,6 +726,24 @@ def budget_report(
         )
         report["partitions"]["at_limit"] = at_limit(dataset.partition_limit, most_spent, names)
     return report
+
+
+def _as_numbers(terms: Any) -> Any:
+    """Ledgered terms with their amounts (kept as exact text, which the hash covers) as
+    decimals, so that the report shows them as JSON numbers like every other amount."""
+    if isinstance(terms, list):
+        return [_as_numbers(item) for item in terms]
+    if isinstance(terms, dict):
+        return {
+            key: Decimal(value)
+            if key in _AMOUNT_NAMES and isinstance(value, str)
+            else _as_numbers(value)
+            for key, value in terms.items()
+        }
+    return terms
+
+
+_AMOUNT_NAMES = frozenset({"epsilon", "delta", "rho"})
 
 
 def _as_amount(limit: Limit) -> Amount:
