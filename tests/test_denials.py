@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from tests.conftest import Api
 
 
@@ -242,3 +244,36 @@ def test_limit_history_states_numbers_and_names_the_consumer(api: Api) -> None:
     quota = consumer[-1]
     assert quota["scope"] == "consumer" and quota["consumer"] == "svc"
     assert (quota["old"]["quota"]["epsilon"], quota["new"]["quota"]["epsilon"]) == (0.5, 0.25)
+
+
+def test_a_service_sees_only_its_own_quota_changes(api: Api) -> None:
+    """Another consumer's quota, its name and the admin's reason are not a service's to read:
+    the limit history a service sees holds the dataset's changes and its own quota's."""
+    api.make_dataset()
+    keys = {
+        name: api.make_consumer(name, datasets=["clicks"], quotas={"clicks": {"epsilon": 0.5}})
+        for name in ("svc", "rival")
+    }
+    api.patch("/v1/consumers/rival", {"quotas": {"clicks": {"epsilon": 0.25}}, "reason": "trial"})
+    api.patch("/v1/consumers/svc", {"quotas": {"clicks": {"epsilon": 0.4}}})
+    api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2}, "reason": "more"})
+    seen = api.as_key(keys["svc"]).budget()["limit_history"]
+    assert [(h["scope"], h.get("consumer")) for h in seen] == [
+        ("consumer", "svc"),
+        ("dataset", None),
+    ]
+    assert seen[0]["reason"] == "no reason given"
+    everything = api.budget()["limit_history"]
+    assert {h.get("consumer") for h in everything} == {"svc", "rival", None}
+
+
+@pytest.mark.parametrize("accounting", ["rdp", "gdp"])
+def test_limit_history_states_every_measure_as_a_number(api: Api, accounting: str) -> None:
+    """rdp and gdp limits are ledgered with their own measure (rdp, mu): numbers
+    too, like epsilon and delta beside them."""
+    api.make_dataset(accounting=accounting, budget={"epsilon": 1, "delta": 1e-6})
+    api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2}, "reason": "more"})
+    (change,) = api.budget()["limit_history"]
+    measures = {"rdp": ("rdp",), "gdp": ("mu",)}[accounting]
+    for terms in (change["old"], change["new"]):
+        assert all(isinstance(terms[name], float) for name in (*measures, "epsilon")), terms

@@ -176,7 +176,7 @@ def test_partition_window_and_quota_limits_below_spent_or_above_the_lifetime_get
         "epsilon 1): charges are denied until the window resets at "
     )
     assert notes("/v1/consumers/svc", {"quotas": {"clicks": {"epsilon": 0.25}}}) == [
-        "the quota of 'svc' on 'clicks' is now below what is already spent (epsilon 0.25 < "
+        "the quota of svc on clicks is now below what is already spent (epsilon 0.25 < "
         "spent epsilon 1): its charges there are denied; nothing spent is refunded"
     ]
     assert notes("/v1/consumers/svc", {"quotas": {"clicks": {"epsilon": 3}}}) == []

@@ -440,7 +440,7 @@ def _limits(stated: Any) -> str:
         elif value is None or isinstance(value, dict | list):
             terms.append(f"{name} {_limits(value)}")
         else:
-            amount = name in ("epsilon", "delta", "rho")
+            amount = name in ("epsilon", "delta", "rho", "rdp", "mu", "order")
             terms.append(f"{name} {_figure(Decimal(value)) if amount else value}")
     return ", ".join(terms)
 

@@ -429,7 +429,7 @@ def update_consumer(
                 else:
                     _set_quota(grant, dataset, quotas[dataset_name], f"quotas.{dataset_name}")
         new = _terms(grant)
-        what = f"the quota of {consumer.name!r} on {dataset_name!r}"
+        what = f"the quota of {consumer.name} on {dataset_name}"
         if new == old:
             if dataset_name in quotas:
                 notes.append(limit_notes.unchanged(what))

@@ -301,14 +301,17 @@ def update_limits(
     changes: list[tuple[str, Any, Any]] = []
     notes: list[str] = []
 
-    def record(scope: str, what: str, old: Any, new: Any) -> None:
-        if old == new:
+    def record(scope: str, what: str, old: Any, new: Any, same: bool) -> None:
+        """``same``: the enforced limits are equal, unit for unit (what ``old`` and ``new``
+        show may round, as mu does)."""
+        if same:
             notes.append(limit_notes.unchanged(what))
         else:
             changes.append((scope, old, new))
 
     if "budget" in body:
-        old = describe_limit(dataset.limit, mode)
+        old_enforced = dataset.limit
+        old = describe_limit(old_enforced, mode)
         stated = {k: v for k, v in old.items() if k in ("epsilon", "delta")} | body["budget"]
         if mode.converts and not stated.get("delta"):
             raise field_error("budget.delta", f"a {mode.name} budget needs 0 < delta < 1")
@@ -319,7 +322,13 @@ def update_limits(
             limit.delta if limit.delta is not None else 0,
             limit.rho,
         )
-        record("dataset", "the lifetime limit", old, describe_limit(dataset.limit, mode))
+        record(
+            "dataset",
+            "the lifetime limit",
+            old,
+            describe_limit(dataset.limit, mode),
+            old_enforced == dataset.limit,
+        )
     if "partition_budget" in body:
         old_limit = dataset.partition_limit
         _set_partition_limit(dataset, mode, body["partition_budget"])
@@ -329,13 +338,15 @@ def update_limits(
             "the partition limit",
             None if old_limit is None else describe_limit(old_limit, mode),
             None if new_limit is None else describe_limit(new_limit, mode),
+            old_limit == new_limit,
         )
     if "windows" in body:
         old_windows = describe(dataset)["windows"]
+        old_enforced_windows = _enforced_windows(dataset)
         old_periods = {w.period_seconds for w in dataset.windows}
         _set_windows(dataset, mode, body["windows"])
         new_windows = describe(dataset)["windows"]
-        if _by_period(old_windows) == _by_period(new_windows):
+        if old_enforced_windows == _enforced_windows(dataset):
             notes.append(limit_notes.unchanged("the windows"))
         else:
             changes.append(("window", old_windows, new_windows))
@@ -354,9 +365,10 @@ def update_limits(
     return limit_notes.Outcome(True, tuple(notes))
 
 
-def _by_period(windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Windows in period order: the same windows stated in another order are no change."""
-    return sorted(windows, key=lambda window: PERIODS[window["period"]])
+def _enforced_windows(dataset: Dataset) -> list[tuple[int, Limit]]:
+    """The windows' limits by period: the same windows stated in another order are no
+    change, and limits are compared unit for unit."""
+    return sorted(((w.period_seconds, w.limit) for w in dataset.windows), key=lambda pair: pair[0])
 
 
 def _spent_and_lifetime_notes(
@@ -631,6 +643,17 @@ def lifetime_loss(session: Session, dataset: Dataset) -> Amount:
     return loss_now(rule, tally_state(session, lifetime, rule, names), names)
 
 
+def _quota_owner(detail: dict[str, Any]) -> dict[str, str]:
+    """``{"consumer": name}`` for a change of a consumer's grant or quota (ledgered with
+    scope ``consumer`` and the name, or by a conversion as ``consumer:NAME``), else nothing."""
+    scope = str(detail.get("scope") or "")
+    if scope == "consumer" and isinstance(detail.get("consumer"), str):
+        return {"consumer": detail["consumer"]}
+    if scope.startswith("consumer:"):
+        return {"consumer": scope.removeprefix("consumer:")}
+    return {}
+
+
 def budget_report(
     session: Session, dataset: Dataset, now: float, *, history: bool = True
 ) -> dict[str, Any]:
@@ -676,14 +699,10 @@ def budget_report(
             {
                 "at": isoformat(entry.created_at / 1e6),
                 "scope": entry.detail.get("scope"),
-                **(
-                    {"consumer": entry.detail.get("consumer")}
-                    if entry.detail.get("scope") == "consumer"
-                    else {}
-                ),
+                **_quota_owner(entry.detail),
                 "old": _as_numbers(entry.detail.get("old")),
                 "new": _as_numbers(entry.detail.get("new")),
-                "reason": entry.detail.get("reason"),
+                "reason": limit_notes.reason_of(entry.detail),
             }
             for entry in session.execute(
                 select(LedgerEntry)
@@ -743,7 +762,7 @@ def _as_numbers(terms: Any) -> Any:
     return terms
 
 
-_AMOUNT_NAMES = frozenset({"epsilon", "delta", "rho"})
+_AMOUNT_NAMES = frozenset({"epsilon", "delta", "rho", "rdp", "mu", "order"})
 
 
 def _as_amount(limit: Limit) -> Amount:
