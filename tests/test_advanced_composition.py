@@ -464,4 +464,4 @@ def test_the_dashboard_leads_with_the_filters_rho(api: Api, client: FlaskClient)
     budget = api.budget()
     assert "with advanced composition" in html and budget["composition_delta"] == 1e-6
     assert f'<span id="loss">{budget["loss"]["rho"]:g}</span>' in html
-    assert f'<span id="loss-epsilon">{budget["loss"]["epsilon"]}</span>' in html
+    assert f'<span id="loss-epsilon">{budget["loss"]["epsilon"]:.6g}</span>' in html

@@ -78,7 +78,7 @@ def test_init_prints_one_admin_key_and_keys_create_works(tmp_path: Path) -> None
         capture_output=True,
         text=True,
     )
-    assert bad.returncode != 0 and "unknown dataset" in bad.stderr
+    assert bad.returncode != 0 and "no dataset named missing" in bad.stderr
     existing = subprocess.run(
         [BIN, "keys", "create", "--name", "aud", "--role", "auditor", "--dataset", "clicks"],
         env=env,
