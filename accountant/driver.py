@@ -55,14 +55,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Generic, TypeVar, cast
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, visitors
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import UpdateBase
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 Params = Mapping[str, Any]
@@ -74,7 +75,6 @@ class Driver:
     """A cursor on one pooled DBAPI connection, for statements in the named style."""
 
     __slots__ = (
-        "_batch",
         "_begin",
         "_connection",
         "_cursor",
@@ -83,7 +83,6 @@ class Driver:
         "_in_gate",
         "_own",
         "_pipelined",
-        "_together",
         "postgres",
     )
 
@@ -92,8 +91,6 @@ class Driver:
     ) -> None:
         self._connection = connection
         self._pipelined = False
-        self._together = False  # see ``together``
-        self._batch: list[tuple[SQL, Params]] | None = None  # its statements on PostgreSQL
         self.postgres = dialect.name == "postgresql"
         self._dbapi = dialect.dbapi
         self._cursor = self._new_cursor()
@@ -156,7 +153,9 @@ class Driver:
     def commit(self) -> None:
         """Commit; inside ``pipeline()``, the end of the block waits for it (and raises what
         any statement sent before it failed with)."""
-        self._begin = False
+        if self._begin:  # PostgreSQL: no statement was sent, so no transaction began
+            self._begin = False
+            return
         if self._pipelined:
             self.run("COMMIT")  # psycopg's commit() would wait for a round trip of its own
         else:
@@ -219,7 +218,6 @@ class Driver:
 
     def send(self, sql: SQL, params: Params | None, then: Callable[[Rows], T]) -> Pending[T]:
         """Send a statement now; its rows, passed through ``then``, are read on demand."""
-        self._refuse_in_together()
         cursor = self._new_cursor()
         self._execute(sql, params or {}, cursor)
         pending = Pending(self, cursor, then)
@@ -228,7 +226,6 @@ class Driver:
         return pending
 
     def rows(self, sql: SQL, params: Params | None = None) -> Rows:
-        self._refuse_in_together()
         self._execute(sql, params or {})
         return self.fetch(self._cursor)
 
@@ -238,42 +235,33 @@ class Driver:
         return found[0] if found else None
 
     def run(self, sql: SQL, params: Params | None = None) -> None:
-        if self._batch is not None:
-            self._batch.append((sql, params or {}))
-        else:
-            self._execute(sql, params or {})
+        self._execute(sql, params or {})
 
-    def _refuse_in_together(self) -> None:
-        if self._together:
-            raise RuntimeError("a together() block only writes; read before or after it")
+    def apply(self, plan: WritePlan) -> None:
+        """Run ``plan``'s blocks in order, each as ``together`` runs it."""
+        for block in plan.blocks:
+            self.together(block)
 
-    @contextmanager
-    def together(self) -> Iterator[None]:
-        """Statements none of which depends on another's writes, run as one (PostgreSQL).
+    def together(self, block: Block) -> None:
+        """Run the writes of ``block``, none of which depends on another's (``Block`` checked
+        that when it was built): on PostgreSQL as one statement, on SQLite one by one.
 
         Each pipelined statement costs psycopg's Python and the server's dispatch, at
-        every charge. So on PostgreSQL the ``run`` statements of the block are held and,
-        as it ends, sent as one: all but the last as data-modifying ``WITH`` clauses of
-        the last (their parameters renamed apart). PostgreSQL runs every such clause to
-        completion, all against the snapshot the statement began with: which is why no
-        statement of the block may depend on another's writes. A block that raises sends
-        nothing. On SQLite the statements run one by one, as they come. On both, a read
-        in the block is refused.
+        every charge. So on PostgreSQL the block's statements are sent as one: all but the
+        last as data-modifying ``WITH`` clauses of the last (their parameters renamed
+        apart). PostgreSQL runs every such clause to completion, all against the snapshot
+        the statement began with, so none sees what another wrote, which is why a block
+        holds no two writes of one table and no read of a table another of its statements
+        writes.
         """
-        if self._together:
-            raise RuntimeError("together() blocks do not nest")
-        self._together = True
-        self._batch = [] if self.postgres else None
-        try:
-            yield
-            batch = self._batch or []
-        finally:
-            self._together, self._batch = False, None
-        if len(batch) == 1:
-            self._execute(*batch[0])
-        elif batch:
-            params = {f"t{i}_{k}": v for i, (_, p) in enumerate(batch) for k, v in p.items()}
-            self._execute(_together(tuple(_text(sql, postgres=True) for sql, _ in batch)), params)
+        writes = block.writes
+        if not self.postgres or len(writes) == 1:
+            for write in writes:
+                self._execute(write.statement, write.params)
+            return
+        params = {f"t{i}_{k}": v for i, write in enumerate(writes) for k, v in write.params.items()}
+        texts = tuple(write.statement.postgresql for write in writes)
+        self._execute(_together(texts), params)
 
     def fetch(self, cursor: Any) -> Rows:
         """The rows of the statement last executed on ``cursor``, as named tuples: read a
@@ -418,29 +406,114 @@ class Pending(Generic[T]):
 @dataclass(frozen=True)
 class Statement:
     """A SQLAlchemy Core statement built from the tables' metadata, compiled once for each
-    backend into SQL text in the named style this driver sends."""
+    backend into SQL text in the named style this driver sends, with the tables it writes
+    and the other tables it reads (``statement`` finds them in the clause)."""
 
     sqlite: str
     postgresql: str
+    writes: frozenset[str] = frozenset()
+    reads: frozenset[str] = frozenset()
+    #: Tables it reads that another statement of its ``Block`` may write, each with the
+    #: reason why that write cannot change what it reads (``Block``'s allow-list).
+    unaffected: tuple[tuple[str, str], ...] = ()
 
 
 #: What the driver runs: text in the named style, or a statement built from the metadata.
 SQL = str | Statement
 
 
-def statement(clause: ClauseElement) -> Statement:
+def statement(clause: ClauseElement, *, unaffected: Mapping[str, str] | None = None) -> Statement:
     """Compile ``clause`` for both backends (once, at import or in a cached builder). An
     expanding ``bindparam(name, expanding=True)`` becomes ``:name``, which the driver
-    expands to a list in place."""
-    return Statement(_compiled(clause, _SQLITE), _compiled(clause, _POSTGRESQL))
+    expands to a list in place. ``unaffected``: see ``Statement.unaffected``."""
+    return Statement(
+        _compiled(clause, _SQLITE),
+        _compiled(clause, _POSTGRESQL),
+        *_tables(clause),
+        tuple(sorted((unaffected or {}).items())),
+    )
 
 
-def upsert(build: Callable[[Callable[..., Any]], ClauseElement]) -> Statement:
+def upsert(
+    build: Callable[[Callable[..., Any]], ClauseElement],
+    *,
+    unaffected: Mapping[str, str] | None = None,
+) -> Statement:
     """``statement`` for an ``INSERT ... ON CONFLICT``, which each dialect builds with its
     own ``insert``: ``build`` is called with SQLite's, then PostgreSQL's."""
+    clause = build(sqlite.insert)
     return Statement(
-        _compiled(build(sqlite.insert), _SQLITE), _compiled(build(postgresql.insert), _POSTGRESQL)
+        _compiled(clause, _SQLITE),
+        _compiled(build(postgresql.insert), _POSTGRESQL),
+        *_tables(clause),
+        tuple(sorted((unaffected or {}).items())),
     )
+
+
+def _tables(clause: ClauseElement) -> tuple[frozenset[str], frozenset[str]]:
+    """(the table ``clause`` writes, if it is an INSERT, UPDATE or DELETE; every other table
+    it names, which it reads)."""
+    named = {element.name for element in visitors.iterate(clause) if isinstance(element, Table)}
+    target = getattr(clause, "table", None) if isinstance(clause, UpdateBase) else None
+    written = frozenset() if target is None else frozenset({target.name})
+    return written, frozenset(named - written)
+
+
+@dataclass(frozen=True)
+class Write:
+    """One statement that writes, with its parameters."""
+
+    statement: Statement
+    params: Params
+
+
+class DependentWrites(ValueError):
+    """A ``Block`` whose statements would depend on each other's writes."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """Writes that run together (``Driver.together``), none depending on another's writes:
+    checked when the block is built. Each statement writes a table (a block holds no
+    read), no two write the same table, and none reads a table another writes, unless it
+    declares that table ``unaffected``, with the reason."""
+
+    writes: tuple[Write, ...]
+
+    def __post_init__(self) -> None:
+        writer: dict[str, int] = {}
+        for index, write in enumerate(self.writes):
+            tables = write.statement.writes
+            if not tables:
+                raise DependentWrites(
+                    "a block only writes; read before it. Statement: "
+                    + write.statement.sqlite[:200]
+                )
+            for table in tables:
+                if table in writer:
+                    raise DependentWrites(
+                        f"two statements of one block write {table}; put them in blocks of "
+                        "their own, in the order they must run"
+                    )
+                writer[table] = index
+        for index, write in enumerate(self.writes):
+            allowed = dict(write.statement.unaffected)
+            for table in sorted(write.statement.reads):
+                if writer.get(table, index) != index and table not in allowed:
+                    raise DependentWrites(
+                        f"a statement of the block reads {table}, which another of its "
+                        "statements writes: on PostgreSQL it would not see that write. Put "
+                        "the write in an earlier block, or declare the table unaffected with "
+                        "the reason"
+                    )
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """The writes of a unit of work, in blocks run in order (``Driver.apply``): a block may
+    depend on what the blocks before it wrote, never on its own."""
+
+    blocks: tuple[Block, ...]
 
 
 def _compiled(clause: ClauseElement, dialect: Dialect) -> str:

@@ -90,9 +90,9 @@ MUTATIONS = [
     ),
     Mutation(
         "a charge adds to s(p) but not to s_J(p) or s_P(p)",
-        "accountant/services/charge_writes.py",
-        "added = cost if holds(part, release) else Amount()",
-        'added = cost if part == "every" else Amount()',
+        "accountant/services/charge_plan.py",
+        "added = decision.priced.cost if holds(part, release) else Amount()",
+        'added = decision.priced.cost if part == "every" else Amount()',
         ("tests/test_loss_rules.py",),
     ),
     Mutation(
@@ -141,22 +141,32 @@ MUTATIONS = [
         ("tests/test_large_inputs.py",),
     ),
     Mutation(
-        "a refused charge fails every charge that shared its transaction",
+        "a charge that fails after its writes fails every charge that shared its transaction",
         "accountant/group_commit.py",
-        "    return isinstance(error, Exception)\n",
-        "    return False\n",
+        '    return "alone" if shared and isinstance(error, Exception) else None\n',
+        "    return None\n",
         ("tests/test_group_commit.py",),
     ),
     Mutation(
         "a duplicate key fails every charge that shared its transaction",
         "accountant/group_commit.py",
-        "        return isinstance(error, IntegrityError)\n",
-        "        return False\n",
+        '            return "alone" if shared else "queued"\n',
+        "            return None\n",
         ("tests/test_group_commit.py",),
     ),
     Mutation(
+        "a refusal ends the transaction it shared, and every charge in it runs again",
+        "accountant/group_commit.py",
+        "            if isinstance(error, Exception) and not (",
+        "            if False and not (",
+        (
+            "tests/test_group_commit.py::"
+            "test_charges_refused_before_their_writes_leave_the_others_to_commit_once",
+        ),
+    ),
+    Mutation(
         "a charge trusts the key read before its lock",
-        "accountant/services/charges.py",
+        "accountant/services/charge_reads.py",
         "    if not dataset.key_valid:",
         "    if False:",
         ("tests/test_known_keys.py",),
@@ -170,24 +180,108 @@ MUTATIONS = [
     ),
     Mutation(
         "a charge reads grants from its authenticated principal",
-        "accountant/services/evaluation.py",
-        'if not (principal.role in {"admin", "auditor"} or dataset.granted):',
-        "if not principal.may_read(dataset.id):",
-        ("tests/test_known_keys.py",),
+        "accountant/accounting/decide.py",
+        "    elif not may_charge(dataset.role, dataset.granted):",
+        "    elif not may_charge(dataset.role, dataset.id in request.principal.granted):",
+        ("tests/test_known_keys.py::test_grants_are_read_with_the_charge_not_remembered",),
+    ),
+    Mutation(
+        "a charge reads the role from its authenticated principal",
+        "accountant/accounting/decide.py",
+        "    elif not may_charge(dataset.role, dataset.granted):",
+        "    elif not may_charge(request.principal.role, dataset.granted):",
+        ("tests/test_known_keys.py::test_a_role_is_read_with_the_charge_not_remembered",),
+    ),
+    Mutation(
+        "the grant check dropped",
+        "accountant/accounting/decide.py",
+        "    elif not may_charge(dataset.role, dataset.granted):",
+        "    elif False:",
+        ("tests/test_known_keys.py::test_grants_are_read_with_the_charge_not_remembered",),
+    ),
+    Mutation(
+        "a service may charge a dataset not granted to it",
+        "accountant/accounting/decide.py",
+        'return role == "admin" or (role == "service" and granted)',
+        'return role in ("admin", "service")',
+        ("tests/test_access.py",),
     ),
     Mutation(
         "replay ignores the implementation",
-        "accountant/services/replay.py",
+        "accountant/services/idempotency.py",
         "elif outcome.implementation != mechanism.implementation:",
         "elif False:",
         ("tests/test_replay.py",),
     ),
     Mutation(
         "a long lock wait keeps the windows read before it",
-        "accountant/services/evaluation.py",
-        "if any(w.start > Window.containing(w.period, reads.now).end for w in windows):",
+        "accountant/services/charge_reads.py",
+        "if any(w.start > Window.containing(w.period, sent.at).end for w in windows):",
         "if False:",
         ("tests/test_clock.py",),
+    ),
+    Mutation(
+        "the top-k read of a new partition is not padded with its zero",
+        "accountant/accounting/decide.py",
+        "padded = inside[:k] + [0] * (min(k, n) - len(inside[:k]))",
+        "padded = inside[:k]",
+        ("tests/test_loss_rules.py::test_user_unit_counts_each_partition_a_charge_touches_first",),
+    ),
+    Mutation(
+        "scopes deny in reverse contract order",
+        "accountant/accounting/checks.py",
+        "ordered = sorted(checks, key=lambda check: SCOPE_ORDER.index(check.scope))",
+        "ordered = sorted(checks, key=lambda check: -SCOPE_ORDER.index(check.scope))",
+        ("tests/test_denials.py::test_window_and_lifetime_together_is_409_naming_the_dataset",),
+    ),
+    Mutation(
+        "the consumer's quota is not checked",
+        "accountant/accounting/decide.py",
+        "        if dataset.quota is not None and dataset.granted:",
+        "        if False:",
+        ("tests/test_denials.py::test_consumer_quota_is_409",),
+    ),
+    Mutation(
+        "the window budgets are not checked",
+        "accountant/accounting/decide.py",
+        "for budget, window in zip(dataset.windows, self.windows, strict=True):",
+        "for budget, window in []:",
+        ("tests/test_denials.py::test_window_scope_is_429_with_retry_after",),
+    ),
+    Mutation(
+        "the per-partition limit is not checked",
+        "accountant/accounting/decide.py",
+        "        if dataset.partition_limit is not None:",
+        "        if False:",
+        ("tests/test_denials.py::test_partition_scope_names_the_partition",),
+    ),
+    Mutation(
+        "a charge too large for any window is told to wait",
+        "accountant/accounting/decide.py",
+        "    never = denial is not None and rules.never_fits(",
+        "    never = False and rules.never_fits(",
+        ("tests/test_denials.py::test_cost_alone_above_a_window_limit_is_409",),
+    ),
+    Mutation(
+        "the ledger chain leaves out the previous hash",
+        "accountant/services/ledger.py",
+        "return hashlib.sha256(prev_hash.encode() + content).hexdigest()",
+        "return hashlib.sha256(content).hexdigest()",
+        ("tests/test_ledger_export.py::test_an_untouched_export_verifies_with_both_verifiers",),
+    ),
+    Mutation(
+        "a block may read a table another of its statements writes",
+        "accountant/driver.py",
+        "if writer.get(table, index) != index and table not in allowed:",
+        "if False:",
+        ("tests/test_driver.py::test_statements_run_together_each_take_effect",),
+    ),
+    Mutation(
+        "a block may write one table twice",
+        "accountant/driver.py",
+        "                if table in writer:\n",
+        "                if False:\n",
+        ("tests/test_driver.py::test_statements_run_together_each_take_effect",),
     ),
     Mutation(
         "randomized response composes as rho * f^2",
@@ -321,6 +415,7 @@ def _copy(target: Path) -> None:
             ROOT / source, target / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
         )
     shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")
+    shutil.copytree(ROOT / "docs", target / "docs")  # the ledger's verifier is in its text
 
 
 def _source_path(copy: Path, path: str) -> Path:

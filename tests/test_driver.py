@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from sqlalchemy import bindparam, func, insert, literal_column, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from accountant.driver import Driver
+from accountant.driver import Block, DependentWrites, Driver, Write, statement
+from accountant.models import Dataset, Partition
 
 PARTITION = "INSERT INTO partitions (dataset_id, key, created_at) VALUES (:d, :k, 0)"
 
@@ -236,26 +238,77 @@ def test_a_transaction_left_open_is_rolled_back_before_the_connection_goes_back(
 
 
 def test_statements_run_together_each_take_effect(app: Flask, driver: Driver) -> None:
-    """A together() block's statements all run, in the transaction; on PostgreSQL as one
-    statement, so none of them sees what another wrote (which is why a block holds only
-    statements that do not depend on each other's writes, and refuses reads)."""
-    copy = (
-        "INSERT INTO partitions (dataset_id, key, created_at) "
-        "SELECT dataset_id, key || '-copy', 0 FROM partitions WHERE key = :k"
+    """A block's writes all run, in the transaction; on PostgreSQL as one statement, so none
+    of them sees what another wrote. Which is why a block is checked when it is built: it
+    refuses two writes of one table, a write that reads a table another writes (unless
+    that table is declared unaffected, with the reason), and a read."""
+    partition = statement(
+        insert(Partition).values(
+            dataset_id=bindparam("d"), key=bindparam("k"), created_at=literal_column("0")
+        )
     )
-    with driver.together():
-        driver.run(PARTITION, {"d": 1, "k": "a"})
-        driver.run(copy, {"k": "a"})
-        driver.run("UPDATE datasets SET ledger_seq = :seq WHERE id = :d", {"seq": 7, "d": 1})
-        with pytest.raises(RuntimeError, match="only writes"):
-            driver.rows("SELECT key FROM partitions")
-    one_statement = driver.postgres
-    assert _keys(driver.rows("SELECT key FROM partitions ORDER BY key")) == (
-        ["a"] if one_statement else ["a", "a-copy"]
+    head = statement(
+        update(Dataset).where(Dataset.id == bindparam("d")).values(ledger_seq=bindparam("seq"))
     )
+    driver.together(Block((Write(partition, {"d": 1, "k": "a"}), Write(head, {"seq": 7, "d": 1}))))
+    assert _keys(driver.rows("SELECT key FROM partitions ORDER BY key")) == ["a"]
     assert driver.row("SELECT ledger_seq FROM datasets WHERE id = 1") == (7,)
-    if one_statement:  # held until the block ends: a block that raises sends nothing
-        with pytest.raises(ZeroDivisionError), driver.together():
-            driver.run(PARTITION, {"d": 1, "k": "never"})
-            raise ZeroDivisionError
-        assert driver.rows("SELECT key FROM partitions WHERE key = 'never'") == []
+
+    copy = statement(
+        insert(Partition).from_select(
+            ["dataset_id", "key", "created_at"],
+            select(
+                Partition.dataset_id,
+                Partition.key + literal_column("'-copy'"),
+                Partition.created_at,
+            ).where(Partition.key == bindparam("k")),
+        )
+    )
+    with pytest.raises(DependentWrites, match="two statements of one block write partitions"):
+        Block((Write(partition, {"d": 1, "k": "b"}), Write(copy, {"k": "b"})))
+    counted = update(Dataset).values(ledger_seq=select(func.count(Partition.id)).scalar_subquery())
+    with pytest.raises(DependentWrites, match="reads partitions, which another"):
+        Block((Write(partition, {"d": 1, "k": "b"}), Write(statement(counted), {})))
+    with pytest.raises(DependentWrites, match="only writes"):
+        Block((Write(statement(select(Partition.key)), {}),))
+
+    # Declared unaffected, which here it is not: on PostgreSQL the count misses the insert.
+    shown = statement(counted, unaffected={"partitions": "shows what the rule prevents"})
+    driver.together(Block((Write(partition, {"d": 1, "k": "b"}), Write(shown, {}))))
+    one_statement = driver.postgres
+    assert driver.row("SELECT ledger_seq FROM datasets WHERE id = 1") == (
+        (1,) if one_statement else (2,)
+    )
+    assert _keys(driver.rows("SELECT key FROM partitions ORDER BY key")) == ["a", "b"]
+
+
+def test_a_charge_reads_in_three_statements_with_or_without_a_partition_limit(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A charge's reads are the dataset's row, the charged partitions and the scope rows,
+    sent together; a per-partition limit adds no statement: the charged partitions' s(p)
+    come in the statement that reads the partitions, which reads them only when the
+    dataset has such a limit."""
+    from tests.conftest import Api
+
+    api = Api(app.test_client())
+    api.make_dataset("plain", budget={"epsilon": 10})
+    api.make_dataset("limited", budget={"epsilon": 10}, partition_budget={"epsilon": 1})
+    for name in ("plain", "limited"):  # the scope rows exist, the key is remembered
+        assert api.charge(dataset=name).status_code == 201
+    sent: list[str] = []
+    execute = Driver._execute
+
+    def recorded(self: Driver, sql: Any, params: Any, cursor: Any = None) -> None:
+        sent.append(sql.sqlite if not isinstance(sql, str) else sql)
+        execute(self, sql, params, cursor)
+
+    monkeypatch.setattr(Driver, "_execute", recorded)
+    statements = {}
+    for name in ("plain", "limited"):
+        sent.clear()
+        assert api.charge(dataset=name).status_code == 201
+        statements[name] = list(sent)
+    assert statements["plain"] == statements["limited"]
+    reads = [text for text in statements["plain"] if text.lstrip().startswith("SELECT")]
+    assert len(reads) == 3

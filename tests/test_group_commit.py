@@ -1,5 +1,6 @@
 """Group commit on each real backend: charges that queue for a dataset while its transaction
-runs join it; one that fails takes only itself down, as the others run again alone; a
+runs join it; one refused before its writes is refused alone and the others commit once;
+one that fails after its writes takes only itself down, as the others run again alone; a
 duplicate key sends each back to a transaction of its own; one that is never taken is
 refused in time."""
 
@@ -7,17 +8,28 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from flask import Flask
+from sqlalchemy import bindparam, insert, literal_column
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from accountant.driver import Driver
-from accountant.group_commit import GroupCommit
+from accountant.driver import Block, Driver, Write, WritePlan, statement
+from accountant.group_commit import GroupCommit, Transaction
+from accountant.models import Partition
+from accountant.services import charges
+from accountant.services.consumers import authenticate
+from accountant.services.evaluation import ChargeRequest
 
-PARTITION = "INSERT INTO partitions (dataset_id, key, created_at) VALUES (1, :k, 0)"
-Work = Callable[[Driver], Any]
+PARTITION = statement(
+    insert(Partition).values(
+        dataset_id=literal_column("1"), key=bindparam("k"), created_at=literal_column("0")
+    )
+)
+Work = Callable[[Transaction], Any]
 
 
 @pytest.fixture
@@ -37,7 +49,8 @@ def _keys(engine: Any) -> list[str]:
 
 
 class _Caller(threading.Thread):
-    """A thread that runs ``work`` through ``group`` on a connection of its own."""
+    """A thread that runs ``work`` in ``group``'s transactions, with a connection of its own,
+    as ``services.charges.submit`` runs a charge."""
 
     def __init__(self, group: GroupCommit, engine: Any, work: Work) -> None:
         super().__init__()
@@ -50,7 +63,10 @@ class _Caller(threading.Thread):
     def run(self) -> None:
         self.driver = Driver.checkout(self.engine)
         try:
-            self.value = self.group.run("clicks", self.driver, self.work)
+            for tx in self.group.transactions("clicks", self.driver):
+                with tx:
+                    value = self.work(tx)
+            self.value = value  # the last run's, once its transaction committed
         except BaseException as error:
             self.error = error
         finally:
@@ -58,20 +74,47 @@ class _Caller(threading.Thread):
             self.ended.set()
 
 
+#: Every run of a unit of work: (its key, the connection it ran on), in order.
+RUNS: list[tuple[str, int]] = []
+
+
+def _writes(key: str) -> WritePlan:
+    return WritePlan((Block((Write(PARTITION, {"k": key}),)),))
+
+
 def _insert(key: str) -> Work:
-    def work(driver: Driver) -> tuple[str, int]:
-        driver.run(PARTITION, {"k": key})
-        return key, id(driver)
+    def work(tx: Transaction) -> tuple[str, int]:
+        RUNS.append((key, id(tx.driver)))
+        tx.apply(_writes(key))
+        return key, id(tx.driver)
 
     return work
 
 
 def _raise(key: str) -> Work:
-    def work(driver: Driver) -> None:
-        driver.run(PARTITION, {"k": key})
+    """Fails after its writes: the transaction ends with it."""
+
+    def work(tx: Transaction) -> None:
+        RUNS.append((key, id(tx.driver)))
+        tx.apply(_writes(key))
         raise ValueError(f"{key} refused")
 
     return work
+
+
+def _refuse(key: str) -> Work:
+    """Refused before any write: its outcome alone."""
+
+    def work(tx: Transaction) -> None:
+        RUNS.append((key, id(tx.driver)))
+        raise ValueError(f"{key} refused")
+
+    return work
+
+
+@pytest.fixture(autouse=True)
+def _no_runs_yet() -> None:
+    RUNS.clear()
 
 
 @pytest.fixture
@@ -83,10 +126,10 @@ def queued() -> Iterator[Callable[..., list[_Caller]]]:
     def start(group: GroupCommit, engine: Any, first: Work, *others: Work) -> list[_Caller]:
         running, ready = threading.Event(), threading.Event()
 
-        def first_work(driver: Driver) -> Any:
+        def first_work(tx: Transaction) -> Any:
             running.set()
             assert ready.wait(30)
-            return first(driver)
+            return first(tx)
 
         callers = [_Caller(group, engine, first_work)]
         callers[0].start()
@@ -120,15 +163,45 @@ def test_charges_queued_behind_a_transaction_join_it_and_a_failing_one_rolls_bac
     leader, *others = queued(group, engine, _insert("a"), _insert("b"), _raise("c"), _insert("d"))
     for caller in (leader, *others):
         assert caller.ended.wait(30)
-    assert leader.driver is not None
-    # Every charge ran on the leader's connection: c's error ended the transaction, and
-    # each ran again in one of its own.
+    assert leader.driver is not None and others[2].driver is not None
+    # a, b and c ran on the leader's connection; c's error after its writes ended the
+    # transaction, and each ran again, alone, on its own, before d, which came after.
+    shared = id(leader.driver)
+    alone = [(key, id(c.driver)) for key, c in zip("abc", (leader, *others[:2]), strict=True)]
+    d = ("d", id(others[2].driver))
+    assert [("a", shared), ("b", shared), ("c", shared), *alone, d] == RUNS
     assert [c.value for c in (leader, others[0], others[2])] == [
-        (key, id(leader.driver)) for key in "abd"
+        (key, id(c.driver)) for key, c in zip("abd", (leader, others[0], others[2]), strict=True)
     ]
     assert isinstance(others[1].error, ValueError)
     assert _keys(engine) == ["a", "b", "d"]  # c's own write was rolled back with it
     assert group.waiting("clicks") == 0
+
+
+def test_charges_refused_before_their_writes_leave_the_others_to_commit_once(
+    engine: Any, queued: Callable[..., list[_Caller]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal is its own outcome: it ends nothing and reruns nothing."""
+    commits: list[int] = []
+    commit = Driver.commit
+
+    def counted(self: Driver) -> None:
+        commits.append(1)
+        commit(self)
+
+    monkeypatch.setattr(Driver, "commit", counted)
+    group = GroupCommit(wait_s=30)
+    callers = queued(
+        group, engine, _insert("a"), _refuse("b"), _insert("c"), _refuse("d"), _insert("e")
+    )
+    for caller in callers:
+        assert caller.ended.wait(30)
+    assert callers[0].driver is not None
+    assert [(key, id(callers[0].driver)) for key in "abcde"] == RUNS  # each ran once
+    assert [callers[i].value[0] for i in (0, 2, 4)] == ["a", "c", "e"]
+    assert all(isinstance(callers[i].error, ValueError) for i in (1, 3))
+    assert len(commits) == 1
+    assert _keys(engine) == ["a", "c", "e"]
 
 
 def test_a_failing_first_charge_fails_alone_and_the_next_leads(
@@ -177,8 +250,8 @@ def test_a_charge_not_taken_within_the_wait_is_refused_and_never_runs(engine: An
     group = GroupCommit(wait_s=0.2)
     running, refused = threading.Event(), threading.Event()
 
-    def slow(driver: Driver) -> str:
-        driver.run(PARTITION, {"k": "slow"})
+    def slow(tx: Transaction) -> str:
+        tx.apply(_writes("slow"))
         running.set()
         assert refused.wait(30)  # holds the transaction until the other has given up
         return "slow"
@@ -207,9 +280,12 @@ def test_many_threads_each_get_their_own_results_and_every_write_is_committed(
     def caller(number: int) -> None:
         driver = Driver.checkout(engine)
         try:
-            results[number] = [
-                group.run("clicks", driver, _insert(f"t{number}-{i}"))[0] for i in range(25)
-            ]
+            results[number] = []
+            for i in range(25):
+                for tx in group.transactions("clicks", driver):
+                    with tx:
+                        key, _ = _insert(f"t{number}-{i}")(tx)
+                results[number].append(key)
         finally:
             driver.close()
 
@@ -234,13 +310,13 @@ def test_a_connection_lost_before_the_commit_answers_no_charge_of_its_transactio
         pytest.skip("a connection the server ends is PostgreSQL's")
     backend: list[int] = []
 
-    def note_backend(driver: Driver) -> str:
-        driver.run(PARTITION, {"k": "a"})
-        backend.append(driver.row("SELECT pg_backend_pid() AS pid").pid)
+    def note_backend(tx: Transaction) -> str:
+        backend.append(tx.driver.row("SELECT pg_backend_pid() AS pid").pid)
+        tx.apply(_writes("a"))
         return "a"
 
-    def end_connection(driver: Driver) -> str:
-        driver.run(PARTITION, {"k": "c"})
+    def end_connection(tx: Transaction) -> str:
+        tx.apply(_writes("c"))
         run_sql(database_url, f"SELECT pg_terminate_backend({backend[0]})")
         return "c"
 
@@ -250,3 +326,96 @@ def test_a_connection_lost_before_the_commit_answers_no_charge_of_its_transactio
     assert [caller.value for caller in callers] == [None, None, None]
     assert all(isinstance(caller.error, DBAPIError) for caller in callers)
     assert _keys(engine) == []
+
+
+def test_a_403_and_a_400_in_the_middle_of_a_group_leave_the_others_to_commit_once(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real charges, queued behind one whose mechanism is still running: a caller without
+    a grant (403) and a request that cannot be priced (400) are refused alone; every other
+    charge runs its mechanism once, and one commit makes them all durable."""
+    from tests.conftest import ADMIN_KEY, Api
+
+    api = Api(app.test_client())
+    api.make_dataset(budget={"epsilon": 10})
+    stranger = api.make_consumer("stranger")  # a service with no grant on clicks
+    runtime = app.extensions["accountant"]
+    laplace = runtime.registry.get("laplace")
+    runs: list[int] = []
+    running, ready = threading.Event(), threading.Event()
+
+    def run(params: Any, data: Any, source: Any) -> Any:
+        runs.append(int(data["values"][0]))
+        if len(runs) == 1:
+            running.set()
+            assert ready.wait(30)
+        return laplace.run(params, data, source)
+
+    mechanism = replace(laplace, run=run)
+    commits: list[int] = []
+    commit = Driver.commit
+
+    def counted(self: Driver) -> None:
+        commits.append(1)
+        commit(self)
+
+    monkeypatch.setattr(Driver, "commit", counted)
+    reader = Driver.checkout(runtime.engine)
+    admin = authenticate(reader, runtime.key_hasher(ADMIN_KEY))
+    other = authenticate(reader, runtime.key_hasher(stranger))
+    reader.end_read()
+    reader.close()
+
+    def request(number: int, caller: Any, unit: str | None = None) -> ChargeRequest:
+        return ChargeRequest(
+            "clicks",
+            ["p1"],
+            "joint",
+            mechanism,
+            {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
+            unit,
+            caller,
+            {"values": [float(number)]},
+            runtime.charging.noise.id,
+            fingerprint=str(number),
+        )
+
+    outcomes: dict[int, Any] = {}
+
+    def submit(number: int, charge: ChargeRequest) -> None:
+        connection = Driver.checkout(runtime.engine)
+        try:
+            outcomes[number] = charges.submit(connection, charge, runtime.charging)
+        except Exception as error:
+            outcomes[number] = error
+        finally:
+            connection.close()
+
+    group = runtime.charging.group
+    requests = [
+        request(1, admin),
+        request(2, admin),
+        request(3, other),  # 403: no grant
+        request(4, admin, unit="record"),  # 400: record-level sensitivity on a record dataset
+        request(5, admin),
+    ]
+    threads = [threading.Thread(target=submit, args=(n, r)) for n, r in enumerate(requests, 1)]
+    threads[0].start()
+    assert running.wait(30)
+    for count, thread in enumerate(threads[1:], 1):
+        thread.start()
+        _until(lambda: group.waiting("clicks") == count)  # noqa: B023  # called at once
+    ready.set()
+    for thread in threads:
+        thread.join(30)
+    assert [type(outcomes[n]).__name__ for n in range(1, 6)] == [
+        "Granted",
+        "Granted",
+        "Forbidden",
+        "InvalidRequest",
+        "Granted",
+    ]
+    assert runs == [1, 2, 5]  # each mechanism ran once
+    assert len(commits) == 1  # one transaction, committed once
+    assert [e["status"] for e in api.ledger() if e["kind"] == "charge"] == ["granted"] * 3
+    assert api.budget()["loss"]["epsilon"] == pytest.approx(0.3)  # three grants on p1

@@ -12,7 +12,7 @@ import pytest
 from flask import Flask
 
 from accountant.services.consumers import KnownKeys, Principal
-from tests.conftest import Api, charge_authenticated_before
+from tests.conftest import Api, charge_authenticated_before, run_sql
 
 
 def _revoked_after_a_charge(api: Api) -> tuple[Api, str]:
@@ -84,6 +84,18 @@ def test_grants_are_read_with_the_charge_not_remembered(api: Api) -> None:
     assert api.patch("/v1/consumers/svc", {"datasets": ["clicks"]}).status_code == 200
     assert service.charge().status_code == 201
     assert service.charge(dataset="other").status_code == 403
+
+
+def test_a_role_is_read_with_the_charge_not_remembered(api: Api, database_url: str) -> None:
+    """A service remembered by this process, made an auditor in the database since, may
+    not charge: its role is read under the lock with its grant."""
+    api.make_dataset(budget={"epsilon": 10})
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    assert service.charge().status_code == 201  # remembered from here on
+    entries = len(api.ledger())
+    run_sql(database_url, "UPDATE consumers SET role = 'auditor' WHERE name = 'svc'")
+    assert service.charge().status_code == 403
+    assert len(api.ledger()) == entries
 
 
 def test_a_remembered_role_is_never_stretched(app: Flask, api: Api) -> None:

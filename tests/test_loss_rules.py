@@ -64,6 +64,20 @@ def test_user_unit_bounded_k_parallel_release(api: Api) -> None:
     assert loss(api) == 3
 
 
+@pytest.mark.parametrize("declared", [False, True], ids=["new", "declared, never charged"])
+def test_user_unit_counts_each_partition_a_charge_touches_first(api: Api, declared: bool) -> None:
+    """k = 2, limit 1: 0.6 on p1, then 0.6 on p2, which has spent nothing yet. A person may
+    be in both: L = min(T, s(p1) + s(p2)) = 1.2 > 1, so the second is denied. The charged
+    partition never charged before counts with s(p) = 0 among the k largest (the padding
+    of the read's top-k), not as absent."""
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 1})
+    if declared:
+        assert api.post("/v1/datasets/clicks/partitions", {"keys": ["p2"]}).status_code == 201
+    assert api.charge(partitions=["p1"], epsilon=0.6).status_code == 201
+    assert api.charge(partitions=["p2"], epsilon=0.6).status_code == 409
+    assert loss(api) == 0.6
+
+
 def test_user_unit_top_k_is_tighter_than_the_total(api: Api) -> None:
     api.make_dataset(privacy_unit="user", max_partitions_per_user=1, budget={"epsilon": 10})
     # k = 1: ten joint releases on ten different partitions at 0.5:

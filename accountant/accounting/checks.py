@@ -8,7 +8,7 @@ whether a charge could ever fit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accountant.accounting.loss import LossRule, ScopeState, fresh, loss_after
@@ -72,15 +72,14 @@ def partition_check(
     cost: Amount,
     names: tuple[ComponentName, ...],
     keys: list[str],
-    spends_of: Callable[[], Mapping[str, Amount]],
+    spends: Mapping[str, Amount],
 ) -> ScopeCheck:
     """The per-partition limit: every charged partition's s(p) plus the cost stays within it.
     The largest old s(p) among them (``lifetime.max_touched``) decides; on a denial the
-    first partition in request order that goes over is named, from ``spends_of()`` (the
-    charged partitions' s(p), read only then)."""
+    first partition in request order that goes over is named, from ``spends`` (the charged
+    partitions' s(p); a partition missing from it has spent nothing)."""
     after = Amount(**{name: lifetime.max_touched[name] + cost[name] for name in names})
     if limit.is_exceeded_by(after, names):
-        spends = spends_of()
         for key in keys:
             spent = spends.get(key, Amount())
             if limit.is_exceeded_by(spent.plus(cost), names):

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, object_session, selectinload
 
 from accountant import seals
 from accountant.accounting.admits import AdmitsNothing, admitting_limit
+from accountant.accounting.decide import may_charge, may_read
 from accountant.accounting.modes import Mode, mode_of
 from accountant.driver import Driver, statement
 from accountant.errors import Conflict, InvalidRequest, NotFound, field_error
@@ -35,10 +36,10 @@ class Principal:
     granted: frozenset[int] = field(default_factory=frozenset)
 
     def may_read(self, dataset_id: int) -> bool:
-        return self.role in {"admin", "auditor"} or dataset_id in self.granted
+        return may_read(self.role, dataset_id in self.granted)
 
     def may_charge(self, dataset_id: int) -> bool:
-        return self.role == "admin" or (self.role == "service" and dataset_id in self.granted)
+        return may_charge(self.role, dataset_id in self.granted)
 
 
 #: What a caller with an unknown or revoked key is told.
@@ -61,9 +62,9 @@ def authenticate(driver: Driver, key_hash: str) -> Principal | None:
 
 class KnownKeys:
     """Principals this process has authenticated, by their key's hash, for the charge path:
-    a charge reads its key again under its dataset's lock (``dataset_state``), so a
-    principal found here never stands for more than the request's own transaction checks.
-    A key's consumer, name and role never change; its grants do, so they are not kept.
+    a charge reads its key, its consumer's role and its grant again under its dataset's
+    lock (``charge_reads``), so a principal found here never stands for more than the
+    request's own transaction checks. Grants are not kept, since a charge never uses them.
     Bounded: emptied when full."""
 
     def __init__(self, size: int = 4096) -> None:

@@ -5,8 +5,9 @@ its receipt and the SHA-256 of its output. A replay regenerates the output
 from the charge's keyed random source (``accountant.noise``), so the database
 never holds noise; it does so only with the noise secret and the mechanism
 implementation recorded with the charge (in its ledger entry), and releases
-the output only if its hash is the first one's. Anything else is refused: a
-retry never draws fresh noise (which would let a caller average it away).
+the output only if its hash is the first one's (``output_of``). Anything else
+is a ``ReplayUnavailable`` that releases nothing: a retry never draws fresh
+noise (which would let a caller average it away).
 
 How long. Rows are kept as long as the ledger: a key is never forgotten, so
 a retry however late can neither charge twice nor draw new noise. A row is
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -24,9 +26,14 @@ from typing import Any
 
 from sqlalchemy import bindparam, insert, select
 
-from accountant.driver import Driver, Pending, Rows, statement
-from accountant.errors import field_error
+from accountant.accounting.decide import ChargeRequest
+from accountant.driver import Driver, Pending, Rows, Write, statement
+from accountant.errors import ReplayUnavailable, field_error
 from accountant.models import IdempotencyKey, LedgerEntry
+from accountant.noise import NoiseSecret
+from accountant.services import receipts
+
+log = logging.getLogger(__name__)
 
 
 def key_of(body: dict[str, Any], header: str | None) -> str | None:
@@ -102,10 +109,11 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def remember(driver: Driver, consumer_id: int, key: str, outcome: Outcome, now: int) -> None:
-    """Store the response for ``key``, in the charge's transaction. A concurrent duplicate
-    (unique consumer and key) fails at the latest at the commit, which then writes nothing."""
-    driver.run(
+def remembered(consumer_id: int, key: str, outcome: Outcome, now: int) -> Write:
+    """The write that stores the response for ``key``, in the charge's transaction. A
+    concurrent duplicate (unique consumer and key) fails at the latest at the commit, which
+    then writes nothing."""
+    return Write(
         _INSERT,
         {
             "consumer_id": consumer_id,
@@ -137,6 +145,59 @@ _INSERT = statement(
         }
     )
 )
+
+
+def output_of(
+    outcome: Outcome, request: ChargeRequest, noise: NoiseSecret
+) -> dict[str, Any] | None:
+    """The first response's output (None for a denial), regenerated."""
+    if outcome.status != 201:
+        return None
+    stored = outcome.body
+    mechanism = request.mechanism
+    why = None
+    if "output_sha256" not in stored:
+        why = "it was recorded before this service kept what a replay needs"
+    elif outcome.noise_secret != noise.id:
+        why = (
+            f"its noise was drawn with noise secret {outcome.noise_secret}, and this host "
+            f"has {noise.id}"
+        )
+    elif outcome.implementation != mechanism.implementation:
+        why = (
+            f"it was produced by {outcome.implementation}, and this service runs "
+            f"{mechanism.implementation}"
+        )
+    output = None
+    if why is None:
+        try:
+            output = mechanism.run(
+                decode_params(stored["run_params"]),
+                request.data or {},
+                noise.source_for(outcome.charge_id),
+            )
+        except Exception as error:  # a plugin's run may raise anything
+            log.error(
+                "a replay's mechanism failed",
+                extra={"mechanism": mechanism.name, "error": repr(error)[:500]},
+            )
+            why = f"its mechanism failed when run again ({type(error).__name__})"
+        if output is not None and receipts.output_sha256(output) != stored["output_sha256"]:
+            log.error(
+                "a replay's output differs from the first; its implementation changed "
+                "without a new version",
+                extra={"implementation": mechanism.implementation, "charge_id": outcome.charge_id},
+            )
+            why = "regenerated, its output differs from the first one"
+    if why is not None:
+        raise ReplayUnavailable(
+            f"the first response to this request (charge {outcome.charge_id}) cannot be "
+            f"given again exactly: {why}. Nothing is released: a retry never draws new noise. "
+            "The charge stands (GET /v1/charges/{id}); send a new request with a new "
+            "idempotency key for a new release, which is charged again",
+            extra={"charge_id": outcome.charge_id},
+        )
+    return output
 
 
 def encode_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,11 +19,11 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from accountant import seals
-from accountant.driver import Driver, statement
+from accountant.accounting.decide import DatasetState
+from accountant.driver import Driver, Write, statement
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, LedgerEntry
-from accountant.services.dataset_state import DatasetState
 
 GENESIS = "0" * 64
 
@@ -77,6 +77,26 @@ def append(
     dataset: Dataset | DatasetState,
     consumer: Actor | None,
     *,
+    hasher: KeyHasher | None,
+    **fields: Any,
+) -> ChainHead:
+    """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked);
+    the chain's new head, which is the entry's own seq and hash. ``fields``: the entry's,
+    as ``entry`` takes them."""
+    added = entry(dataset, consumer, hasher=hasher, **fields)
+    for write in added.writes:
+        driver.run(write.statement, write.params)
+    if isinstance(dataset, Dataset):  # keep a loaded ORM row in step with the database
+        set_committed_value(dataset, "ledger_seq", added.head.seq)
+        set_committed_value(dataset, "ledger_head", added.head.hash)
+        set_committed_value(dataset, "head_seal", added.seal)
+    return added.head
+
+
+def entry(
+    dataset: Dataset | DatasetState,
+    consumer: Actor | None,
+    *,
     kind: str,
     status: str,
     created_at: int,
@@ -92,13 +112,15 @@ def append(
     implementation: str | None = None,
     loss_after: Amount | None = None,
     hasher: KeyHasher | None,
-) -> ChainHead:
-    """Add one entry at the end of ``dataset``'s chain (the dataset row must be locked);
-    the chain's new head, which is the entry's own seq and hash.
+) -> Entry:
+    """The writes that add one entry at the end of ``dataset``'s chain, as it stands in
+    ``dataset`` (whose row must be locked until they are committed), and the chain's new
+    head: the entry's own seq and hash.
 
     The statement that moves the dataset's head also writes its seal
     (``seals.next_head_seal``: with ``hasher``, the new head's seal if the old one holds).
-    Two driver statements and no ORM object: this runs on every charge."""
+    Two driver statements, which do not depend on each other's writes, and no ORM object:
+    this runs on every charge."""
     values: dict[str, Any] = {
         "seq": dataset.ledger_seq + 1,
         "kind": kind,
@@ -134,16 +156,12 @@ def append(
         (dataset.ledger_seq, values["prev_hash"], dataset.head_seal),
         (values["seq"], values["hash"]),
     )
-    driver.run(_INSERT, values)
-    driver.run(
-        _ADVANCE_HEAD,
-        {"seq": values["seq"], "head": values["hash"], "seal": seal, "id": dataset.id},
+    advance = {"seq": values["seq"], "head": values["hash"], "seal": seal, "id": dataset.id}
+    return Entry(
+        (Write(_INSERT, values), Write(_ADVANCE_HEAD, advance)),
+        ChainHead(values["seq"], values["hash"]),
+        seal,
     )
-    if isinstance(dataset, Dataset):  # keep a loaded ORM row in step with the database
-        set_committed_value(dataset, "ledger_seq", values["seq"])
-        set_committed_value(dataset, "ledger_head", values["hash"])
-        set_committed_value(dataset, "head_seal", seal)
-    return ChainHead(values["seq"], values["hash"])
 
 
 class ChainHead(NamedTuple):
@@ -151,6 +169,15 @@ class ChainHead(NamedTuple):
 
     seq: int
     hash: str
+
+
+class Entry(NamedTuple):
+    """A new entry's writes (the entry, and the dataset's head moved to it), the chain's new
+    head and its seal."""
+
+    writes: tuple[Write, Write]
+    head: ChainHead
+    seal: str | None
 
 
 #: Every column an entry is written with (its id is the database's).

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from accountant.driver import Driver, upsert
+from accountant.driver import Write, upsert
 from accountant.models import Dataset, LedgerEntry, SigningKey
 from accountant.signing import public_jwk, sign
 
@@ -23,11 +23,11 @@ def register(session: Session, private: Ed25519PrivateKey, now: int) -> None:
         session.add(SigningKey(kid=jwk["kid"], public_jwk=jwk, created_at=now))
 
 
-def publish(driver: Driver, private: Ed25519PrivateKey, now: int) -> None:
-    """Keep the public half of ``private`` in the current transaction, if it is not kept yet:
-    the charge that first signs with a key publishes it, atomically with itself."""
+def published(private: Ed25519PrivateKey, now: int) -> Write:
+    """The write that keeps the public half of ``private``, if it is not kept yet: the charge
+    that first signs with a key publishes it, atomically with itself."""
     jwk = public_jwk(private.public_key())
-    driver.run(_PUBLISH, {"k": jwk["kid"], "j": json.dumps(jwk), "t": now})
+    return Write(_PUBLISH, {"k": jwk["kid"], "j": json.dumps(jwk), "t": now})
 
 
 _PUBLISH = upsert(

@@ -1,0 +1,446 @@
+"""A charge decided: every rule of DESIGN.md applied to what its transaction read.
+
+``decide(reads, request)`` is the whole decision, and pure: no I/O, no
+clock, no database. From the plain values read under the dataset's lock
+(``ChargeReads``: the dataset row with the caller's role and grant, the
+charged partitions that exist, each scope's row and, for the top-k rule,
+its largest s(p)) it
+
+1. checks that the caller may charge the dataset (``may_charge``, the one
+   spelling of that rule; a preview asks ``may_read``);
+2. resolves the charged partitions (``"*"``: every partition that exists);
+3. prices the release (``pricing.price``) and asks the mechanism whether it
+   can run (``prepare``);
+4. builds each scope's state as the loss rules read it (``_states``): a
+   scope never charged is ``loss.fresh``; for the top-k rule, the k largest
+   s(p) inside the charged set are padded with zeros to min(k, |P|), since a
+   partition never charged in a scope has s(p) = 0 there;
+5. checks every scope in the order of ``checks.SCOPE_ORDER`` (the lifetime,
+   the per-partition limit, the consumer's quota, each window), takes the
+   first that denies, and whether the charge could ever fit it
+   (``checks.never_fits``).
+
+What to write follows from the ``Decision`` alone (``services.charge_plan``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from accountant.accounting import checks as rules
+from accountant.accounting import pricing
+from accountant.accounting.loss import (
+    PARTS,
+    LossRule,
+    Part,
+    ScopeKey,
+    ScopeState,
+    Top,
+    charged,
+    fresh,
+)
+from accountant.accounting.modes import Mode, mode_of
+from accountant.accounting.windows import Window
+from accountant.errors import Forbidden, field_error
+from accountant.exact import Amount, ComponentName, Limit
+from accountant.mechanism import Mechanism, UnusableParameters
+
+
+def may_charge(role: str | None, granted: bool) -> bool:
+    """Whether a consumer of ``role`` may charge a dataset (``granted``: it holds a grant on
+    it): an admin any, a service the ones granted to it, an auditor none."""
+    return role == "admin" or (role == "service" and granted)
+
+
+def may_read(role: str | None, granted: bool) -> bool:
+    """Whether a consumer of ``role`` may read a dataset and preview its charges: an admin or
+    an auditor any, a service the ones granted to it."""
+    return role in ("admin", "auditor") or granted
+
+
+@dataclass(frozen=True)
+class WindowLimit:
+    period_seconds: int
+    limit: Limit
+
+
+@dataclass(frozen=True)
+class DatasetState:
+    """The columns of a dataset row that pricing, checking and the ledger need, with what
+    the same statement read of the caller: its role, its grant and quota, its key."""
+
+    id: int
+    name: str
+    privacy_unit: str
+    accounting: str
+    rdp_order: str | None
+    composition_delta: int | None  # delta' of an approx dataset with advanced composition
+    max_partitions_per_user: int | None
+    max_records_per_user: int | None
+    limit: Limit
+    partition_limit: Limit | None
+    windows: tuple[WindowLimit, ...]
+    ledger_seq: int
+    ledger_head: str
+    head_seal: str | None  # ``seals.of_head`` of the two above, as the service wrote it
+    terms_sha256: str  # the digest of the terms as the service last set them
+    quota: Limit | None  # the charging consumer's quota on this dataset
+    granted: bool  # whether the charging consumer holds a grant on it
+    key_valid: bool  # whether the caller's API key is unrevoked
+    role: str | None = None  # the charging consumer's role (None: the consumer is gone)
+
+    @property
+    def limit_delta(self) -> int | None:
+        return self.limit.delta
+
+    @property
+    def mode(self) -> Mode:
+        return mode_of(self.accounting, self.rdp_order, self.composition_delta)
+
+    @property
+    def rule(self) -> LossRule:
+        return LossRule(self.privacy_unit, self.max_partitions_per_user)
+
+
+class Caller(Protocol):
+    """Who asks for a charge, as authenticated (its role and grants are read again with the
+    dataset, ``DatasetState``)."""
+
+    @property
+    def consumer_id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def key_id(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ChargeRequest:
+    """A charge as the caller asked for it, validated as far as it can be without the
+    database."""
+
+    dataset: str
+    partitions: list[str] | str
+    release: str
+    mechanism: Mechanism
+    params: Mapping[str, Any]
+    sensitivity_unit: str | None
+    principal: Caller
+    #: The input the mechanism will run on (None in a preview that sends none).
+    data: Mapping[str, Any] | None = None
+    #: The id of the noise secret the output is drawn with (recorded with a grant).
+    noise_secret: str | None = None
+    #: The idempotency key, if any, and the SHA-256 of the body (``idempotency.fingerprint``).
+    key: str | None = None
+    fingerprint: str = ""
+
+
+#: One part and component of a scope's spends: s(p), s_J(p) or s_P(p) in epsilon, delta or
+#: rho (``loss.PARTS``).
+Column = tuple[Part, ComponentName]
+
+
+@dataclass(frozen=True)
+class ScopeRow:
+    """A scope's row as read in the charge's transaction: plain values.
+
+    ``max_touched`` is the largest old s(p) among the charged partitions. For
+    the top-k rule, ``inside`` holds each column's values of the charged
+    partitions that have spent in this scope, and ``outside`` the k largest
+    positive values of the others (of every partition when the read could not
+    tell them apart: ``"*"``, or no charged partition exists yet).
+    """
+
+    id: int
+    total: Amount
+    max_spend: Amount
+    max_touched: Amount
+    joint_total: Amount
+    parallel_total: Amount
+    inside: Mapping[Column, tuple[int, ...]]
+    outside: Mapping[Column, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class ChargeReads:
+    """Everything a charge's decision needs, read under its dataset's lock
+    (``services.charge_reads``)."""
+
+    dataset: DatasetState
+    #: The charge's time, read once its transaction held the lock (microseconds).
+    now_us: int
+    #: The ids of the charged partitions that exist, by key (every partition for ``"*"``,
+    #: in the order they were declared).
+    partitions: Mapping[str, int]
+    #: The rows of the scopes the charge may touch that exist, by key.
+    scopes: Mapping[ScopeKey, ScopeRow]
+    #: s(p) in the lifetime scope of the charged partitions that have spent, when the
+    #: dataset has a per-partition limit (read only then).
+    spends: Mapping[str, Amount]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One scope a charge touches: its key, its row's id (None: charged for the first
+    time) and its state before the charge."""
+
+    key: ScopeKey
+    id: int | None
+    state: ScopeState
+
+
+@dataclass(frozen=True)
+class ScopeChecker:
+    """Every scope a charge touches, as read under the lock, ready to check a cost."""
+
+    dataset: DatasetState
+    rule: LossRule
+    names: tuple[ComponentName, ...]
+    consumer_id: int
+    states: Mapping[ScopeKey, ScopeState]
+    windows: tuple[Window, ...]
+    keys: list[str]
+    release: str
+    spends: Mapping[str, Amount]  # the charged partitions' s(p), with a partition limit
+
+    def checks(self, cost: Amount, m: int) -> list[rules.ScopeCheck]:
+        """Each scope's loss before and after a charge of per-release ``cost`` and
+        multiplicity ``m`` (n identical charges are one of cost x n)."""
+        dataset, rule, names, release = self.dataset, self.rule, self.names, self.release
+        lifetime = self.states[("lifetime", 0, 0, 0)]
+        checks = [
+            rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, release, names)
+        ]
+        if dataset.partition_limit is not None:
+            checks.append(
+                rules.partition_check(
+                    dataset.partition_limit, lifetime, cost, names, self.keys, self.spends
+                )
+            )
+        if dataset.quota is not None and dataset.granted:
+            checks.append(
+                rules.scope_check(
+                    "consumer",
+                    dataset.quota,
+                    rule,
+                    self.states[("consumer", self.consumer_id, 0, 0)],
+                    cost,
+                    m,
+                    release,
+                    names,
+                )
+            )
+        for budget, window in zip(dataset.windows, self.windows, strict=True):
+            checks.append(
+                rules.scope_check(
+                    "window",
+                    budget.limit,
+                    rule,
+                    self.states[("window", 0, window.period, window.start)],
+                    cost,
+                    m,
+                    release,
+                    names,
+                    window=window,
+                )
+            )
+        return checks
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything decided about a charge before anything is written."""
+
+    dataset: DatasetState
+    mode: Mode
+    partitions: list[str]
+    priced: pricing.Priced
+    denial: rules.Denial | None
+    lifetime_after: Amount
+    lifetime_now: Amount
+    scopes: tuple[Scope, ...]
+    partition_ids: Mapping[str, int]
+    all_partitions: bool
+    never_fits: bool
+    checks: tuple[rules.ScopeCheck, ...]
+    checker: ScopeChecker
+    now_us: int
+
+    @property
+    def granted(self) -> bool:
+        return self.denial is None
+
+    @property
+    def remaining(self) -> Amount:
+        loss = self.lifetime_after if self.granted else self.lifetime_now
+        return rules.remaining(self.dataset.limit, loss, self.mode.components)
+
+    @property
+    def charged(self) -> Amount:
+        return charged(self.priced.cost, self.priced.multiplicity)
+
+
+def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False) -> Decision:
+    """Decide ``request`` on what its transaction read: a grant or a denial, with every
+    figure the writes and the response need. Raises the refusals: 403 for a caller that may
+    not charge the dataset (``preview``: may not read it), 400 for partitions, parameters
+    or an input the charge cannot be priced or run with."""
+    dataset = reads.dataset
+    _check_grant(dataset, request, preview)
+    mode, rule = dataset.mode, dataset.rule
+    ids, keys, all_partitions = _resolve(reads.partitions, dataset, request.partitions)
+    try:
+        priced = pricing.price(
+            request.mechanism,
+            request.params,
+            request.sensitivity_unit,
+            mode,
+            rule,
+            dataset.max_records_per_user,
+            request.release,
+            len(keys),
+        )
+    except pricing.PricingError as error:
+        raise field_error(error.field, str(error)) from None
+    prepare(request.mechanism, priced.run_params, request.data)
+    windows = windows_at(dataset, reads.now_us)
+    consumer_id = request.principal.consumer_id
+    scopes = _states(reads, rule, mode.components, consumer_id, windows, len(keys), all_partitions)
+    checker = ScopeChecker(
+        dataset,
+        rule,
+        mode.components,
+        consumer_id,
+        {scope.key: scope.state for scope in scopes},
+        windows,
+        keys,
+        request.release,
+        reads.spends,
+    )
+    cost, m = priced.cost, priced.multiplicity
+    checks = checker.checks(cost, m)
+    denial = rules.first_denial(checks, cost, mode.components)
+    never = denial is not None and rules.never_fits(
+        denial, rule, cost, m, request.release, mode.components, len(keys)
+    )
+    return Decision(
+        dataset,
+        mode,
+        keys,
+        priced,
+        denial,
+        checks[0].after,
+        checks[0].spent,
+        scopes,
+        ids,
+        all_partitions,
+        never,
+        tuple(checks),
+        checker,
+        reads.now_us,
+    )
+
+
+def _check_grant(dataset: DatasetState, request: ChargeRequest, preview: bool) -> None:
+    """The caller's role and grant as read with the dataset, never as remembered."""
+    name = request.principal.name
+    if preview:
+        if not may_read(dataset.role, dataset.granted):
+            raise Forbidden(
+                f"dataset {dataset.name!r} is not granted to {name!r}; ask an admin for a grant"
+            )
+    elif not may_charge(dataset.role, dataset.granted):
+        raise Forbidden(
+            f"{name!r} (role {dataset.role}) may not charge dataset {dataset.name!r}; "
+            "ask an admin for a grant"
+        )
+
+
+def prepare(
+    mechanism: Mechanism, run_params: Mapping[str, Any], data: Mapping[str, Any] | None
+) -> None:
+    """The mechanism's own check that it can run these parameters on this input: a 400
+    naming the field and the usable range, before anything is charged."""
+    if mechanism.prepare is None:
+        return
+    try:
+        mechanism.prepare(run_params, data)
+    except UnusableParameters as error:
+        raise field_error(error.field, str(error)) from None
+    except (ValueError, ArithmeticError) as error:
+        raise field_error(
+            "params", f"mechanism {mechanism.name!r} cannot run with these parameters: {error}"
+        ) from None
+
+
+def _resolve(
+    found: Mapping[str, int], dataset: DatasetState, requested: list[str] | str
+) -> tuple[dict[str, int], list[str], bool]:
+    """(ids of existing charged partitions by key, the charged keys, whether P is "*")."""
+    if requested == "*":
+        if not found:
+            raise field_error(
+                "partitions",
+                f"'*' resolved to no partition: dataset "
+                f"{dataset.name!r} has none yet; declare them with "
+                f"POST /v1/datasets/{dataset.name}/partitions or name them",
+            )
+        return dict(found), list(found), True
+    return dict(found), list(requested), False
+
+
+def windows_at(dataset: DatasetState, now_us: int) -> tuple[Window, ...]:
+    """The windows of ``dataset``'s window budgets that contain the moment ``now_us``."""
+    return tuple(Window.containing(w.period_seconds, now_us / 1e6) for w in dataset.windows)
+
+
+def scope_keys(consumer_id: int, windows: tuple[Window, ...]) -> list[ScopeKey]:
+    """The scopes a charge touches: the dataset's lifetime, the caller's quota and each
+    current window."""
+    keys: list[ScopeKey] = [("lifetime", 0, 0, 0), ("consumer", consumer_id, 0, 0)]
+    return keys + [("window", 0, w.period, w.start) for w in windows]
+
+
+def _states(
+    reads: ChargeReads,
+    rule: LossRule,
+    names: tuple[ComponentName, ...],
+    consumer_id: int,
+    windows: tuple[Window, ...],
+    n: int,
+    all_partitions: bool,
+) -> tuple[Scope, ...]:
+    """Every scope the charge may touch (the lifetime, the caller's quota, each window), as
+    the loss rules read it before a charge on ``n`` partitions (``all_partitions``: every
+    one, ``"*"``)."""
+    k = rule.max_partitions_per_user if rule.uses_top_k else None
+    scopes = []
+    for key in scope_keys(consumer_id, windows):
+        row = reads.scopes.get(key)
+        if row is None:
+            scopes.append(Scope(key, None, fresh(rule, n)))
+            continue
+        top: dict[Column, Top] = {}
+        if k is not None:
+            for part in PARTS:
+                for name in names:
+                    inside = sorted(row.inside.get((part, name), ()), reverse=True)
+                    outside = list(row.outside.get((part, name), ()))
+                    if all_partitions:  # every partition is charged: the largest are inside
+                        inside, outside = outside, []
+                    padded = inside[:k] + [0] * (min(k, n) - len(inside[:k]))
+                    top[part, name] = Top(tuple(outside), tuple(padded))
+        state = ScopeState(
+            total=row.total,
+            max_all=row.max_spend,
+            max_touched=row.max_spend if all_partitions else row.max_touched,
+            joint_total=row.joint_total,
+            parallel_total=row.parallel_total,
+            top=top,
+        )
+        scopes.append(Scope(key, row.id, state))
+    return tuple(scopes)

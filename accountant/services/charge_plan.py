@@ -1,0 +1,413 @@
+"""What a charge writes: its decision as a plan of writes (``driver.WritePlan``).
+
+``plan`` turns a ``Decision`` into the statements that record it, in blocks
+whose statements do not depend on each other's writes (each block runs as
+one statement on PostgreSQL, ``Driver.together``; ``driver.Block`` checks
+the rule when the block is built):
+
+- a grant that charges partitions or scopes for the first time first
+  creates their rows: the partitions, and the new scope rows with the
+  charge already in their figures. A new window also drops the windows that
+  ended long ago, first their s(p), then their rows (two blocks more: each
+  writes a table that another opening statement writes or reads);
+- then one block. A grant adds its cost to s(p) (and to s_J(p) or s_P(p),
+  by its release kind) of every charged partition in every scope, in one
+  upsert that finds partitions and scope rows created by the blocks before
+  by their keys, and writes every other scope's new T, T_J, T_P and largest
+  s(p) (computed by ``accounting.loss``). Every charge appends its ledger
+  entry and moves the chain's head to it, counts itself for /metrics and,
+  with an idempotency key, remembers its response; the first grant signed
+  with a receipt key publishes that key.
+
+Nothing here reads the database, so the plan is built before anything is
+written, and a refusal or a failed mechanism leaves the transaction as it
+found it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import (
+    BindParameter,
+    ColumnClause,
+    Select,
+    and_,
+    bindparam,
+    case,
+    delete,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+
+from accountant.accounting.decide import ChargeRequest, Decision
+from accountant.accounting.loss import Part, ScopeKey, ScopeState, holds, max_after, total_after
+from accountant.accounting.windows import PERIODS
+from accountant.driver import Block, Statement, Write, WritePlan, statement, upsert
+from accountant.exact import COMPONENTS, Amount
+from accountant.key_hashing import KeyHasher
+from accountant.models import ChargeCount, Partition, Tally, TallySpend
+from accountant.models.tally import PART_PREFIXES
+from accountant.services import charge_responses, idempotency, ledger, receipts
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A charge's writes, and the response they remember (its charge's answer)."""
+
+    writes: WritePlan
+    response: idempotency.Outcome
+
+
+@dataclass(frozen=True)
+class Signing:
+    """How a grant's receipt is signed and its chain head sealed: the receipt key, whether
+    it must be published with the grant, and the key-hash secret."""
+
+    signer: Ed25519PrivateKey
+    publish: bool
+    hasher: KeyHasher
+
+
+def plan(
+    decision: Decision,
+    request: ChargeRequest,
+    *,
+    charge_id: str,
+    output_sha256: str | None,
+    signing: Signing,
+) -> Planned:
+    """The writes that record ``decision`` on ``request`` as charge ``charge_id`` (a grant's
+    output has SHA-256 ``output_sha256``), and its response.
+
+    Args:
+        decision: the charge as decided under its dataset's lock.
+        request: the charge as asked for.
+        charge_id: the new charge's id.
+        output_sha256: a grant's output's digest (None for a denial).
+        signing: the receipt key and the key-hash secret.
+    """
+    now = decision.now_us
+    entry = _entry(decision, request, charge_id, signing.hasher)
+    main = [*entry.writes, _count(decision, request)]
+    opening: list[Block] = []
+    if decision.granted:
+        assert output_sha256 is not None
+        opening, scopes = _scope_writes(decision)
+        main += scopes
+        if signing.publish:
+            main.append(receipts.published(signing.signer, now))
+        response = charge_responses.granted(
+            decision, request, charge_id, now, output_sha256, entry.head, signing.signer
+        )
+    else:
+        response = charge_responses.denied(decision, request, charge_id, now)
+    if request.key is not None:
+        main.append(
+            idempotency.remembered(request.principal.consumer_id, request.key, response, now)
+        )
+    return Planned(WritePlan((*opening, Block(tuple(main)))), response)
+
+
+def _entry(
+    decision: Decision, request: ChargeRequest, charge_id: str, hasher: KeyHasher
+) -> ledger.Entry:
+    """The charge's ledger entry; a grant records what produced its output. Every charge
+    records the digest of the terms it was checked against, so that limits edited in the
+    database show even before their first limit change."""
+    granted = decision.granted
+    detail = {} if granted else _denial_detail(decision)
+    detail["terms_sha256"] = decision.dataset.terms_sha256
+    return ledger.entry(
+        decision.dataset,
+        ledger.Actor(request.principal.consumer_id, request.principal.name),
+        kind="charge",
+        status="granted" if granted else "denied",
+        created_at=decision.now_us,
+        charge_id=charge_id,
+        mechanism=request.mechanism.name,
+        release=request.release,
+        partitions=decision.partitions,
+        params=_plain_params(request),
+        cost=decision.priced.cost,
+        multiplicity=decision.priced.multiplicity,
+        detail=detail,
+        noise_secret=request.noise_secret if granted else None,
+        implementation=request.mechanism.implementation if granted else None,
+        loss_after=decision.lifetime_after if granted else decision.lifetime_now,
+        hasher=hasher,
+    )
+
+
+def _count(decision: Decision, request: ChargeRequest) -> Write:
+    """One more charge of its mechanism and outcome on its dataset, for /metrics."""
+    outcome = "granted" if decision.granted else "denied"
+    return Write(
+        _COUNT_CHARGE, {"d": decision.dataset.id, "m": request.mechanism.name, "o": outcome}
+    )
+
+
+_ONE: ColumnClause[Any] = literal_column("1")
+
+#: /metrics reports these counts, so that a scrape never reads the ledger.
+_COUNT_CHARGE = upsert(
+    lambda insert: (
+        insert(ChargeCount)
+        .values(
+            dataset_id=bindparam("d"), mechanism=bindparam("m"), outcome=bindparam("o"), count=_ONE
+        )
+        .on_conflict_do_update(
+            index_elements=[ChargeCount.dataset_id, ChargeCount.mechanism, ChargeCount.outcome],
+            set_={ChargeCount.count: ChargeCount.count + _ONE},
+        )
+    )
+)
+
+
+def _plain_params(request: ChargeRequest) -> dict[str, Any]:
+    params = {k: str(v) if isinstance(v, Decimal) else v for k, v in request.params.items()}
+    if request.sensitivity_unit is not None:
+        params["sensitivity_unit"] = request.sensitivity_unit
+    return params
+
+
+def _denial_detail(decision: Decision) -> dict[str, Any]:
+    denial = decision.denial
+    assert denial is not None
+    detail: dict[str, Any] = {"scope": denial.scope}
+    if denial.partition is not None:
+        detail["partition"] = denial.partition
+    if denial.window is not None:
+        detail["window_start"] = denial.window.start
+        detail["period"] = denial.window.name
+    return detail
+
+
+def _scope_writes(decision: Decision) -> tuple[list[Block], list[Write]]:
+    """A grant's writes to its partitions and scopes: (the blocks that create the rows it
+    charges for the first time, its writes in the charge's last block)."""
+    dataset = decision.dataset
+    opening: list[Write] = []
+    missing = [key for key in decision.partitions if key not in decision.partition_ids]
+    if missing:
+        params: dict[str, Any] = {"d": dataset.id, "t": decision.now_us}
+        params.update((f"k{i}", key) for i, key in enumerate(missing))
+        opening.append(Write(_insert_partitions(len(missing)), params))
+    new = [scope for scope in decision.scopes if scope.id is None]
+    old = [scope for scope in decision.scopes if scope.id is not None]
+    blocks: list[Block] = []
+    if new:
+        rows: dict[str, Any] = {"d": dataset.id}
+        for i, scope in enumerate(new):
+            kind, consumer, period, start = scope.key
+            rows.update({f"kind{i}": kind, f"c{i}": consumer, f"p{i}": period, f"s{i}": start})
+            rows.update(_figures(decision, scope.state, i))
+        tallies = Write(_insert_tallies(len(new)), rows)
+        if any(scope.key[0] == "window" for scope in new):
+            # a new window began: its rows are written after the ended ones are dropped
+            cutoff = {
+                "d": dataset.id,
+                "cutoff": decision.now_us // 1_000_000 - max(PERIODS.values()),
+            }
+            blocks += [
+                Block((Write(_PRUNE_SPENDS, cutoff), *opening)),
+                Block((Write(_PRUNE_TALLIES, cutoff),)),
+                Block((tallies,)),
+            ]
+        else:
+            blocks.append(Block((*opening, tallies)))
+    elif opening:
+        blocks.append(Block(tuple(opening)))
+    last = [_spends(decision, [] if new else [s.id for s in old if s.id is not None])]
+    if old:
+        figures: dict[str, Any] = {}
+        for i, scope in enumerate(old):
+            figures[f"id{i}"] = scope.id
+            figures.update(_figures(decision, scope.state, i))
+        last.append(Write(_update_tallies(len(old)), figures))
+    return blocks, last
+
+
+def _figures(decision: Decision, state: ScopeState, i: int) -> dict[str, int]:
+    """A scope's figures after the grant, as the i-th row's parameters: T, T_J and T_P of
+    the parts the dataset keeps (the others stay as they are) and the largest s(p)."""
+    cost, m = decision.priced.cost, decision.priced.multiplicity
+    release, kept = decision.checker.release, decision.checker.rule.parts
+    values = {
+        prefix: total_after(state, cost, m, part, release)
+        if part in kept
+        else state.part_total(part)
+        for prefix, part in _TOTALS.items()
+    }
+    values["m"] = max_after(state, cost)
+    params = {}
+    for prefix, amount in values.items():
+        params.update(
+            {
+                f"{prefix}e{i}": amount.epsilon,
+                f"{prefix}d{i}": amount.delta,
+                f"{prefix}r{i}": amount.rho,
+            }
+        )
+    return params
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_partitions(count: int) -> Statement:
+    """Partitions charged for the first time: ``count`` rows in one statement."""
+    rows: list[dict[Any, Any]] = [
+        {
+            Partition.dataset_id: bindparam("d"),
+            Partition.key: bindparam(f"k{i}"),
+            Partition.created_at: bindparam("t"),
+        }
+        for i in range(count)
+    ]
+    return statement(insert(Partition).values(rows))
+
+
+#: The parameters' prefixes of T, T_J and T_P.
+_TOTALS: dict[str, Part] = {"t": "every", "tj": "joint", "tp": "parallel"}
+
+#: Each scope row's totals (T, T_J, T_P) and maxima, by their parameters' prefixes.
+_TALLY_COLUMNS = {
+    "te": Tally.total_epsilon,
+    "td": Tally.total_delta,
+    "tr": Tally.total_rho,
+    "me": Tally.max_epsilon,
+    "md": Tally.max_delta,
+    "mr": Tally.max_rho,
+    "tje": Tally.total_joint_epsilon,
+    "tjd": Tally.total_joint_delta,
+    "tjr": Tally.total_joint_rho,
+    "tpe": Tally.total_parallel_epsilon,
+    "tpd": Tally.total_parallel_delta,
+    "tpr": Tally.total_parallel_rho,
+}
+
+
+@functools.lru_cache(maxsize=16)
+def _update_tallies(count: int) -> Statement:
+    """Scope rows updated in one statement (:id{i} and its new figures): one CASE per
+    column."""
+    ids: list[BindParameter[Any]] = [bindparam(f"id{i}") for i in range(count)]
+    return statement(
+        update(Tally)
+        .where(Tally.id.in_(ids))
+        .values(
+            {
+                column: case(*((Tally.id == ids[i], bindparam(f"{name}{i}")) for i in range(count)))
+                for name, column in _TALLY_COLUMNS.items()
+            }
+        )
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_tallies(count: int) -> Statement:
+    """``count`` new scope rows with their figures after the charge."""
+    rows: list[dict[Any, Any]] = [
+        {
+            Tally.dataset_id: bindparam("d"),
+            Tally.kind: bindparam(f"kind{i}"),
+            Tally.consumer_id: bindparam(f"c{i}"),
+            Tally.period_seconds: bindparam(f"p{i}"),
+            Tally.window_start: bindparam(f"s{i}"),
+            **{column: bindparam(f"{name}{i}") for name, column in _TALLY_COLUMNS.items()},
+        }
+        for i in range(count)
+    ]
+    return statement(insert(Tally).values(rows))
+
+
+#: A new window began: the tallies of windows that ended more than the longest window
+#: length ago are dropped. No charge or report reads them again (a charge reads the windows
+#: around its own clock, so a host whose clock lags by less than that still finds the
+#: window it charges), and the ledger keeps every charge.
+_ENDED = select(Tally.id).where(
+    Tally.dataset_id == bindparam("d"),
+    Tally.kind == literal_column("'window'"),
+    Tally.window_start + Tally.period_seconds < bindparam("cutoff"),
+)
+_PRUNE_SPENDS = statement(delete(TallySpend).where(TallySpend.tally_id.in_(_ENDED)))
+_PRUNE_TALLIES = statement(delete(Tally).where(Tally.id.in_(_ENDED)))
+
+
+def _spends(decision: Decision, tally_ids: list[int]) -> Write:
+    """Add the cost to s(p) and, of the parts the dataset keeps, to s_J(p) or s_P(p) by the
+    release kind, of every charged partition (all of them for ``"*"``) in every scope: by
+    the scopes' ids (``tally_ids``), or by their keys when some are created in this
+    charge."""
+    dataset, release = decision.dataset, decision.checker.release
+    kept = decision.checker.rule.parts
+    params: dict[str, Any] = {"dataset": dataset.id}
+    for part in kept:  # each column's increment, bound by the column's name
+        added = decision.priced.cost if holds(part, release) else Amount()
+        params.update({f"{PART_PREFIXES[part]}{name}": added[name] for name in COMPONENTS})
+    if not decision.all_partitions:
+        params["keys"] = decision.partitions
+    keys: list[ScopeKey] = []
+    if tally_ids:
+        params["tallies"] = tally_ids
+    else:
+        keys = [scope.key for scope in decision.scopes]
+        for i, (kind, consumer, period, start) in enumerate(keys):
+            params.update({f"nk{i}": kind, f"nc{i}": consumer, f"np{i}": period, f"ns{i}": start})
+    return Write(_upsert_spends(not decision.all_partitions, kept, len(keys)), params)
+
+
+@functools.lru_cache(maxsize=16)
+def _upsert_spends(some: bool, kept: tuple[Part, ...], by_key: int) -> Statement:
+    """The cost added to the ``kept`` parts' spends (:epsilon, :joint_epsilon, ...) of every
+    scope and partition (:keys if ``some``): the scopes by id (:tallies), or, with
+    ``by_key``, by the keys of that many (SQLite needs the WHERE clause of the SELECT to
+    parse ``ON CONFLICT``). A dataset without the top-k rule keeps s(p) alone, so its
+    charges never touch the other parts' columns or indexes."""
+    spends = [f"{PART_PREFIXES[part]}{name}" for part in kept for name in COMPONENTS]
+    scopes = (
+        and_(
+            Tally.dataset_id == bindparam("dataset"),
+            or_(
+                *(
+                    and_(
+                        Tally.kind == bindparam(f"nk{i}"),
+                        Tally.consumer_id == bindparam(f"nc{i}"),
+                        Tally.period_seconds == bindparam(f"np{i}"),
+                        Tally.window_start == bindparam(f"ns{i}"),
+                    )
+                    for i in range(by_key)
+                )
+            ),
+        )
+        if by_key
+        else Tally.id.in_(bindparam("tallies", expanding=True))
+    )
+    charged: Select[Any] = select(  # type: ignore[assignment]  # typed by its columns
+        Tally.id, Partition.id, *(bindparam(column) for column in spends)
+    ).where(scopes, Partition.dataset_id == bindparam("dataset"))
+    if some:
+        charged = charged.where(Partition.key.in_(bindparam("keys", expanding=True)))
+
+    def build(insert: Any) -> Any:
+        rows = insert(TallySpend).from_select(["tally_id", "partition_id", *spends], charged)
+        return rows.on_conflict_do_update(
+            index_elements=[TallySpend.tally_id, TallySpend.partition_id],
+            set_={
+                name: getattr(TallySpend, name) + getattr(rows.excluded, name) for name in spends
+            },
+        )
+
+    return upsert(
+        build,
+        unaffected={
+            "tallies": "it reads the scope rows' ids and keys, which the update of their "
+            "figures in the same block leaves as they are"
+        },
+    )
