@@ -317,11 +317,11 @@ def test_decide_matches_the_reference(
         role=role,
     )
     reads = ChargeReads(
-        dataset,
-        NOW_US,
-        {p: existing[p] for p in keys if p in existing},
-        scopes,
-        lifetime_spends if per_partition is not None else {},
+        dataset=dataset,
+        now_us=NOW_US,
+        partitions={p: existing[p] for p in keys if p in existing},
+        scopes=scopes,
+        spends=lifetime_spends if per_partition is not None else {},
     )
     request = ChargeRequest(
         "clicks", asked, release, _mechanism(), {"units": cost}, None, _Caller()

@@ -144,7 +144,7 @@ class ChargeRequest:
 Column = tuple[Part, ComponentName]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScopeRow:
     """A scope's row as read in the charge's transaction: plain values.
 
@@ -165,7 +165,7 @@ class ScopeRow:
     outside: Mapping[Column, tuple[int, ...]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChargeReads:
     """Everything a charge's decision needs, read under its dataset's lock
     (``services.charge_reads``)."""
@@ -193,7 +193,7 @@ class Scope:
     state: ScopeState
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScopeChecker:
     """Every scope a charge touches, as read under the lock, ready to check a cost."""
 
@@ -251,7 +251,7 @@ class ScopeChecker:
         return checks
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     """Everything decided about a charge before anything is written."""
 
@@ -311,15 +311,15 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
     consumer_id = request.principal.consumer_id
     scopes = _states(reads, rule, mode.components, consumer_id, windows, len(keys), all_partitions)
     checker = ScopeChecker(
-        dataset,
-        rule,
-        mode.components,
-        consumer_id,
-        {scope.key: scope.state for scope in scopes},
-        windows,
-        keys,
-        request.release,
-        reads.spends,
+        dataset=dataset,
+        rule=rule,
+        names=mode.components,
+        consumer_id=consumer_id,
+        states={scope.key: scope.state for scope in scopes},
+        windows=windows,
+        keys=keys,
+        release=request.release,
+        spends=reads.spends,
     )
     cost, m = priced.cost, priced.multiplicity
     checks = checker.checks(cost, m)
@@ -328,20 +328,20 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
         denial, rule, cost, m, request.release, mode.components, len(keys)
     )
     return Decision(
-        dataset,
-        mode,
-        keys,
-        priced,
-        denial,
-        checks[0].after,
-        checks[0].spent,
-        scopes,
-        ids,
-        all_partitions,
-        never,
-        tuple(checks),
-        checker,
-        reads.now_us,
+        dataset=dataset,
+        mode=mode,
+        partitions=keys,
+        priced=priced,
+        denial=denial,
+        lifetime_after=checks[0].after,
+        lifetime_now=checks[0].spent,
+        scopes=scopes,
+        partition_ids=ids,
+        all_partitions=all_partitions,
+        never_fits=never,
+        checks=tuple(checks),
+        checker=checker,
+        now_us=reads.now_us,
     )
 
 

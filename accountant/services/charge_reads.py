@@ -155,18 +155,22 @@ def _complete(
         if key in wanted:
             inside, outside = _tops(dataset, tops[key]) if key in tops else ({}, {})
             scopes[key] = ScopeRow(
-                row.id,
-                Amount(row.total_epsilon, row.total_delta, row.total_rho),
-                Amount(row.max_epsilon, row.max_delta, row.max_rho),
-                Amount(row.touched_epsilon or 0, row.touched_delta or 0, row.touched_rho or 0),
-                Amount(row.total_joint_epsilon, row.total_joint_delta, row.total_joint_rho),
-                Amount(
+                id=row.id,
+                total=Amount(row.total_epsilon, row.total_delta, row.total_rho),
+                max_spend=Amount(row.max_epsilon, row.max_delta, row.max_rho),
+                max_touched=Amount(
+                    row.touched_epsilon or 0, row.touched_delta or 0, row.touched_rho or 0
+                ),
+                joint_total=Amount(
+                    row.total_joint_epsilon, row.total_joint_delta, row.total_joint_rho
+                ),
+                parallel_total=Amount(
                     row.total_parallel_epsilon, row.total_parallel_delta, row.total_parallel_rho
                 ),
-                inside,
-                outside,
+                inside=inside,
+                outside=outside,
             )
-    return ChargeReads(dataset, now_us, ids, scopes, spends)
+    return ChargeReads(dataset=dataset, now_us=now_us, partitions=ids, scopes=scopes, spends=spends)
 
 
 Tops = dict[Column, tuple[int, ...]]
