@@ -38,7 +38,10 @@ How a block ends decides what happens to the transaction:
   unit that was not refused back to run again, in a transaction of its own,
   before any other (``transactions`` gives it that transaction): the one at
   fault fails again by itself, and what it wrote never reaches anyone's
-  commit. Any other database error is every unit's. Such errors are rare (a
+  commit. A duplicate key that a lone unit meets sends it back once if its
+  work expects one (an idempotency key committed by another transaction
+  between its read and its write). Any other database error is every
+  unit's. Such errors are rare (a
   denial is not one), and savepoints, which would undo one unit alone, would
   cost every grouped charge two statements more.
 
@@ -79,12 +82,17 @@ class GroupCommit:
         self._mutex = threading.Lock()
         self._queues: dict[str, _Queue] = {}
 
-    def transactions(self, dataset: str, driver: Driver) -> Iterator[Transaction]:
+    def transactions(
+        self, dataset: str, driver: Driver, *, duplicates: bool = False
+    ) -> Iterator[Transaction]:
         """The transactions to run one unit of work on ``dataset`` in, one after the other
         (each in a ``with`` block): the first perhaps shared with other threads' work, and
         another only when that one failed in a way that running again may mend (see the
-        module's notes). ``driver`` is this thread's connection, used when it leads."""
-        tx = Transaction(self, dataset, driver, MAX_ATTEMPTS - 1)
+        module's notes). ``driver`` is this thread's connection, used when it leads.
+        ``duplicates``: the work writes a unique key that another transaction may commit
+        between its read and its write (an idempotency key), so a duplicate key it meets
+        alone sends it back once, to read what was committed; any other is an error."""
+        tx = Transaction(self, dataset, driver, MAX_ATTEMPTS - 1, duplicates=duplicates)
         try:
             while True:
                 yield tx
@@ -186,6 +194,7 @@ class Transaction:
         "attempts_left",
         "dataset",
         "done",
+        "duplicates",
         "entered",
         "error",
         "group",
@@ -205,10 +214,11 @@ class Transaction:
         own: Driver,
         attempts_left: int,
         *,
+        duplicates: bool,
         placed: bool = False,
     ) -> None:
         self.group, self.dataset, self.own = group, dataset, own
-        self.attempts_left = attempts_left
+        self.attempts_left, self.duplicates = attempts_left, duplicates
         # ``placed``: put in the queue by the transaction that failed, to run again alone
         self.placed = placed
         self.turn = threading.Event()  # set when it is taken into a transaction, or leads
@@ -317,12 +327,21 @@ class Transaction:
         for member in run.members:
             if member.refused or failed is None:
                 continue
-            if again is None or member.attempts_left == 0:
+            if (
+                again is None
+                or member.attempts_left == 0
+                or (again == "queued" and not member.duplicates)
+            ):
                 member.error = failed
             else:
                 alone = again == "alone"
                 member.again = Transaction(
-                    group, self.dataset, member.own, member.attempts_left - 1, placed=alone
+                    group,
+                    self.dataset,
+                    member.own,
+                    member.attempts_left - 1,
+                    duplicates=member.duplicates,
+                    placed=alone,
                 )
                 if alone:
                     member.again.taken = True
@@ -336,9 +355,10 @@ def _again(error: BaseException, shared: bool) -> str | None:
     """Whether the units of a transaction that ``error`` ended should run again: each
     ``"alone"`` when it was shared and a unit raised after its writes (it fails again by
     itself, and what it wrote never reaches the others' commit) or met a duplicate key;
-    ``"queued"`` for a lone unit that met a duplicate key (another transaction committed
-    the same key meanwhile: its work, run again, reads it); None when the database failed,
-    which is every unit's error, or a lone unit's work did."""
+    ``"queued"`` for a lone unit that met a duplicate key (another transaction may have
+    committed the same key meanwhile: its work, run again, reads it; ``transactions``'
+    ``duplicates`` says whether it may); None when the database failed, which is every
+    unit's error, or a lone unit's work did."""
     if isinstance(error, DBAPIError):
         if isinstance(error, IntegrityError):
             return "alone" if shared else "queued"

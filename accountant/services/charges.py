@@ -94,7 +94,10 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
     """Charge ``request`` once, or give its first response again; see the module's notes.
     ``connection`` is this request's own, on which its transaction runs if it leads one."""
     done: Granted | Denied | idempotency.Outcome
-    for tx in context.group.transactions(request.dataset, connection):
+    # A duplicate key (PostgreSQL: the same key committed on another dataset between this
+    # charge's read and its write) sends it back once, to read that charge's response.
+    duplicates = request.key is not None
+    for tx in context.group.transactions(request.dataset, connection, duplicates=duplicates):
         with tx:
             reads = charge_reads.read(tx.driver, request, context.clock)
             if isinstance(reads, idempotency.Outcome):  # a known key: nothing to write
