@@ -314,3 +314,24 @@ def test_a_webhook_url_no_alert_could_reach_is_refused(url: str) -> None:
         "ACCOUNTANT_ALERT_WEBHOOK_URL must be an http:// or https:// URL with a host name"
     )
     assert "t0ken" not in str(refused.value)
+
+
+def test_a_secret_file_that_holds_no_secret_stops_the_start(
+    database_url: str, signing_key_file: str
+) -> None:
+    """Never an alert that cannot be signed: the host refuses to start, naming the setting
+    and never repeating what the file holds."""
+    path = Path(signing_key_file).parent / "webhook-secret"
+    path.write_text("whsec_s3cret-too-short\n")
+    path.chmod(0o600)
+    with pytest.raises(ConfigError) as refused:
+        prepared_app(
+            {
+                "database_url": database_url,
+                "admin_key": ADMIN_KEY,
+                "signing_key_file": signing_key_file,
+                "alert_webhook_url": "https://alerts.example.com/budget",
+            }
+        )
+    assert f"{path} (ACCOUNTANT_ALERT_WEBHOOK_SECRET_FILE) does not hold" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
