@@ -33,9 +33,9 @@ import mpmath
 
 from accountant import hookimpl
 from accountant.exact import sqrt_up
-from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
+from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
-from accountant_plugins import _samplers
+from accountant_plugins import _accuracy, _samplers
 from accountant_plugins._common import (
     ADDITIVE_INPUT,
     DELTA,
@@ -206,6 +206,24 @@ def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
     calibrate(params, coordinates(data))
 
 
+def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
+    """The noise as sampled: g times a discrete Gaussian of variance parameter
+    ``sampled_sigma2`` in grid units, so sigma = g sqrt(that) (at least the stated or
+    calibrated sigma) and the exact half-width w g (``_accuracy``)."""
+    grid, sigma2 = calibrate(params, coordinates(data))
+    used = _samplers.sampled_sigma2(sigma2)
+    w, exact = _accuracy.discrete_gaussian_half_width(used)
+    g = Fraction(grid)
+    return Accuracy(
+        "additive_noise",
+        "discrete_gaussian",
+        _accuracy.sqrt_fraction(used) * g,
+        w * g,
+        exact,
+        grid=g,
+    )
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     grid, sigma2 = calibrate(params, coordinates(data))
     if "size" in data:
@@ -225,6 +243,7 @@ GAUSSIAN = Mechanism(
     cost=cost,
     run=run,
     prepare=prepare,
+    accuracy=accuracy,
     version=version(3),
 )
 
