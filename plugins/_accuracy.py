@@ -30,6 +30,8 @@ from functools import lru_cache
 
 import mpmath
 
+from accountant.mechanism import Accuracy
+
 _DIGITS = 50
 #: The relative size below which two computed quantities are not told apart.
 _MARGIN = Fraction(1, 10**30)
@@ -64,7 +66,6 @@ def down(value: mpmath.mpf) -> Fraction:
     return exact_fraction(value * (1 - _mpf(_MARGIN)))
 
 
-@lru_cache(maxsize=4096)
 def discrete_laplace_half_width(s: int, t: int) -> tuple[int, bool]:
     """(w, exact): the smallest integer w with P(|Y| <= w) >= 95% for P(y) proportional to
     exp(-|y| s/t), from w + 1 >= x = (t/s) ln(40/(1 + q)), q = exp(-s/t)."""
@@ -77,7 +78,6 @@ def discrete_laplace_half_width(s: int, t: int) -> tuple[int, bool]:
         return max(0, int(mpmath.ceil(x)) - 1), True
 
 
-@lru_cache(maxsize=4096)
 def discrete_gaussian_half_width(sigma2: Fraction) -> tuple[int, bool]:
     """(w, exact): the smallest integer w with P(|Y| <= w) >= 95% for the discrete Gaussian
     of variance parameter ``sigma2``: the least w with h(w) = Z - 40 S(w + 1) >= 0."""
@@ -158,6 +158,24 @@ def _euler_maclaurin_tail(sigma: mpmath.mpf) -> Tail:
         return integral + f / 2 + corrections * f, remainder
 
     return tail
+
+
+@lru_cache(maxsize=4096)
+def discrete_laplace(s: int, t: int, grid: float = 1.0) -> Accuracy:
+    """Noise ``grid`` times a discrete Laplace of scale t/s: scale (t/s) g, half-width w g."""
+    w, exact = discrete_laplace_half_width(s, t)
+    g = Fraction(grid)
+    return Accuracy("additive_noise", "discrete_laplace", Fraction(t, s) * g, w * g, exact, grid=g)
+
+
+@lru_cache(maxsize=4096)
+def discrete_gaussian(sigma2: Fraction, grid: float = 1.0) -> Accuracy:
+    """Noise ``grid`` times a discrete Gaussian of variance parameter ``sigma2``: scale
+    sigma g, half-width w g."""
+    w, exact = discrete_gaussian_half_width(sigma2)
+    g = Fraction(grid)
+    scale = sqrt_fraction(sigma2) * g
+    return Accuracy("additive_noise", "discrete_gaussian", scale, w * g, exact, grid=g)
 
 
 def sqrt_fraction(value: Fraction) -> Fraction:

@@ -76,11 +76,7 @@ def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
 def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
     """The noise as sampled: sigma^2 as ``_samplers.sampled_sigma2`` rounds it, the exact
     half-width (``_accuracy``)."""
-    sigma2 = _samplers.sampled_sigma2(calibrate(params))
-    w, exact = _accuracy.discrete_gaussian_half_width(sigma2)
-    return Accuracy(
-        "additive_noise", "discrete_gaussian", _accuracy.sqrt_fraction(sigma2), w, exact, grid=1
-    )
+    return _accuracy.discrete_gaussian(_samplers.sampled_sigma2(calibrate(params)))
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:

@@ -41,9 +41,7 @@ def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
 
 def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
     """The noise as sampled: scale t/s, the exact half-width (``_accuracy``)."""
-    s, t = calibrate(params)
-    w, exact = _accuracy.discrete_laplace_half_width(s, t)
-    return Accuracy("additive_noise", "discrete_laplace", Fraction(t, s), w, exact, grid=1)
+    return _accuracy.discrete_laplace(*calibrate(params))
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -94,10 +95,15 @@ def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accur
     most (n - 1) exp(-epsilon' c/(2 Δ)) (McSherry and Talwar 2007; Dwork and Roth 2014,
     Theorem 3.11, with n - 1 for |R|): 5% at c = (2 Δ/epsilon') ln(20 (n - 1)). A bound,
     from the number of candidates alone (never their utilities, which are private)."""
-    scale = 2 * Fraction(params["sensitivity"]) / _effective(Fraction(params["epsilon"]))
-    if data is None:
+    n = None if data is None else len(data["utilities"])
+    return _gap(Fraction(params["epsilon"]), Fraction(params["sensitivity"]), n)
+
+
+@lru_cache(maxsize=4096)
+def _gap(epsilon: Fraction, sensitivity: Fraction, n: int | None) -> Accuracy:
+    scale = 2 * sensitivity / _effective(epsilon)
+    if n is None:
         return Accuracy("utility_gap", "exponential", scale, None, False)
-    n = len(data["utilities"])
     gap = Fraction(0) if n == 1 else _accuracy.log_times_up(scale, 20 * (n - 1))
     return Accuracy("utility_gap", "exponential", scale, gap, n == 1, candidates=n)
 

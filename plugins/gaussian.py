@@ -210,18 +210,12 @@ def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accur
     """The noise as sampled: g times a discrete Gaussian of variance parameter
     ``sampled_sigma2`` in grid units, so sigma = g sqrt(that) (at least the stated or
     calibrated sigma) and the exact half-width w g (``_accuracy``)."""
-    grid, sigma2 = calibrate(params, coordinates(data))
-    used = _samplers.sampled_sigma2(sigma2)
-    w, exact = _accuracy.discrete_gaussian_half_width(used)
-    g = Fraction(grid)
-    return Accuracy(
-        "additive_noise",
-        "discrete_gaussian",
-        _accuracy.sqrt_fraction(used) * g,
-        w * g,
-        exact,
-        grid=g,
-    )
+    return _grid_accuracy(*calibrate(params, coordinates(data)))
+
+
+@lru_cache(maxsize=4096)
+def _grid_accuracy(grid: float, sigma2: Fraction) -> Accuracy:
+    return _accuracy.discrete_gaussian(_samplers.sampled_sigma2(sigma2), grid)
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:

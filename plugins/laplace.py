@@ -80,9 +80,7 @@ def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accur
     """The noise as sampled: g times a discrete Laplace of scale t grid units, so b = t g
     (at least sensitivity/epsilon) and the exact half-width w g (``_accuracy``)."""
     grid, t = calibrate(params, coordinates(data))
-    w, exact = _accuracy.discrete_laplace_half_width(1, t)
-    g = Fraction(grid)
-    return Accuracy("additive_noise", "discrete_laplace", t * g, w * g, exact, grid=g)
+    return _accuracy.discrete_laplace(1, t, grid)
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:

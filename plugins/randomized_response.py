@@ -55,6 +55,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import mpmath
@@ -162,6 +163,7 @@ def respond(source: RandomSource, truth: np.ndarray, k: int, epsilon: Fraction) 
     return answers
 
 
+@lru_cache(maxsize=4096)
 def probability_true(epsilon: Fraction, k: int) -> Fraction:
     """A rational at most the probability that a member with a value is answered truly:
     lambda + (1 - lambda)/k with lambda = weight (1 - exp(-exponent)) of ``coins``."""
@@ -179,7 +181,7 @@ def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accur
     an input."""
     if data is None:
         return Accuracy("randomized_response", "randomized_response", None, None, True)
-    k = len(data.get("categories", (False, True)))
+    k = len(data["categories"]) if "categories" in data else 2
     return Accuracy(
         "randomized_response",
         "randomized_response",

@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from accountant.mechanism import CONFIDENCE, Accuracy, Mechanism, Number
@@ -42,6 +43,14 @@ def stated(
 def as_json(accuracy: Accuracy) -> dict[str, Any]:
     if not isinstance(accuracy, Accuracy):
         raise TypeError(f"accuracy must return an Accuracy or None, not {accuracy!r}")
+    try:
+        return dict(_json(accuracy))
+    except TypeError:  # a field that cannot be hashed: not cached
+        return _json.__wrapped__(accuracy)
+
+
+@lru_cache(maxsize=4096)  # the built-ins cache their Accuracy: the same few, charge after charge
+def _json(accuracy: Accuracy) -> dict[str, Any]:
     body: dict[str, Any] = {
         "kind": str(accuracy.kind),
         "distribution": str(accuracy.distribution),
