@@ -279,3 +279,34 @@ def _changed(name: str, what: str) -> dict[str, Any]:
 
 SCHEMAS["DatasetUpdate"] = _changed("Dataset", "the dataset")
 SCHEMAS["ConsumerUpdate"] = _changed("Consumer", "the consumer")
+
+
+NUMBER: dict[str, Any] = {"type": "number"}
+OPTIONAL_NUMBER: dict[str, Any] = {"type": ["number", "null"]}
+SCHEMAS["Accuracy"] = _object(
+    ["kind", "scale", "half_width_95", "confidence", "exact"],
+    "how far a released value may be from the true one (docs/mechanisms.md, Accuracy): "
+    "additive_noise: noise of the law distribution with parameter scale (a Laplace's b, a "
+    "Gaussian's sigma, in output units) is added to each value rounded to grid, and "
+    "P(|noise| <= half_width_95) >= confidence for each value, half_width_95 the smallest "
+    "such when exact; utility_gap: the chosen candidate's utility is within half_width_95 of "
+    "the best with at least that probability; randomized_response: each reported value of a "
+    "member with a record is the truth with probability_true. A null figure depends on the "
+    "input's shape and no input was sent",
+    kind={**STRING, "examples": ["additive_noise", "utility_gap", "randomized_response"]},
+    distribution=STRING,
+    scale=OPTIONAL_NUMBER,
+    half_width_95=OPTIONAL_NUMBER,
+    confidence=NUMBER,
+    exact=BOOLEAN,
+    grid=NUMBER,
+    candidates=INTEGER,
+    categories=INTEGER,
+    probability_true=OPTIONAL_NUMBER,
+)
+for _answer in ("Charge", "Preview", "Plan"):
+    SCHEMAS[_answer]["properties"]["accuracy"] = {
+        "anyOf": [_ref("Accuracy"), {"type": "null"}],
+        "description": "the mechanism's accuracy at the parameters it runs with; null when "
+        "the mechanism states none",
+    }

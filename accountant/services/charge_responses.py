@@ -18,7 +18,7 @@ from accountant.accounting.checks import Denial
 from accountant.accounting.windows import isoformat
 from accountant.errors import BudgetExhausted, WindowExhausted
 from accountant.exact import Amount
-from accountant.services import idempotency, ledger, receipts
+from accountant.services import accuracy, idempotency, ledger, receipts
 from accountant.services.evaluation import ChargeRequest, Evaluation
 
 
@@ -50,6 +50,7 @@ def granted(
             "run_params": idempotency.encode_params(priced.run_params),
             "output_sha256": output_sha256,
             "ledger": {"seq": head.seq, "hash": head.hash},
+            "accuracy": accuracy.stated(request.mechanism, priced.run_params, request.data),
         }
     )
     body["receipt"] = receipts.receipt(
