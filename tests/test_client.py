@@ -55,6 +55,7 @@ def test_a_charge_and_its_denials_are_typed(admin: Client) -> None:
     assert granted.remaining["epsilon"] == Decimal("0.75")
     assert len(granted.output["values"]) == 2
     assert granted.claims["charge_id"] == granted.charge_id  # verified offline
+    assert granted.accuracy is not None and granted.accuracy["half_width_95"] > 0
     assert admin.get_charge(granted.charge_id)["status"] == "granted"
     for _ in range(2):
         admin.charge(dataset="clicks", partitions=["a"], **LAPLACE)
@@ -99,6 +100,7 @@ def test_reads_preview_plan_and_consumers(admin: Client) -> None:
         params={"epsilon": 0.5, "sensitivity": 1},
     )
     assert preview.granted and preview.remaining_after["epsilon"] == Decimal("0.25")
+    assert preview.accuracy is not None and preview.accuracy["kind"] == "additive_noise"
     plan = admin.plan(
         dataset="clicks",
         partitions=["a"],
@@ -106,6 +108,7 @@ def test_reads_preview_plan_and_consumers(admin: Client) -> None:
         params={"epsilon": 0.25, "sensitivity": 1},
     )
     assert plan.fits == 2 and plan.limited_by is not None  # the window: 0.75 - 0.25
+    assert plan.accuracy is not None and plan.accuracy["scale"] == plan.raw["accuracy"]["scale"]
     assert admin.budget("clicks")["loss"]["epsilon"] == 0.25
     assert [p["key"] for p in admin.partitions("clicks")] == ["a"]
     assert [e["kind"] for e in admin.ledger(dataset="clicks")] == ["charge"]

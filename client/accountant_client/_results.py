@@ -27,6 +27,9 @@ class Charge:
     created_at: str
     idempotency_key: str
     claims: dict[str, Any] = field(default_factory=dict)  # the verified receipt's claims
+    #: The noise's scale and 95% half-width per released value (docs/mechanisms.md,
+    #: "Accuracy"); None for a mechanism that does not state it.
+    accuracy: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Preview:
     remaining_after: dict[str, Decimal]
     scope: str | None
     reason: str | None
+    accuracy: dict[str, Any] | None = None  # as ``Charge.accuracy``
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class Plan:
     limited_by: dict[str, Any] | None
     params: dict[str, Decimal] | None
     raw: dict[str, Any]
+    accuracy: dict[str, Any] | None = None  # of the charges planned, as ``Charge.accuracy``
 
 
 def _charge_of(answer: Mapping[str, Any], key: str, claims: dict[str, Any]) -> Charge:
@@ -64,6 +69,7 @@ def _charge_of(answer: Mapping[str, Any], key: str, claims: dict[str, Any]) -> C
         created_at=answer["created_at"],
         idempotency_key=key,
         claims=claims,
+        accuracy=answer.get("accuracy"),
     )
 
 
@@ -74,6 +80,7 @@ def _preview_of(answer: Mapping[str, Any]) -> Preview:
         _amount(answer.get("remaining_after")),
         answer.get("scope"),
         answer.get("reason"),
+        answer.get("accuracy"),
     )
 
 
@@ -83,6 +90,7 @@ def _plan_of(answer: Mapping[str, Any]) -> Plan:
         answer.get("limited_by"),
         _amount(answer["params"]) if "params" in answer else None,
         dict(answer),
+        answer.get("accuracy"),
     )
 
 
