@@ -141,6 +141,10 @@ class Limit:
         value: int | None = getattr(self, name)
         return value
 
+    def bounds(self) -> Amount:
+        """The limit's bounds as an amount, 0 in the components it does not limit."""
+        return Amount(self.epsilon or 0, self.delta or 0, self.rho or 0)
+
     def is_exceeded_by(self, loss: Amount, names: tuple[ComponentName, ...]) -> bool:
         """True when ``loss`` is above this limit in any of ``names``."""
         return any((bound := self[name]) is not None and loss[name] > bound for name in names)
