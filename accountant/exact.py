@@ -148,3 +148,9 @@ class Limit:
     def is_exceeded_by(self, loss: Amount, names: tuple[ComponentName, ...]) -> bool:
         """True when ``loss`` is above this limit in any of ``names``."""
         return any((bound := self[name]) is not None and loss[name] > bound for name in names)
+
+
+def positional(value: Decimal) -> str:
+    """A decimal as text in positional notation (0.0000001, never 1E-7), without trailing
+    zeros: how amounts read in sentences."""
+    return format(value.normalize(), "f")

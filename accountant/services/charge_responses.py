@@ -19,7 +19,7 @@ from accountant.accounting.checks import Denial
 from accountant.accounting.modes import LABELS
 from accountant.accounting.windows import isoformat
 from accountant.errors import BudgetExhausted, WindowExhausted
-from accountant.exact import Amount
+from accountant.exact import Amount, positional
 from accountant.services import idempotency, ledger, receipts
 from accountant.services.evaluation import ChargeRequest, Evaluation
 
@@ -157,7 +157,8 @@ def _limit_report(evaluation: Evaluation, denial: Denial) -> dict[str, Any]:
 def _text(amount: dict[str, Any], *, alone: bool = False) -> str:
     """An amount in words: the figures that add up, and where epsilon does not, the epsilon
     beside them (for a cost, the epsilon of that cost by itself)."""
-    text = ", ".join(f"{name} {amount[name]}" for name in amount["additive"])
+    text = ", ".join(f"{name} {positional(amount[name])}" for name in amount["additive"])
     if "epsilon_alone" in amount:
-        text += f" (epsilon {amount['epsilon_alone']}{' by itself' if alone else ''})"
+        epsilon = positional(amount["epsilon_alone"])
+        text += f" (epsilon {epsilon}{' by itself' if alone else ''})"
     return text

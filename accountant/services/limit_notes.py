@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accountant.accounting.modes import Mode
-from accountant.exact import COMPONENTS, Amount, ComponentName, Limit
+from accountant.exact import COMPONENTS, Amount, ComponentName, Limit, positional
 
 NO_REASON = "no reason given"
 
@@ -100,12 +100,7 @@ def _figures(mode: Mode, amount: Amount, names: tuple[ComponentName, ...]) -> st
     shown = []
     for name in names:
         if name == "rho":
-            shown.append(f"{mode.lead_name} {_plain(mode.lead(amount))}")
+            shown.append(f"{mode.lead_name} {positional(mode.lead(amount))}")
         else:
-            shown.append(f"{name} {_plain(COMPONENTS[name].to_decimal(amount[name]))}")
+            shown.append(f"{name} {positional(COMPONENTS[name].to_decimal(amount[name]))}")
     return ", ".join(shown)
-
-
-def _plain(value: Any) -> str:
-    """A decimal in positional notation (0.0000001, never 1E-7)."""
-    return format(value.normalize(), "f")
