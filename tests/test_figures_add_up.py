@@ -5,6 +5,7 @@ charges fits in what remains; an epsilon that does not add is repeated as epsilo
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -92,6 +93,14 @@ def test_loss_and_remaining_add_up_to_the_limit_in_the_measure(api: Api, mode: s
     for name in ("loss", "limit", "remaining"):
         _labelled(window[name], measure, additive)
     _adds_up(window["loss"], window["remaining"], window["limit"])
+    # /metrics' utilisation is the share of the limit used in the measure
+    metrics = api.get("/metrics").text
+    found = re.search(
+        r'accountant_budget_utilisation\{dataset="clicks",scope="dataset"\} (\S+)', metrics
+    )
+    assert found, metrics
+    share = report["loss"][measure] / report["limit"][measure]
+    assert float(found.group(1)) == pytest.approx(float(share), rel=1e-5)
     use = _json(service.get("/v1/consumers/me"))["use"]["clicks"]
     for name in ("loss", "quota", "remaining"):
         _labelled(use[name], measure, additive)
