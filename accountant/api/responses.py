@@ -35,9 +35,31 @@ STRINGS = _list(STRING)
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Amount": {
         "type": "object",
+        "properties": {
+            "measure": {
+                "enum": ["epsilon", "rho", "rdp", "mu2"],
+                "description": "the field that adds up and that limits bind: the figure to "
+                "plan with (docs/accounting.md, 'Which figures add up')",
+            },
+            "additive": {
+                "type": "array",
+                "items": {"enum": ["epsilon", "delta", "rho", "rdp", "mu2"]},
+                "description": "every field of this amount that adds up: loss + remaining = "
+                "limit in each, and costs sum in each",
+            },
+            "epsilon_alone": {
+                "type": "number",
+                "description": "where epsilon does not add (every mode but pure and approx "
+                "with basic composition): the epsilon of this amount by itself, the same "
+                "figure as epsilon; never add or subtract it",
+            },
+            "mu2": {"type": "number", "description": "gdp: mu^2, which adds (mu does not)"},
+        },
         "additionalProperties": {"type": "number"},
         "description": "epsilon and delta; rho on zcdp and on approx datasets with "
-        "advanced composition, rdp and order on rdp, mu on gdp datasets (DESIGN.md)",
+        "advanced composition, rdp and order on rdp, mu and mu2 on gdp datasets "
+        "(DESIGN.md); a reported amount (not a limit as stated) also names its measure, "
+        "the fields that add up, and an epsilon that does not as epsilon_alone",
     },
     "FieldError": _object(["field", "message"], field=STRING, message=STRING),
     "Problem": _object(
@@ -110,10 +132,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "Plan": _object(
         [],
-        "fits and limited_by, or, asked with a count, params",
+        "fits and limited_by, or, asked with a count, params; the cost of one charge",
         fits=INTEGER,
         limited_by={"anyOf": [ANY_OBJECT, {"type": "null"}]},
         params=ANY_OBJECT,
+        cost=_ref("Amount"),
     ),
     "Dataset": _object(
         ["name", "privacy_unit", "accounting", "budget"],
