@@ -219,6 +219,7 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         page.select_option("select[name=status]", "denied")
         page.select_option("select[name=dataset]", "by-day")
         page.click("form >> text=Filter")
+        page.wait_for_url(re.compile(r".*status=denied.*"))  # the filtered page, not the last
         assert page.locator("#entries tbody tr").count() == 1
         page.click("text=verify now")
         assert "verified" in page.inner_text("#chain")
