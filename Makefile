@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# `make serve` installs only what serving needs; `make test` adds the test extra.
+# `make serve` installs only what serving needs; `make test` adds the test extra and the client
+# (its own distribution in client/, which no extra can name by path).
 SERVE_STAMP := $(VENV)/.installed-serve
 # The example third-party plugin is installed for the tests only, outside the service's venv.
 TEST_PLUGINS := $(CURDIR)/.test-plugins
@@ -20,8 +21,8 @@ $(SERVE_STAMP): pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet -e .
 	touch $(SERVE_STAMP)
 
-$(STAMP): pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e '.[test]'
+$(STAMP): pyproject.toml client/pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet -e '.[test]' -e ./client
 	touch $(STAMP)
 
 $(TEST_PLUGINS): $(STAMP) tests/example_plugin/pyproject.toml tests/example_plugin/accountant_example/*.py

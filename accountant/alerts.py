@@ -105,16 +105,21 @@ def crossings(
 
 @dataclass(frozen=True)
 class AlertSettings:
-    """What an alert plugin may know of the service's settings, and nothing more."""
+    """What an alert plugin may know of the service's settings, and nothing more: the
+    webhook's secret is named by its file (read when an alert is signed), never held."""
 
     thresholds: tuple[int, ...]
     webhook_url: str | None
     webhook_timeout_ms: int
+    webhook_secret_file: str = ""
 
     @classmethod
     def of(cls, settings: Settings) -> AlertSettings:
         return cls(
-            settings.alert_thresholds, settings.alert_webhook_url, settings.alert_webhook_timeout_ms
+            settings.alert_thresholds,
+            settings.alert_webhook_url,
+            settings.alert_webhook_timeout_ms,
+            settings.alert_webhook_secret_file,
         )
 
 

@@ -17,13 +17,13 @@ from sqlalchemy.exc import (
 )
 from werkzeug.exceptions import HTTPException
 
-from accountant import key_hashing, noise, problems, seals, signing
+from accountant import key_hashing, noise, problems, seals, signing, webhook_signing
 from accountant import logging as structured_logging
 from accountant.alerts import AlertDispatcher, AlertSettings
 from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
 from accountant.api.common import Runtime, close_db
 from accountant.clock import Clock, SystemClock
-from accountant.config import Settings, load_settings
+from accountant.config import ConfigError, Settings, load_settings
 from accountant.dashboard import views as dashboard
 from accountant.dashboard.session import CookieSessions
 from accountant.db import begin_write, make_engine, make_session_factory
@@ -74,6 +74,8 @@ def create_app(
     signer = signing.load(Path(settings.signing_key_file))
     clock = clock or SystemClock()
     hasher = key_hashing.load(Path(settings.key_hash_secret_file))
+    if settings.alert_webhook_url is not None:  # never an alert that cannot be signed
+        webhook_signing.load(Path(settings.alert_webhook_secret_file))
     app.extensions["accountant"] = Runtime(
         settings=settings,
         engine=engine,
@@ -155,13 +157,14 @@ def record_metric(update: Callable[[], object]) -> None:
 
 def prepare_host(settings: Settings) -> None:
     """What ``accountant init`` and ``accountant serve`` do once before any worker starts:
-    create the signing key, noise secret and key-hash secret files, publish the signing key,
-    register the secrets (or refuse another database's; a secret the database is served with
-    is never made anew where its file is missing: ``MissingKeyFile`` says where to find it,
-    so that moving the signing key never moves a secret), refuse a database with rows but no
-    record of its seals (``seals.NotSealed``: ``accountant seals init`` seals one from before
-    seals), and create the first admin from ``ACCOUNTANT_ADMIN_KEY``. It opens its own
-    connections and closes all of them: a SQLite connection inherited across fork shares its
+    create the signing key, noise secret and key-hash secret files (and, with a webhook URL,
+    the webhook secret), publish the signing key, register the secrets (or refuse another
+    database's; a secret the database is served with is never made anew where its file is
+    missing: ``MissingKeyFile`` says where to find it, so that moving the signing key never
+    moves a secret), refuse a database with rows but no record of its seals
+    (``seals.NotSealed``: ``accountant seals init`` seals one from before seals), and create
+    the first admin from ``ACCOUNTANT_ADMIN_KEY``. It opens its own connections and closes
+    all of them: a SQLite connection inherited across fork shares its
     file locks with the parent, and when the parent dies the WAL can be deleted under the
     workers, losing acknowledged charges."""
     engine = make_engine(settings)
@@ -174,6 +177,7 @@ def prepare_host(settings: Settings) -> None:
         secret = noise.load_or_create(Path(settings.noise_secret_file), registered[0])
         hasher = key_hashing.load_or_create(Path(settings.key_hash_secret_file), registered[1])
         signer = signing.load_or_create(Path(settings.signing_key_file))
+        _prepare_webhook_secret(settings)
         try:
             with engine.connect() as connection:
                 noise.register(connection, secret)
@@ -205,6 +209,27 @@ def prepare_host(settings: Settings) -> None:
                     session.rollback()  # another host created it first
     finally:
         engine.dispose()
+
+
+def _prepare_webhook_secret(settings: Settings) -> None:
+    """With a webhook URL, create the secret alerts are signed with unless its file exists,
+    check it, and log where it is and its public ids (never the secret): an alert is never
+    sent unsigned, and an existing deployment keeps starting without a new setting."""
+    if settings.alert_webhook_url is None:
+        return
+    path = Path(settings.alert_webhook_secret_file)
+    try:
+        webhook_signing.create(path)
+    except OSError as error:  # a read-only mount, as secrets are in containers
+        raise ConfigError(
+            f"cannot create the webhook signing secret {path} ({error.strerror}): put a secret "
+            "there ('accountant webhook-secret add' with ACCOUNTANT_ALERT_WEBHOOK_SECRET_FILE "
+            "naming a writable file prints one), or set that setting to a file it can create"
+        ) from None
+    log.info(
+        "budget alerts are signed for the webhook",
+        extra={"path": str(path), "secret_ids": webhook_signing.load(path).ids},
+    )
 
 
 def _response(problem: problems.Problem) -> Response:

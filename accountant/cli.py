@@ -345,7 +345,13 @@ def _prepare_host(settings: Settings) -> None:
 
     try:
         prepare_host(settings)
-    except (NoiseSecretMismatch, KeyHashSecretMismatch, MissingKeyFile, NotSealed) as error:
+    except (
+        NoiseSecretMismatch,
+        KeyHashSecretMismatch,
+        MissingKeyFile,
+        NotSealed,
+        ConfigError,  # a webhook secret file that holds no secret
+    ) as error:
         raise click.ClickException(str(error)) from None
 
 
@@ -417,6 +423,63 @@ def noise_secret_adopt(yes: bool) -> None:
         click.echo(f"the database already uses this host's noise secret ({secret.id})")
     else:
         click.echo(f"retired noise secret {retired}; the database now uses {secret.id}")
+
+
+@main.group("webhook-secret")
+def webhook_secret() -> None:
+    """The secret budget alerts are signed with (ACCOUNTANT_ALERT_WEBHOOK_SECRET_FILE).
+
+    The webhook's receiver verifies each alert with it (docs/operations.md,
+    "Budget alert webhooks"); 'accountant serve' creates it when
+    ACCOUNTANT_ALERT_WEBHOOK_URL is set and there is none.
+    """
+
+
+@webhook_secret.command("show")
+@click.option("--reveal", is_flag=True, help="Also print the secrets, for the receiver.")
+def webhook_secret_show(reveal: bool) -> None:
+    """Print where the secret file is and the public ids of its secrets (creating none);
+    with --reveal, then each secret on standard output, the newest first."""
+    from pathlib import Path
+
+    from accountant import webhook_signing
+
+    path = Path(_settings().alert_webhook_secret_file)
+    if not path.exists():
+        raise click.ClickException(
+            f"there is no webhook secret at {path} yet: 'accountant serve' creates one when "
+            "ACCOUNTANT_ALERT_WEBHOOK_URL is set, or create it now with "
+            "'accountant webhook-secret add'"
+        )
+    try:
+        signer = webhook_signing.load(path)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"file: {path}", err=True)
+    click.echo(f"ids:  {' '.join(signer.ids)} (the newest first)", err=True)
+    if reveal:
+        click.echo(path.read_text(), nl=False)
+
+
+@webhook_secret.command("add")
+def webhook_secret_add() -> None:
+    """Put a new secret in front of the file's (creating the file when missing) and print it.
+
+    Alerts are then signed with every secret in the file, so that a receiver
+    that knows an older one still verifies them: give the receiver the new
+    secret, then delete the older lines from the file.
+    """
+    from pathlib import Path
+
+    from accountant import webhook_signing
+
+    path = Path(_settings().alert_webhook_secret_file)
+    try:
+        secret = webhook_signing.add(path)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"added a new webhook secret in front of the others in {path}:", err=True)
+    click.echo(secret)
 
 
 def _mark_dead(_server: Any, worker: Any) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 PREFIX = "ACCOUNTANT_"
 
@@ -56,10 +57,14 @@ class Settings:
     log_level: str = "INFO"
     #: Utilisation thresholds, in percent, whose crossing raises a budget alert.
     alert_thresholds: tuple[int, ...] = (50, 80, 100)
-    #: Where the built-in webhook alert plugin POSTs alerts (unset: no webhook).
+    #: Where the built-in webhook alert plugin POSTs alerts, an http or https URL (unset: no
+    #: webhook).
     alert_webhook_url: str | None = None
-    #: The webhook's timeout per attempt, in milliseconds (3 attempts with backoff).
+    #: The webhook's timeout per attempt, in milliseconds (5 attempts with backoff).
     alert_webhook_timeout_ms: int = 2000
+    #: The secret(s) alerts are signed with (Standard Webhooks, ``whsec_...``), one a line;
+    #: created when missing and a webhook URL is set. Default: next to the noise secret.
+    alert_webhook_secret_file: str = ""
     #: If set (32+ printable characters), GET /metrics answers only requests that send it as
     #: "Authorization: Bearer <key>"; unset, /metrics is open like /healthz.
     metrics_key: str | None = None
@@ -111,6 +116,10 @@ def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
         values["key_hash_secret_file"] = str(
             Path(values["signing_key_file"]).parent / "key-hash-secret"
         )
+    if not values.get("alert_webhook_secret_file"):  # it stays when the signing key moves
+        values["alert_webhook_secret_file"] = str(
+            Path(values["noise_secret_file"]).parent / "webhook-secret"
+        )
     settings = Settings(**values)
     _validate(settings)
     return settings
@@ -154,5 +163,25 @@ def _validate(settings: Settings) -> None:
     for name in _INT_FIELDS:
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+    if settings.alert_webhook_url is not None:
+        _validate_webhook_url(settings.alert_webhook_url)
     if any(not 0 < t <= 1000 for t in settings.alert_thresholds):
         raise ConfigError(f"{PREFIX}ALERT_THRESHOLDS must be percents between 1 and 1000")
+
+
+def _validate_webhook_url(url: str) -> None:
+    """Refuse a webhook URL that could never be delivered to, without repeating it (its path
+    or query may carry the receiver's token)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:
+        parts, host = urlsplit(""), None
+    if parts.scheme not in {"http", "https"} or not host:
+        came = f"scheme {parts.scheme!r}" if parts.scheme else "no scheme"
+        raise ConfigError(
+            f"{PREFIX}ALERT_WEBHOOK_URL must be an http:// or https:// URL with a host name, "
+            f"such as https://alerts.example.com/budget; got one with {came} and "
+            f"{'host ' + repr(host) if host else 'no host'}: set it to the receiver's URL, or "
+            "unset it to send no webhook"
+        )

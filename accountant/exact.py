@@ -141,6 +141,16 @@ class Limit:
         value: int | None = getattr(self, name)
         return value
 
+    def bounds(self) -> Amount:
+        """The limit's bounds as an amount, 0 in the components it does not limit."""
+        return Amount(self.epsilon or 0, self.delta or 0, self.rho or 0)
+
     def is_exceeded_by(self, loss: Amount, names: tuple[ComponentName, ...]) -> bool:
         """True when ``loss`` is above this limit in any of ``names``."""
         return any((bound := self[name]) is not None and loss[name] > bound for name in names)
+
+
+def positional(value: Decimal) -> str:
+    """A decimal as text in positional notation (0.0000001, never 1E-7), without trailing
+    zeros: how amounts read in sentences."""
+    return format(value.normalize(), "f")

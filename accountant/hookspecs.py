@@ -40,8 +40,8 @@ def accountant_budget_alert(alert: BudgetAlert, alerting: AlertSettings) -> None
     dataset's lifetime, a partition, the consumer's quota, a window) whose
     utilisation went from below a configured threshold (``alerting.thresholds``,
     default 50, 80 and 100 percent) to at or above it. ``alerting`` holds the
-    alert settings (thresholds, webhook URL and timeout) and nothing else of
-    the service's configuration. Charges on a dataset are
+    alert settings (thresholds, webhook URL, timeout and secret file) and
+    nothing else of the service's configuration. Charges on a dataset are
     serialised, so each crossing is reported by exactly one charge. Not
     first-result: every plugin is called. Return nothing; an exception is
     logged and never fails the charge. Implementations must not block: do

@@ -19,8 +19,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def create_once(path: Path, content: bytes, what: str) -> None:
-    """Write ``content`` to ``path`` unless the file exists (or another process wins)."""
+def create_once(
+    path: Path, content: bytes, what: str, advice: str = "back it up and keep it secret"
+) -> None:
+    """Write ``content`` to ``path`` unless the file exists (or another process wins), and
+    log that it did (the path and ``advice``, never the content)."""
     if path.exists():
         return
     private_directory(path.parent)
@@ -31,9 +34,7 @@ def create_once(path: Path, content: bytes, what: str) -> None:
         os.fsync(descriptor)
         os.close(descriptor)
         os.link(temporary, path)
-        log.warning(
-            f"created a new {what}; back it up and keep it secret", extra={"path": str(path)}
-        )
+        log.warning(f"created a new {what}; {advice}", extra={"path": str(path)})
     except FileExistsError:
         pass  # another process created it first; use theirs
     finally:

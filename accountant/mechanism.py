@@ -55,6 +55,50 @@ class PrivacyContext:
     order: Decimal | None = None
 
 
+#: The probability a stated half-width covers: P(|noise| <= half_width) >= 95%.
+CONFIDENCE = Fraction(19, 20)
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """How far one released value may be from the true one, as the mechanism states it.
+
+    It depends on the parameters the mechanism runs with and on the shape of
+    the input (how many values, candidates or categories), never on the
+    input's values: it is published with the release and must reveal nothing
+    more. ``kind`` says what ``half_width`` bounds:
+
+    - ``additive_noise``: each released value is the true one (rounded to
+      ``grid``) plus noise of the law ``distribution`` with parameter
+      ``scale`` (a Laplace's b, a Gaussian's sigma, in output units), and
+      ``half_width`` is the smallest w on the grid with P(|noise| <= w) >=
+      ``CONFIDENCE``, per value (not simultaneously for all of them);
+    - ``utility_gap``: the selected candidate's utility is within
+      ``half_width`` of the best with probability at least ``CONFIDENCE``,
+      for ``candidates`` candidates, ``scale`` being the selection's
+      temperature (2Δ/ε for the exponential mechanism);
+    - ``randomized_response``: each reported value of a member with a record
+      is the true one with probability ``probability_true``, among
+      ``categories`` categories.
+
+    ``exact`` is true when the figures are those of the distribution actually
+    sampled (the smallest such half-width, an exact probability), false when
+    they are bounds. ``None`` marks what the input's shape decides when no
+    input was sent (a preview or plan without one). docs/mechanisms.md,
+    "Accuracy", gives every formula.
+    """
+
+    kind: str
+    distribution: str
+    scale: Number | None
+    half_width: Number | None
+    exact: bool
+    grid: Number | None = None
+    candidates: int | None = None
+    categories: int | None = None
+    probability_true: Number | None = None
+
+
 class UnusableParameters(ValueError):
     """Parameters or an input a mechanism cannot run with, found before anything is charged.
 
@@ -71,6 +115,7 @@ CostFunction = Callable[[Mapping[str, Any], PrivacyContext], Cost]
 RunFunction = Callable[[Mapping[str, Any], Mapping[str, Any], RandomSource], dict[str, Any]]
 InputCheck = Callable[[Mapping[str, Any]], None]
 PrepareFunction = Callable[[Mapping[str, Any], Mapping[str, Any] | None], None]
+AccuracyFunction = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Accuracy | None]
 
 
 @dataclass(frozen=True)
@@ -103,6 +148,13 @@ class Mechanism:
     random words. Change it whenever that could change; replays of charges
     made by another version are refused rather than answered with new noise.
     Without a version, the version of the plugin's distribution stands in.
+
+    ``accuracy(params, input)``, if given, states how far each released value
+    may be from the true one (``Accuracy``), for the parameters the
+    accountant runs with, after ``prepare`` accepted them; ``input`` is None
+    in a preview or plan that sends none. Every grant, preview and plan
+    carries it; a mechanism without it is answered with ``"accuracy": null``
+    (not stated) rather than a guess.
     """
 
     name: str
@@ -117,6 +169,7 @@ class Mechanism:
     prepare: PrepareFunction | None = None
     independent_values: bool = False
     version: str = ""
+    accuracy: AccuracyFunction | None = None
     plugin: str = field(default="", compare=False)
     #: "plugin/name/version", set by the registry: what a replay must find again.
     implementation: str = field(default="", compare=False)

@@ -126,6 +126,8 @@ def _problem_with(mechanism: Mechanism) -> str | None:
         return "run is not callable"
     if mechanism.prepare is not None and not callable(mechanism.prepare):
         return "prepare is not callable"
+    if mechanism.accuracy is not None and not callable(mechanism.accuracy):
+        return "accuracy is not callable"
     if not isinstance(mechanism.version, str) or len(mechanism.version) > 100:
         return "version must be a string of at most 100 characters"
     unknown = set(mechanism.accounting) - set(MODES)

@@ -26,9 +26,9 @@ from typing import Any
 from accountant import hookimpl
 from accountant.accounting.modes import rho_by_bun_steinke
 from accountant.exact import RHO
-from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
+from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
-from accountant_plugins import _samplers
+from accountant_plugins import _accuracy, _samplers
 from accountant_plugins._common import INTEGER_INPUT, approx, version
 from accountant_plugins.gaussian import PARAMS_SCHEMA
 from accountant_plugins.gaussian import cost as gaussian_cost
@@ -73,6 +73,12 @@ def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
     calibrate(params)
 
 
+def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
+    """The noise as sampled: sigma^2 as ``_samplers.sampled_sigma2`` rounds it, the exact
+    half-width (``_accuracy``)."""
+    return _accuracy.discrete_gaussian(_samplers.sampled_sigma2(calibrate(params)))
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     sigma2 = calibrate(params)
     if "size" in data:
@@ -91,6 +97,7 @@ DISCRETE_GAUSSIAN = Mechanism(
     cost=cost,
     run=run,
     prepare=prepare,
+    accuracy=accuracy,
     version=version(2),
 )
 

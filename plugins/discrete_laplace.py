@@ -14,9 +14,9 @@ from fractions import Fraction
 from typing import Any
 
 from accountant import hookimpl
-from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
+from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
-from accountant_plugins import _exact, _samplers
+from accountant_plugins import _accuracy, _exact, _samplers
 from accountant_plugins._common import INTEGER_INPUT, approx, epsilon_params, version
 
 
@@ -39,6 +39,11 @@ def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
     calibrate(params)
 
 
+def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
+    """The noise as sampled: scale t/s, the exact half-width (``_accuracy``)."""
+    return _accuracy.discrete_laplace(*calibrate(params))
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     s, t = calibrate(params)
     if "size" in data:
@@ -56,6 +61,7 @@ DISCRETE_LAPLACE = Mechanism(
     cost=cost,
     run=run,
     prepare=prepare,
+    accuracy=accuracy,
     version=version(2),
 )
 

@@ -25,15 +25,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from accountant import hookimpl
 from accountant.accounting.modes import renyi_of_pure
-from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
+from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
-from accountant_plugins import _exact
+from accountant_plugins import _accuracy, _exact
 from accountant_plugins._common import FINITE_NUMBER, epsilon_params, version
 
 INPUT_SCHEMA: dict[str, Any] = {
@@ -59,12 +60,17 @@ def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
     )
 
 
+def _effective(epsilon: Fraction) -> Fraction:
+    """epsilon', the epsilon the exponents are computed with (see above)."""
+    return epsilon * (1 - Fraction(1, 2**20))
+
+
 def exponents(
     epsilon: Fraction, sensitivity: Fraction, utilities: list[Fraction]
 ) -> tuple[list[int], int]:
     """Numerators over a common power-of-two denominator 2^k of each gamma_i (rounded up),
     with 2^-k <= epsilon' 2^-22 at every epsilon (exact integers, any size)."""
-    effective = epsilon * (1 - Fraction(1, 2**20))
+    effective = _effective(epsilon)
     k = 0
     while Fraction(1, 2**k) > effective / 2**22:
         k += 1
@@ -80,6 +86,26 @@ def exponents(
 def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
     if data is not None and len(data["utilities"]) > 2**40:
         raise UnusableParameters("input.utilities", "too many candidates")
+
+
+def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
+    """The utility gap: with n candidates, every gamma_i is at least epsilon' (u_max -
+    u_i)/(2 Δ) (rounded up; a capped gamma is 2^20, above ln(20 n) for n <= 2^40) and a best
+    candidate has gamma 0, so the chosen candidate's gap is c or more with probability at
+    most (n - 1) exp(-epsilon' c/(2 Δ)) (McSherry and Talwar 2007; Dwork and Roth 2014,
+    Theorem 3.11, with n - 1 for |R|): 5% at c = (2 Δ/epsilon') ln(20 (n - 1)). A bound,
+    from the number of candidates alone (never their utilities, which are private)."""
+    n = None if data is None else len(data["utilities"])
+    return _gap(Fraction(params["epsilon"]), Fraction(params["sensitivity"]), n)
+
+
+@lru_cache(maxsize=4096)
+def _gap(epsilon: Fraction, sensitivity: Fraction, n: int | None) -> Accuracy:
+    scale = 2 * sensitivity / _effective(epsilon)
+    if n is None:
+        return Accuracy("utility_gap", "exponential", scale, None, False)
+    gap = Fraction(0) if n == 1 else _accuracy.log_times_up(scale, 20 * (n - 1))
+    return Accuracy("utility_gap", "exponential", scale, gap, n == 1, candidates=n)
 
 
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
@@ -116,6 +142,7 @@ EXPONENTIAL = Mechanism(
     cost=cost,
     run=run,
     prepare=prepare,
+    accuracy=accuracy,
     version=version(2),
 )
 

@@ -33,9 +33,9 @@ import mpmath
 
 from accountant import hookimpl
 from accountant.exact import sqrt_up
-from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
+from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
-from accountant_plugins import _samplers
+from accountant_plugins import _accuracy, _samplers
 from accountant_plugins._common import (
     ADDITIVE_INPUT,
     DELTA,
@@ -206,6 +206,18 @@ def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
     calibrate(params, coordinates(data))
 
 
+def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
+    """The noise as sampled: g times a discrete Gaussian of variance parameter
+    ``sampled_sigma2`` in grid units, so sigma = g sqrt(that) (at least the stated or
+    calibrated sigma) and the exact half-width w g (``_accuracy``)."""
+    return _grid_accuracy(*calibrate(params, coordinates(data)))
+
+
+@lru_cache(maxsize=4096)
+def _grid_accuracy(grid: float, sigma2: Fraction) -> Accuracy:
+    return _accuracy.discrete_gaussian(_samplers.sampled_sigma2(sigma2), grid)
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     grid, sigma2 = calibrate(params, coordinates(data))
     if "size" in data:
@@ -225,6 +237,7 @@ GAUSSIAN = Mechanism(
     cost=cost,
     run=run,
     prepare=prepare,
+    accuracy=accuracy,
     version=version(3),
 )
 

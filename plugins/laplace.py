@@ -20,9 +20,9 @@ from functools import lru_cache
 from typing import Any
 
 from accountant import hookimpl
-from accountant.mechanism import Cost, Mechanism, PrivacyContext, UnusableParameters
+from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
-from accountant_plugins import _exact, _samplers
+from accountant_plugins import _accuracy, _exact, _samplers
 from accountant_plugins._common import (
     ADDITIVE_INPUT,
     approx,
@@ -76,6 +76,13 @@ def prepare(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> None:
     calibrate(params, coordinates(data))
 
 
+def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
+    """The noise as sampled: g times a discrete Laplace of scale t grid units, so b = t g
+    (at least sensitivity/epsilon) and the exact half-width w g (``_accuracy``)."""
+    grid, t = calibrate(params, coordinates(data))
+    return _accuracy.discrete_laplace(1, t, grid)
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     grid, t = calibrate(params, coordinates(data))
     if "size" in data:
@@ -95,6 +102,7 @@ LAPLACE = Mechanism(
     cost=cost,
     run=run,
     prepare=prepare,
+    accuracy=accuracy,
     version=version(3),
 )
 

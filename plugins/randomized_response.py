@@ -55,14 +55,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
+import mpmath
 import numpy as np
 
 from accountant import hookimpl
-from accountant.mechanism import Cost, Mechanism, PrivacyContext
+from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext
 from accountant.randomness import RandomSource
-from accountant_plugins import _exact
+from accountant_plugins import _accuracy, _exact
 from accountant_plugins._common import POSITIVE_EPSILON, version
 
 PARAMS_SCHEMA: dict[str, Any] = {
@@ -161,6 +163,36 @@ def respond(source: RandomSource, truth: np.ndarray, k: int, epsilon: Fraction) 
     return answers
 
 
+@lru_cache(maxsize=4096)
+def probability_true(epsilon: Fraction, k: int) -> Fraction:
+    """A rational at most the probability that a member with a value is answered truly:
+    lambda + (1 - lambda)/k with lambda = weight (1 - exp(-exponent)) of ``coins``."""
+    law = coins(epsilon, k)
+    with mpmath.workdps(50):
+        exponent = mpmath.mpf(law.exponent.numerator) / law.exponent.denominator
+        weight = mpmath.mpf(law.weight.numerator) / law.weight.denominator
+        keep = weight * -mpmath.expm1(-exponent)
+        return _accuracy.down(keep + (1 - keep) / k)
+
+
+def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accuracy:
+    """The probability that each reported value of a member with a record is the truth,
+    for the number of categories the input names (2 without categories); unknown without
+    an input."""
+    if data is None:
+        return Accuracy("randomized_response", "randomized_response", None, None, True)
+    k = len(data["categories"]) if "categories" in data else 2
+    return Accuracy(
+        "randomized_response",
+        "randomized_response",
+        None,
+        None,
+        True,
+        categories=k,
+        probability_true=probability_true(Fraction(params["epsilon"]), k),
+    )
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     epsilon = Fraction(params["epsilon"])
     if "categories" not in data:
@@ -193,6 +225,7 @@ RANDOMIZED_RESPONSE = Mechanism(
     has_sensitivity=False,
     check_input=check,
     independent_values=True,
+    accuracy=accuracy,
     version=version(3),
 )
 

@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
+from accountant.accounting.modes import LABELS
 from accountant.app import prepared_app
 from accountant.db import dispose_all
 from accountant.migrate import upgrade
@@ -100,6 +101,11 @@ def database_url(
     yield database.render_as_string(False)
     with _admin_engine().connect() as connection:
         connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+def unlabelled(amount: dict[str, Any]) -> dict[str, Any]:
+    """An amount as ``Mode.report`` states it, without what ``Mode.labelled`` adds."""
+    return {k: v for k, v in amount.items() if k not in LABELS}
 
 
 def run_sql(database_url: str, statement: str) -> list[Any]:

@@ -156,9 +156,10 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         server, "POST", "/v1/consumers", {"name": "svc", "role": "service", "datasets": ["clicks"]}
     ).json()["api_key"]
     _wide_ledger_entries(server)
+    _gaussian_dp_dataset(server)
     budgets = {
         name: _api(server, "GET", f"/v1/datasets/{name}/budget").json()
-        for name in ("clicks", "used-up", "by-day")
+        for name in ("clicks", "used-up", "by-day", "gauss")
     }
     SHOTS.mkdir(parents=True, exist_ok=True)
     requests_seen: list[str] = []
@@ -196,6 +197,7 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         marked = page.locator('#scopes tr[data-scope="partition"]')
         assert "monday" in marked.inner_text() and "at limit" in marked.inner_text()
         page.screenshot(path=str(SHOTS / "dataset-partition-at-limit.png"), full_page=True)
+        _check_one_measure(page, server, budgets["gauss"])
         missing = page.goto(server + "/dashboard/datasets/no-such-dataset")
         assert missing is not None and missing.status == 404
         assert "no dataset named" in page.inner_text("#not-found")
@@ -217,6 +219,7 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         page.select_option("select[name=status]", "denied")
         page.select_option("select[name=dataset]", "by-day")
         page.click("form >> text=Filter")
+        page.wait_for_url(re.compile(r".*status=denied.*"))  # the filtered page, not the last
         assert page.locator("#entries tbody tr").count() == 1
         page.click("text=verify now")
         assert "verified" in page.inner_text("#chain")
@@ -280,6 +283,36 @@ def _wide_ledger_entries(server: str) -> None:
     assert _api(server, "PATCH", f"/v1/datasets/{name}", changed).status_code == 200
     quota = {"quotas": {name: {"epsilon": 1.5, "delta": 2e-7}}, "reason": "shared with finance"}
     assert _api(server, "PATCH", f"/v1/consumers/{team}", quota).status_code == 200
+
+
+def _gaussian_dp_dataset(server: str) -> None:
+    """A gdp dataset with three Gaussian releases: mu 0.1 each, mu^2 0.01 each."""
+    created: dict[str, Any] = {"name": "gauss", "privacy_unit": "record", "accounting": "gdp"}
+    created["budget"] = {"epsilon": 1, "delta": 1e-6}
+    assert _api(server, "POST", "/v1/datasets", created).status_code == 201
+    charge: dict[str, Any] = {"dataset": "gauss", "partitions": ["a"], "mechanism": "gaussian"}
+    charge |= {"params": {"sigma": 10, "sensitivity": 1}, "input": {"values": [1.0]}}
+    for _ in range(3):
+        assert _api(server, "POST", "/v1/charges", charge).status_code == 201
+
+
+def _check_one_measure(page: Any, server: str, budget: dict[str, Any]) -> None:
+    """A gdp page shows one measure, mu^2, the one that adds: the loss, the limit, the share
+    used (the meter), the loss chart and the costs are in it, with the epsilon of the loss
+    and of the limit beside them; mu itself appears nowhere."""
+    loss, limit = budget["loss"], budget["limit"]
+    page.goto(server + "/dashboard/datasets/gauss")
+    assert float(page.inner_text("#loss")) == pytest.approx(loss["mu2"], rel=1e-5)
+    assert float(page.inner_text("#limit")) == pytest.approx(limit["mu2"], rel=1e-5)
+    assert float(page.inner_text("#loss-epsilon")) == pytest.approx(loss["epsilon"], rel=1e-5)
+    assert float(page.inner_text("#limit-epsilon")) == pytest.approx(limit["epsilon"], rel=1e-5)
+    meter = page.locator('#scopes tr[data-scope="lifetime"] meter')
+    assert float(meter.get_attribute("value")) == round(100 * loss["mu2"] / limit["mu2"], 1)
+    assert "(ε " in page.inner_text('#scopes tr[data-scope="lifetime"] td.used')
+    _check_loss_chart(page, float(f"{loss['mu2']:.6g}"), [float(f"{limit['mu2']:.6g}")])
+    assert page.locator("svg.loss-chart title").text_content().endswith("(mu²) against the limit")
+    assert not re.search(r"\bmu\b", page.inner_text("main"))
+    page.screenshot(path=str(SHOTS / "dataset-gdp.png"), full_page=True)
 
 
 def _overflow(page: Any, selector: str) -> int:

@@ -375,3 +375,82 @@ def test_numbers_and_moments_are_shown_in_one_format(api: Api, client: FlaskClie
         if page != "/dashboard/":
             assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text), page
             assert "3e-7" in text or "1e-7" in text, page
+
+
+#: A dataset per mode whose epsilon does not add, and two charges on it.
+_MEASURED: dict[str, tuple[dict[str, Any], str, dict[str, Any], str]] = {
+    "advanced": (
+        {"accounting": "approx", "composition": "advanced"},
+        "laplace",
+        {"epsilon": 0.05},
+        "rho",
+    ),
+    "zcdp": ({"accounting": "zcdp"}, "laplace", {"epsilon": 0.05}, "rho"),
+    "rdp": ({"accounting": "rdp"}, "laplace", {"epsilon": 0.05}, "rdp"),
+    "gdp": ({"accounting": "gdp"}, "gaussian", {"sigma": 10}, "mu2"),
+}
+
+
+def _text(html: str) -> str:
+    """What a person reads: the page without its markup, blanks collapsed."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]*>", " ", html))
+
+
+def _shown(value: float) -> str:
+    """The pages' format (docs/dashboard.md): 6 significant digits, a power of ten outside
+    0.001 to 10^9 (5e-7)."""
+    if value == 0 or 1e-3 <= abs(value) < 1e9:
+        return f"{value:.6g}"
+    mantissa, exponent = f"{value:.5e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+@pytest.mark.parametrize("mode", sorted(_MEASURED))
+def test_pages_show_one_measure_and_the_epsilon_of_loss_and_limit_beside_it(
+    api: Api, client: FlaskClient, mode: str
+) -> None:
+    """Bars, percentages and charts are in the measure, the figure that adds up (mu^2 on gdp,
+    never mu); beside the loss and the limit stands their epsilon; no cost's or remainder's
+    epsilon (a figure that does not add) is shown at all."""
+    fields, mechanism, params, measure = _MEASURED[mode]
+    name = {"mu2": "mu²"}.get(measure, measure)
+    api.make_dataset(budget={"epsilon": 3, "delta": 1e-6}, **fields)
+    body: dict[str, Any] = {"mechanism": mechanism, "params": {**params, "sensitivity": 1}}
+    charges = [api.charge(**body).get_json() for _ in range(2)]
+    assert all("charge_id" in charge for charge in charges), charges
+    report = api.budget()
+    loss, limit = report["loss"], report["limit"]
+    used, additive = round(100 * loss[measure] / limit[measure], 1), limit["additive"]
+    _sign_in(client, ADMIN_KEY)
+    page = client.get("/dashboard/datasets/clicks").get_data(as_text=True)
+    text = _text(page)
+    assert f'<span id="loss">{_shown(loss[measure])}</span>' in page
+    assert f'<span id="limit">{_shown(limit[measure])}</span> {name}' in page
+    assert f"({used}%)" in text
+    assert f'<span id="loss-epsilon">{_shown(loss["epsilon"])}</span>' in page
+    assert f'<span id="limit-epsilon">{_shown(limit["epsilon"])}</span>' in page
+    assert f"Only {name} adds up" in text
+    lifetime = re.search(r'<tr class="\w+" data-scope="lifetime">.*?</tr>', page, re.S)
+    assert lifetime, page
+    cells = _text(lifetime.group(0))
+    for amount in (loss, limit):  # with delta where it adds (advanced composition)
+        shown = ", ".join(f"{name if n == measure else n} {_shown(amount[n])}" for n in additive)
+        assert f"{shown} (ε {_shown(amount['epsilon'])})" in cells
+    assert f"{used}%" in cells
+    chart = re.search(r'<svg class="chart loss-chart".*?</svg>', page, re.S)
+    assert chart and f"loss {loss[measure]:g}" in chart.group(0) and f"({name})" in chart.group(0)
+    recent = re.search(r'<table id="recent">.*?</table>', page, re.S)
+    assert recent and f"Cost ({name})" in recent.group(0)
+    assert f"<td>{_shown(charges[0]['cost'][measure])}</td>" in recent.group(0)
+    ledger = client.get("/dashboard/ledger").get_data(as_text=True)
+    assert f'{_shown(charges[0]["cost"][measure])} <small class="measure">{name}</small>' in ledger
+    overview = _text(_dataset_row(client.get("/dashboard").get_data(as_text=True), "clicks"))
+    assert f"{_shown(loss[measure])} / {_shown(limit[measure])} {name}" in overview
+    assert f"(ε {_shown(loss['epsilon'])} of {_shown(limit['epsilon'])})" in overview
+    for html in (page, ledger, overview):
+        words = _text(re.sub(r"<svg.*?</svg>", "", html, flags=re.S))  # not the axes' ticks
+        for charge in charges:  # the epsilon of one cost, or of what remains, by itself
+            for figure in (charge["cost"]["epsilon"], charge["remaining"]["epsilon"]):
+                assert not re.search(rf"(?<![\d.]){re.escape(_shown(figure))}(?!\d)", words), figure
+        if mode == "gdp":
+            assert not re.search(r"\bmu\b", _text(html)), html  # mu², never mu

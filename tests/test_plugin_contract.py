@@ -14,9 +14,10 @@ from jsonschema import Draft202012Validator
 from accountant import hookimpl, hookspecs
 from accountant.alerts import AlertSettings, BudgetAlert
 from accountant.app import prepared_app
-from accountant.mechanism import Cost, Mechanism, PrivacyContext
+from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext
 from accountant.noise import from_bytes
 from accountant.plugins import MechanismRegistry, make_plugin_manager
+from accountant.services import accuracy
 from tests.conftest import ADMIN_KEY, Api
 from tests.test_mechanisms import CASES
 
@@ -59,6 +60,13 @@ def test_every_mechanism_keeps_the_contract(name: str) -> None:
     if mechanism.prepare is not None:
         mechanism.prepare(params, data)
         mechanism.prepare(params, None)  # a preview without input
+    # accuracy, if stated: an Accuracy (or None) with or without input, as plain JSON
+    if mechanism.accuracy is not None:
+        for shape in (data, None):
+            stated = mechanism.accuracy(params, shape)
+            assert stated is None or isinstance(stated, Accuracy)
+            if stated is not None:
+                json.dumps(accuracy.as_json(stated), allow_nan=False)
     # run: the same output for the same charge's random words (what a replay relies on),
     # plain JSON without NaN or infinities
     noise = from_bytes(b"k" * 32)

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 import mpmath
 
@@ -56,6 +56,8 @@ from accountant.exact import (
 )
 
 ModeName = Literal["pure", "approx", "zcdp", "rdp", "gdp"]
+#: What ``Mode.labelled`` adds to an amount beside its figures.
+LABELS = frozenset({"mu2", "measure", "additive", "epsilon_alone"})
 _CONTEXT = decimal.Context(prec=60)
 _GUARD = Decimal("1e-40")
 _DIGITS = 60
@@ -99,10 +101,41 @@ class Mode:
 
     @property
     def measure(self) -> str:
-        """The name of what the mode adds up, as amounts show it."""
+        """The field of an amount in which the mode's amounts add up and its limits bind, the
+        figure to plan with: epsilon, rho (zcdp, and approx with advanced composition), rdp
+        (the divergence at the order) or mu2 (gdp: mu^2 adds, mu does not)."""
         if self.advanced:
             return "rho"
-        return {"zcdp": "rho", "rdp": "rdp", "gdp": "mu"}.get(self.name, "epsilon")
+        return {"zcdp": "rho", "rdp": "rdp", "gdp": "mu2"}.get(self.name, "epsilon")
+
+    @property
+    def lead_name(self) -> str:
+        """The name of ``lead``'s figure: the measure, but mu on gdp, as limits are stated."""
+        return "mu" if self.name == "gdp" else self.measure
+
+    @property
+    def additive(self) -> tuple[str, ...]:
+        """The fields of an amount that add up: the measure, and on pure and approx datasets
+        delta, each release's own (on zcdp, rdp and gdp an amount's delta is the dataset's,
+        the delta its epsilon is stated at)."""
+        return (self.measure, "delta") if self.name in ("pure", "approx") else (self.measure,)
+
+    def labelled(self, shown: dict[str, Decimal], amount: Amount) -> dict[str, Any]:
+        """``shown`` (``amount`` as ``report`` or ``report_cost`` states it, or a limit as
+        stated) with what its figures are (docs/accounting.md, "Which figures add up"):
+        ``mu2`` on gdp; ``measure``, the field to plan with; ``additive``, the fields of
+        ``shown`` that add up (loss + remaining = limit, costs sum to what they charge);
+        and where epsilon does not add, ``epsilon_alone``: the same epsilon under a name
+        that says it is this amount's by itself, which no other epsilon adds to."""
+        labels: dict[str, Any] = {}
+        if self.name == "gdp":
+            labels["mu2"] = self.in_measure(amount)
+        present = shown.keys() | labels.keys()
+        labels["measure"] = self.measure
+        labels["additive"] = [name for name in self.additive if name in present]
+        if self.measure != "epsilon" and "epsilon" in shown:
+            labels["epsilon_alone"] = shown["epsilon"]
+        return {**shown, **labels}
 
     def amount_of(self, cost: StatedCost) -> Amount:
         """The amount one release costs in this mode, every component rounded up."""
@@ -155,14 +188,19 @@ class Mode:
             "dataset cannot account it; state its noise as sigma or rho"
         )
 
-    def lead(self, amount: Amount) -> Decimal:
-        """An amount's figure in the mode's measure alone (epsilon, rho, rdp or mu), without
-        the epsilon conversion that ``report`` adds."""
-        if self.name == "gdp":
-            return mu_of(amount.rho)
+    def in_measure(self, amount: Amount) -> Decimal:
+        """An amount's figure in the mode's measure (epsilon, rho, rdp or mu^2), exactly."""
         if self.converts or self.advanced:
             return RHO.to_decimal(amount.rho)
         return EPSILON.to_decimal(amount.epsilon)
+
+    def lead(self, amount: Amount) -> Decimal:
+        """An amount's figure as amounts lead with it (``lead_name``: epsilon, rho, rdp, or
+        on gdp mu, the square root of the measure), without the epsilon conversion that
+        ``report`` adds."""
+        if self.name == "gdp":
+            return mu_of(amount.rho)
+        return self.in_measure(amount)
 
     def report(self, amount: Amount, dataset_delta: int) -> dict[str, Decimal]:
         """An amount as the API shows it (API.md: zcdp amounts carry rho, epsilon, delta;

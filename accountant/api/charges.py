@@ -16,7 +16,7 @@ from accountant.api.common import db, driver, json_body, runtime
 from accountant.errors import field_error
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
-from accountant.services import charge_records, charges, evaluation, idempotency, plans
+from accountant.services import accuracy, charge_records, charges, evaluation, idempotency, plans
 from accountant.services.charge_responses import reason, report, report_cost
 from accountant.services.consumers import Principal
 from accountant.services.evaluation import ChargeRequest
@@ -129,6 +129,8 @@ def _render(outcome: idempotency.Outcome, output: dict[str, Any] | None) -> Resp
         )
         if "ledger" in stored:  # the charge's ledger entry, remembered since it was added
             body["ledger"] = stored["ledger"]
+        if "accuracy" in stored:  # remembered since it was added
+            body["accuracy"] = stored["accuracy"]
         response = Response(dumps(body), status=201, mimetype="application/json")
     for name, value in outcome.headers.items():
         response.headers[name] = value
@@ -150,6 +152,7 @@ def preview() -> Any:
         "remaining_after": report(evaluated, evaluated.remaining),
         "scope": None if denial is None else denial.scope,
         "reason": None if denial is None else reason(evaluated, denial),
+        "accuracy": _accuracy(evaluated, body),
     }
 
 
@@ -173,7 +176,13 @@ def plan() -> Any:
         "partitions": evaluated.partitions,
         "cost": report_cost(evaluated, evaluated.priced.cost),
         "multiplicity": evaluated.priced.multiplicity,
+        "accuracy": _accuracy(evaluated, body),
     }
+
+
+def _accuracy(evaluated: evaluation.Evaluation, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The accuracy of the charge as evaluated, at the parameters it would run with."""
+    return accuracy.stated(_mechanism(body), evaluated.priced.run_params, body.get("input"))
 
 
 def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
@@ -217,6 +226,7 @@ def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
         "partitions": evaluated.partitions,
         "cost": report_cost(evaluated, evaluated.priced.cost),
         "multiplicity": evaluated.priced.multiplicity,
+        "accuracy": _accuracy(evaluated, body),
     }
 
 

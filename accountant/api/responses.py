@@ -35,9 +35,31 @@ STRINGS = _list(STRING)
 SCHEMAS: dict[str, dict[str, Any]] = {
     "Amount": {
         "type": "object",
+        "properties": {
+            "measure": {
+                "enum": ["epsilon", "rho", "rdp", "mu2"],
+                "description": "the field that adds up and that limits bind: the figure to "
+                "plan with (docs/accounting.md, 'Which figures add up')",
+            },
+            "additive": {
+                "type": "array",
+                "items": {"enum": ["epsilon", "delta", "rho", "rdp", "mu2"]},
+                "description": "every field of this amount that adds up: loss + remaining = "
+                "limit in each, and costs sum in each",
+            },
+            "epsilon_alone": {
+                "type": "number",
+                "description": "where epsilon does not add (every mode but pure and approx "
+                "with basic composition): the epsilon of this amount by itself, the same "
+                "figure as epsilon; never add or subtract it",
+            },
+            "mu2": {"type": "number", "description": "gdp: mu^2, which adds (mu does not)"},
+        },
         "additionalProperties": {"type": "number"},
         "description": "epsilon and delta; rho on zcdp and on approx datasets with "
-        "advanced composition, rdp and order on rdp, mu on gdp datasets (DESIGN.md)",
+        "advanced composition, rdp and order on rdp, mu and mu2 on gdp datasets "
+        "(DESIGN.md); a reported amount (not a limit as stated) also names its measure, "
+        "the fields that add up, and an epsilon that does not as epsilon_alone",
     },
     "FieldError": _object(["field", "message"], field=STRING, message=STRING),
     "Problem": _object(
@@ -110,10 +132,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "Plan": _object(
         [],
-        "fits and limited_by, or, asked with a count, params",
+        "fits and limited_by, or, asked with a count, params; the cost of one charge",
         fits=INTEGER,
         limited_by={"anyOf": [ANY_OBJECT, {"type": "null"}]},
         params=ANY_OBJECT,
+        cost=_ref("Amount"),
     ),
     "Dataset": _object(
         ["name", "privacy_unit", "accounting", "budget"],
@@ -279,3 +302,34 @@ def _changed(name: str, what: str) -> dict[str, Any]:
 
 SCHEMAS["DatasetUpdate"] = _changed("Dataset", "the dataset")
 SCHEMAS["ConsumerUpdate"] = _changed("Consumer", "the consumer")
+
+
+NUMBER: dict[str, Any] = {"type": "number"}
+OPTIONAL_NUMBER: dict[str, Any] = {"type": ["number", "null"]}
+SCHEMAS["Accuracy"] = _object(
+    ["kind", "scale", "half_width_95", "confidence", "exact"],
+    "how far a released value may be from the true one (docs/mechanisms.md, Accuracy): "
+    "additive_noise: noise of the law distribution with parameter scale (a Laplace's b, a "
+    "Gaussian's sigma, in output units) is added to each value rounded to grid, and "
+    "P(|noise| <= half_width_95) >= confidence for each value, half_width_95 the smallest "
+    "such when exact; utility_gap: the chosen candidate's utility is within half_width_95 of "
+    "the best with at least that probability; randomized_response: each reported value of a "
+    "member with a record is the truth with probability_true. A null figure depends on the "
+    "input's shape and no input was sent",
+    kind={**STRING, "examples": ["additive_noise", "utility_gap", "randomized_response"]},
+    distribution=STRING,
+    scale=OPTIONAL_NUMBER,
+    half_width_95=OPTIONAL_NUMBER,
+    confidence=NUMBER,
+    exact=BOOLEAN,
+    grid=NUMBER,
+    candidates=INTEGER,
+    categories=INTEGER,
+    probability_true=OPTIONAL_NUMBER,
+)
+for _answer in ("Charge", "Preview", "Plan"):
+    SCHEMAS[_answer]["properties"]["accuracy"] = {
+        "anyOf": [_ref("Accuracy"), {"type": "null"}],
+        "description": "the mechanism's accuracy at the parameters it runs with; null when "
+        "the mechanism states none",
+    }

@@ -54,16 +54,36 @@ def _page(template: str, who: Principal | None, **context: Any) -> str:
 
 
 def _measure(dataset: Dataset) -> str:
-    """The figure the dataset's budget report leads with: epsilon, rho, rdp or mu."""
+    """The field of the dataset's amounts that adds up and that its limits bind (epsilon,
+    rho, rdp or mu2): every bar, percentage and chart of its pages is in it. On gdp that is
+    mu^2, not mu: a bar at half of mu^2 means half the budget is spent, at half of mu only
+    a quarter (docs/dashboard.md)."""
     return dataset.mode.measure
 
 
-def _column(dataset: Dataset) -> tuple[ComponentName, str]:
-    """The stored component the dataset's limits bind, and its name: rho holds rho, the
-    Renyi divergence at the order on rdp datasets, and mu^2 on gdp ones."""
-    if not (dataset.mode.converts or dataset.mode.advanced):
-        return "epsilon", "epsilon"
-    return "rho", {"rdp": "rdp", "gdp": "mu²"}.get(dataset.accounting, "rho")
+def _name(field: str) -> str:
+    """A field of an amount as the pages name it."""
+    return _NAMES.get(field, field)
+
+
+_NAMES = {"mu2": "mu²"}
+
+
+def _column(dataset: Dataset) -> ComponentName:
+    """The stored component that holds the dataset's measure: rho holds rho, the Renyi
+    divergence at the order on rdp datasets, and mu^2 on gdp ones."""
+    return "rho" if dataset.mode.converts or dataset.mode.advanced else "epsilon"
+
+
+def _figures(amount: dict[str, Any], limit: dict[str, Any] | None = None) -> str:
+    """An amount in words: its figures that add up (those ``limit`` binds, if given) and,
+    where epsilon does not add, the epsilon of that loss or limit beside them, never one to
+    add or subtract."""
+    names = [n for n in (limit or amount)["additive"] if n in amount]
+    text = ", ".join(f"{_name(n)} {_figure(amount[n])}" for n in names)
+    if "epsilon_alone" in amount:
+        text += f" (ε {_figure(amount['epsilon_alone'])})"
+    return text
 
 
 def _state(scope: dict[str, Any]) -> str:
@@ -108,21 +128,11 @@ def sign_out_submit(who: Principal) -> Any:
     return redirect(url_for("dashboard.sign_in_page"), code=303)
 
 
-def _bound(dataset: Dataset) -> tuple[str, ...]:
-    """The figures a limit binds in the dataset's mode: epsilon and delta, or its measure
-    (with advanced composition, rho and the releases' delta)."""
-    if dataset.mode.advanced:
-        return ("rho", "delta")
-    return (dataset.mode.measure,) if dataset.mode.converts else ("epsilon", "delta")
-
-
-def _used(dataset: Dataset, loss: dict[str, Any], limit: dict[str, Any]) -> float:
-    """The largest share of a limit used, in percent, over the figures it binds."""
-    shares = [
-        _pct(float(loss.get(name, 0)), float(limit[name]))
-        for name in _bound(dataset)
-        if name in limit
-    ]
+def _used(loss: dict[str, Any], limit: dict[str, Any]) -> float:
+    """The largest share of a limit used, in percent, over the figures it binds: those that
+    add up (a share of a figure that does not add, mu or a converted epsilon, is no share of
+    the budget)."""
+    shares = [_pct(float(loss.get(name, 0)), float(limit[name])) for name in limit["additive"]]
     return max(shares, default=0.0)
 
 
@@ -133,7 +143,7 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
         {
             "scope": "lifetime",
             "kind": "privacy bound",
-            "used_pct": _used(dataset, report["loss"], report["limit"]),
+            "used_pct": _used(report["loss"], report["limit"]),
             "loss": report["loss"],
             "limit": report["limit"],
             "exhausted": report["at_limit"],
@@ -145,9 +155,7 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "scope": "partition",
                 "kind": "privacy bound",
-                "used_pct": _used(
-                    dataset, report["partitions"]["max_spent"], report["partition_limit"]
-                ),
+                "used_pct": _used(report["partitions"]["max_spent"], report["partition_limit"]),
                 "loss": report["partitions"]["max_spent"],
                 "limit": report["partition_limit"],
                 "exhausted": report["partitions"]["at_limit"],
@@ -160,7 +168,7 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
                 "scope": f"window {window['period']}",
                 "period": window["period"],
                 "kind": "allocation",
-                "used_pct": _used(dataset, window["loss"], window["limit"]),
+                "used_pct": _used(window["loss"], window["limit"]),
                 "loss": window["loss"],
                 "limit": window["limit"],
                 "exhausted": window["at_limit"],
@@ -172,7 +180,7 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "scope": f"quota of {consumer}",
                 "kind": "allocation",
-                "used_pct": _used(dataset, use["loss"], use["quota"]),
+                "used_pct": _used(use["loss"], use["quota"]),
                 "loss": use["loss"],
                 "limit": use["quota"],
                 "exhausted": use["at_limit"],
@@ -180,6 +188,8 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
         )
     for scope in scopes:
         scope["state"] = _state(scope)
+        scope["used"] = _figures(scope["loss"], scope["limit"])
+        scope["of"] = _figures(scope["limit"])
     return scopes
 
 
@@ -236,7 +246,11 @@ def overview(who: Principal) -> Any:
                 "accounting": dataset.accounting,
                 "loss": _figure(report["loss"][measure]),
                 "limit": _figure(report["limit"][measure]),
-                "measure": measure,
+                "measure": _name(measure),
+                # the epsilon of the loss and of the limit, where epsilon is not the measure
+                "epsilon": None
+                if "epsilon_alone" not in report["loss"]
+                else (_figure(report["loss"]["epsilon"]), _figure(report["limit"]["epsilon"])),
                 "used_pct": scopes[0]["used_pct"],
                 "windows": windows,
                 "marks": marks,
@@ -259,7 +273,7 @@ def dataset(who: Principal, name: str) -> Any:
     now_us = runtime().clock.now_us()
     report = datasets.budget_report(db(), found, now_us / 1e6)
     measure = _measure(found)
-    column, stored = _column(found)
+    column = _column(found)
     unit = COMPONENTS[column]
     seen = dashboard_reads.activity(db(), found, column, by_key=request.args.get("sort") == "key")
     first_day = now_us // DAY_US - 29
@@ -272,7 +286,7 @@ def dataset(who: Principal, name: str) -> Any:
     ]
     # the measure alone: the epsilon conversion of each point would cost a search each
     history = [
-        (at / 1e6, float(found.mode.lead(amount)))
+        (at / 1e6, float(found.mode.in_measure(amount)))
         for at, amount in dashboard_reads.loss_history(db(), found, now_us)
     ]
     scopes = _scopes(found, report)
@@ -283,8 +297,7 @@ def dataset(who: Principal, name: str) -> Any:
         who,
         name=name,
         report=report,
-        measure=measure,
-        stored=stored,
+        measure=_name(measure),
         loss=_figure(report["loss"][measure]),
         limit=_figure(report["limit"][measure]),
         used_pct=used,
@@ -297,9 +310,9 @@ def dataset(who: Principal, name: str) -> Any:
             _limit_steps(found, report, measure, float(report["limit"][measure])),
             found.created_at / 1e6,
             now_us / 1e6,
-            measure,
+            _name(measure),
         ),
-        daily=charts.bars(daily, f"charged {stored} per day (cost × multiplicity)"),
+        daily=charts.bars(daily, f"charged {_name(measure)} per day (cost × multiplicity)"),
         partitions=[
             {"key": key, "spent": _units(unit, value)} for key, value in seen.top_partitions
         ],
@@ -316,18 +329,21 @@ def _limit_steps(
     dataset: Dataset, report: dict[str, Any], measure: str, limit: float
 ) -> list[tuple[float, float]]:
     """The lifetime limit's history as (seconds, limit) steps, from the dataset's creation:
-    the first change's old limit (or today's, if it never changed), then each new one."""
+    the first change's old limit (or today's, if it never changed), then each new one. A
+    change records a gdp limit as mu: its square is the measure."""
+    stated, power = ("mu", 2) if measure == "mu2" else (measure, 1)
     changes = [
         c
         for c in report["limit_history"]
         if c["scope"] == "dataset"
         and isinstance(c["old"], dict)
-        and measure in c["old"]
+        and stated in c["old"]
         and isinstance(c["new"], dict)
-        and measure in c["new"]
+        and stated in c["new"]
     ]
-    steps = [(dataset.created_at / 1e6, float(changes[0]["old"][measure]) if changes else limit)]
-    steps += [(_seconds(c["at"]), float(c["new"][measure])) for c in changes]
+    first = float(changes[0]["old"][stated]) ** power if changes else limit
+    steps = [(dataset.created_at / 1e6, first)]
+    steps += [(_seconds(c["at"]), float(c["new"][stated]) ** power) for c in changes]
     return steps
 
 
@@ -371,11 +387,11 @@ def _when(iso: str) -> str:
 
 def _row(entry: dict[str, Any]) -> dict[str, Any]:
     """A ledger entry as a table row: a charge's cost, what it added to the running total and
-    the lifetime loss after it, each in the dataset's measure (rho, rdp or mu where it has
-    one, else epsilon), its outcome and, for a denial, the scope that denied it; a limit
-    change's old and new limits and who changed them, never a grant of cost 0."""
+    the lifetime loss after it, each in the dataset's measure (``measure``: epsilon, rho, rdp
+    or mu²), its outcome and, for a denial, the scope that denied it; a limit change's old
+    and new limits and who changed them, never a grant of cost 0."""
     detail = entry["detail"] or {}
-    loss_after = "" if entry["loss_after"] is None else _figure(_lead(entry["loss_after"]))
+    loss_after = "" if entry["loss_after"] is None else _figure(_measured(entry["loss_after"]))
     if entry["kind"] == "limit_change":
         scope = detail.get("scope", "")
         if scope == "consumer":
@@ -388,6 +404,7 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
             **entry,
             "created_at": _when(entry["created_at"]),
             "cost": change,
+            "measure": "",
             "charged": "",
             "multiplicity": "",
             "loss_after": loss_after,
@@ -410,8 +427,9 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
     return {
         **entry,
         "created_at": _when(entry["created_at"]),
-        "cost": _figure(_lead(entry["cost"])),
-        "charged": _figure(_lead(entry["charged"])) if entry["charged"] else "",
+        "cost": _figure(_measured(entry["cost"])),
+        "measure": _name(entry["cost"]["measure"]),
+        "charged": _figure(_measured(entry["charged"])) if entry["charged"] else "",
         "loss_after": loss_after,
         "denied_by": denied_by,
         "outcome": entry["status"],
@@ -419,9 +437,10 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _lead(amount: dict[str, Decimal]) -> Decimal:
-    """The figure an amount leads with: its rho, rdp or mu if it has one, else epsilon."""
-    return next(amount[name] for name in ("rho", "rdp", "mu", "epsilon") if name in amount)
+def _measured(amount: dict[str, Any]) -> Decimal:
+    """An amount's figure in its measure."""
+    value: Decimal = amount[amount["measure"]]
+    return value
 
 
 def _limits(stated: Any) -> str:
@@ -439,8 +458,10 @@ def _limits(stated: Any) -> str:
             terms.append("granted" if value else "not granted")
         elif value is None or isinstance(value, dict | list):
             terms.append(f"{name} {_limits(value)}")
+        elif name == "mu":  # the measure is mu^2: a gdp page shows no mu
+            terms.append(f"{_name('mu2')} {_figure(Decimal(value) ** 2)}")
         else:
-            amount = name in ("epsilon", "delta", "rho", "rdp", "mu", "order")
+            amount = name in ("epsilon", "delta", "rho", "rdp", "order")
             terms.append(f"{name} {_figure(Decimal(value)) if amount else value}")
     return ", ".join(terms)
 

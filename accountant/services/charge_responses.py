@@ -4,7 +4,8 @@ A grant's body carries the receipt and the SHA-256 of its output, never the
 output itself (regenerated on replay, ``services.replay``); a denial is the
 problem document of a ``BudgetExhausted`` or ``WindowExhausted`` error that
 states the scope, its limit, what was spent and what was requested. Amounts
-are reported in the dataset's mode (``Mode.report``).
+are reported in the dataset's mode (``Mode.report``), labelled with the field that adds
+up (``Mode.labelled``); the receipt signs the figures alone, as it always has.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from accountant import problems
 from accountant.accounting.checks import Denial
+from accountant.accounting.modes import LABELS
 from accountant.accounting.windows import isoformat
 from accountant.errors import BudgetExhausted, WindowExhausted
-from accountant.exact import Amount
-from accountant.services import idempotency, ledger, receipts
+from accountant.exact import Amount, positional
+from accountant.services import accuracy, idempotency, ledger, receipts
 from accountant.services.evaluation import ChargeRequest, Evaluation
 
 
@@ -50,6 +52,7 @@ def granted(
             "run_params": idempotency.encode_params(priced.run_params),
             "output_sha256": output_sha256,
             "ledger": {"seq": head.seq, "hash": head.hash},
+            "accuracy": accuracy.stated(request.mechanism, priced.run_params, request.data),
         }
     )
     body["receipt"] = receipts.receipt(
@@ -58,9 +61,9 @@ def granted(
         dataset=body["dataset"],
         partitions=body["partitions"],
         mechanism=body["mechanism"],
-        cost=body["cost"],
+        cost=_figures(body["cost"]),
         multiplicity=body["multiplicity"],
-        charged=body["charged"],
+        charged=_figures(body["charged"]),
         output_sha256=output_sha256,
         ledger=body["ledger"],
         issued_at=created_at // 1_000_000,
@@ -109,12 +112,19 @@ def denial_error(
 
 def report(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
     """``amount`` as the dataset's mode states it (with epsilon at its delta for zcdp)."""
-    return evaluation.mode.report(amount, evaluation.dataset.limit_delta or 0)
+    mode = evaluation.mode
+    return mode.labelled(mode.report(amount, evaluation.dataset.limit_delta or 0), amount)
 
 
 def report_cost(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
     """A release's cost as the dataset's mode states it (``Mode.report_cost``)."""
-    return evaluation.mode.report_cost(amount, evaluation.dataset.limit_delta or 0)
+    mode = evaluation.mode
+    return mode.labelled(mode.report_cost(amount, evaluation.dataset.limit_delta or 0), amount)
+
+
+def _figures(amount: dict[str, Any]) -> dict[str, Any]:
+    """An amount's figures as ``Mode.report`` states them, without the labels."""
+    return {k: v for k, v in amount.items() if k not in LABELS}
 
 
 def reason(evaluation: Evaluation, denial: Denial) -> str:
@@ -129,7 +139,7 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
         f"this charge would exceed {where}: limit "
         f"{_text(_limit_report(evaluation, denial))}, spent "
         f"{_text(report(evaluation, denial.spent))}, requested "
-        f"{_text(report_cost(evaluation, denial.requested))}"
+        f"{_text(report_cost(evaluation, denial.requested), alone=True)}"
     )
     if denial.window is not None:
         text += f"; the window resets at {isoformat(denial.window.end)}"
@@ -137,13 +147,19 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
 
 
 def _limit_report(evaluation: Evaluation, denial: Denial) -> dict[str, Any]:
-    names = evaluation.mode.components
-    limited = Amount(**{n: v for n in names if (v := denial.limit[n]) is not None})
-    stated = report(evaluation, limited)
-    if evaluation.mode.converts:
-        return stated
-    return {k: v for k, v in stated.items() if denial.limit[k] is not None}  # type: ignore[index]  # k is a component name
+    mode = evaluation.mode
+    limited = Amount(**{n: v for n in mode.components if (v := denial.limit[n]) is not None})
+    stated = mode.report(limited, evaluation.dataset.limit_delta or 0)
+    if not mode.converts:
+        stated = {k: v for k, v in stated.items() if denial.limit[k] is not None}  # type: ignore[index]  # k is a component name
+    return mode.labelled(stated, limited)
 
 
-def _text(amount: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in amount.items())
+def _text(amount: dict[str, Any], *, alone: bool = False) -> str:
+    """An amount in words: the figures that add up, and where epsilon does not, the epsilon
+    beside them (for a cost, the epsilon of that cost by itself)."""
+    text = ", ".join(f"{name} {positional(amount[name])}" for name in amount["additive"])
+    if "epsilon_alone" in amount:
+        epsilon = positional(amount["epsilon_alone"])
+        text += f" (epsilon {epsilon}{' by itself' if alone else ''})"
+    return text

@@ -317,10 +317,12 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
     mode = dataset.mode
     loss = consumer_loss(session, grant.consumer_id, dataset)
     delta = dataset.limit_delta or 0
-    entry: dict[str, Any] = {"loss": mode.report(loss, delta)}
+    entry: dict[str, Any] = {"loss": mode.labelled(mode.report(loss, delta), loss)}
     if grant.quota is not None:
-        entry["quota"] = describe_limit(grant.quota, mode)
-        entry["remaining"] = mode.report(remaining(grant.quota, loss, mode.components), delta)
+        quota = grant.quota
+        entry["quota"] = mode.labelled(describe_limit(quota, mode), quota.bounds())
+        left = remaining(quota, loss, mode.components)
+        entry["remaining"] = mode.labelled(mode.report(left, delta), left)
         entry["at_limit"] = at_limit(grant.quota, loss, mode.components)
     return entry
 

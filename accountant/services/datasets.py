@@ -216,7 +216,7 @@ def describe_limit(limit: Limit, mode: Mode | None = None) -> dict[str, Decimal]
     }
     if limit.rho is not None and mode is not None and mode.name in ("rdp", "gdp"):
         enforced = described.pop("rho")
-        described[mode.measure] = enforced if mode.name == "rdp" else mu_of(limit.rho, down=True)
+        described[mode.lead_name] = enforced if mode.name == "rdp" else mu_of(limit.rho, down=True)
     if mode is not None and mode.composition_delta is not None and limit.delta is not None:
         # stated as delta' + delta'': the enforced delta'' is what the releases may spend
         stated = advanced.stated_delta(limit.delta, mode.composition_delta)
@@ -624,13 +624,13 @@ def tally_state(
 
 def _stated(
     mode: Mode, amount: Amount, dataset: Dataset, only: tuple[ComponentName, ...] | None = None
-) -> dict[str, Decimal]:
+) -> dict[str, Any]:
     report = mode.report(amount, dataset.limit_delta or 0)
     if only is not None and not mode.converts:
         # with advanced composition, the epsilon of a limited rho is its stated face
         shown = set(only) | ({"epsilon"} if mode.advanced and "rho" in only else set())
         report = {k: v for k, v in report.items() if k in shown}
-    return report
+    return mode.labelled(report, amount)
 
 
 def lifetime_loss(session: Session, dataset: Dataset) -> Amount:
@@ -684,7 +684,7 @@ def budget_report(
                 "start": isoformat(window.start),
                 "end": isoformat(window.end),
                 "loss": _stated(mode, window_loss, dataset),
-                "limit": _stated(mode, _as_amount(budget.limit), dataset, limited),
+                "limit": _stated(mode, budget.limit.bounds(), dataset, limited),
                 "remaining": _stated(
                     mode, remaining(budget.limit, window_loss, names), dataset, limited
                 ),
@@ -718,7 +718,7 @@ def budget_report(
         "privacy_unit": dataset.privacy_unit,
         "accounting": dataset.accounting,
         "loss": _stated(mode, loss, dataset),
-        "limit": _stated(mode, _as_amount(dataset.limit), dataset),
+        "limit": _stated(mode, dataset.limit.bounds(), dataset),
         "remaining": _stated(mode, remaining(dataset.limit, loss, names), dataset),
         "at_limit": at_limit(dataset.limit, loss, names),
         "windows": windows,
@@ -736,7 +736,7 @@ def budget_report(
     if dataset.has_partition_limit and dataset.partition_limit is not None:
         limited = tuple(n for n in names if dataset.partition_limit[n] is not None)
         report["partition_limit"] = _stated(
-            mode, _as_amount(dataset.partition_limit), dataset, limited
+            mode, dataset.partition_limit.bounds(), dataset, limited
         )
         # what the most spent partition has left: no partition has less
         most_spent = lifetime.max_spend if lifetime else Amount()
@@ -763,10 +763,6 @@ def _as_numbers(terms: Any) -> Any:
 
 
 _AMOUNT_NAMES = frozenset({"epsilon", "delta", "rho", "rdp", "mu", "order"})
-
-
-def _as_amount(limit: Limit) -> Amount:
-    return Amount(limit.epsilon or 0, limit.delta or 0, limit.rho or 0)
 
 
 def list_partitions(

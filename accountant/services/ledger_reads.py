@@ -22,14 +22,12 @@ from accountant.services.verification import verify
 
 def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
     """One entry as the API, the export and the dashboard state it (docs/ledger.md)."""
-    mode = dataset.mode
+    mode, delta = dataset.mode, dataset.limit_delta or 0
     charged = None  # what the running total grew by: cost x multiplicity, when granted
     if entry.kind == "charge":
         grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)
-        charged = mode.report_cost(
-            grew.scaled(entry.multiplicity) if entry.status == "granted" else Amount(),
-            dataset.limit_delta or 0,
-        )
+        grew = grew.scaled(entry.multiplicity) if entry.status == "granted" else Amount()
+        charged = mode.labelled(mode.report_cost(grew, delta), grew)
     return {
         "id": entry.id,
         "seq": entry.seq,
@@ -41,12 +39,12 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "mechanism": entry.mechanism,
         "release": entry.release,
         "partitions": entry.partitions,
-        "cost": mode.report_cost(entry.cost, dataset.limit_delta or 0),
+        "cost": mode.labelled(mode.report_cost(entry.cost, delta), entry.cost),
         "multiplicity": entry.multiplicity,
         "charged": charged,
         "loss_after": None
         if (after := entry.loss_after) is None
-        else mode.report(after, dataset.limit_delta or 0),
+        else mode.labelled(mode.report(after, delta), after),
         "detail": entry.detail or None,
         "created_at": isoformat(entry.created_at / 1e6),
         "noise_secret": entry.noise_secret,

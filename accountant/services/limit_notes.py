@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accountant.accounting.modes import Mode
-from accountant.exact import COMPONENTS, Amount, ComponentName, Limit
+from accountant.exact import COMPONENTS, Amount, ComponentName, Limit, positional
 
 NO_REASON = "no reason given"
 
@@ -69,19 +69,19 @@ def below_spent(what: str, limit: Limit, spent: Amount, mode: Mode, consequence:
     if not over:
         return None
     return (
-        f"{what} is now below what is already spent ({_figures(mode, _amount(limit), over)} "
+        f"{what} is now below what is already spent ({_figures(mode, limit.bounds(), over)} "
         f"< spent {_figures(mode, spent, over)}): {consequence}; nothing spent is refunded"
     )
 
 
 def above_lifetime(what: str, limit: Limit, lifetime: Limit, mode: Mode) -> str | None:
     """The note for a window or partition limit above the lifetime limit, or None."""
-    over = _over(lifetime, _amount(limit), mode)
+    over = _over(lifetime, limit.bounds(), mode)
     if not over:
         return None
     return (
-        f"{what} ({_figures(mode, _amount(limit), over)}) is above the lifetime limit "
-        f"({_figures(mode, _amount(lifetime), over)}): the lifetime limit binds first, so "
+        f"{what} ({_figures(mode, limit.bounds(), over)}) is above the lifetime limit "
+        f"({_figures(mode, lifetime.bounds(), over)}): the lifetime limit binds first, so "
         "the excess can never be spent"
     )
 
@@ -95,21 +95,12 @@ def _over(limit: Limit, amount: Amount, mode: Mode) -> tuple[ComponentName, ...]
     )
 
 
-def _amount(limit: Limit) -> Amount:
-    return Amount(limit.epsilon or 0, limit.delta or 0, limit.rho or 0)
-
-
 def _figures(mode: Mode, amount: Amount, names: tuple[ComponentName, ...]) -> str:
     """``amount`` in ``names``, each as the mode names it (rho, rdp or mu for the measure)."""
     shown = []
     for name in names:
         if name == "rho":
-            shown.append(f"{mode.measure} {_plain(mode.lead(amount))}")
+            shown.append(f"{mode.lead_name} {positional(mode.lead(amount))}")
         else:
-            shown.append(f"{name} {_plain(COMPONENTS[name].to_decimal(amount[name]))}")
+            shown.append(f"{name} {positional(COMPONENTS[name].to_decimal(amount[name]))}")
     return ", ".join(shown)
-
-
-def _plain(value: Any) -> str:
-    """A decimal in positional notation (0.0000001, never 1E-7)."""
-    return format(value.normalize(), "f")

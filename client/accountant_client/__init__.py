@@ -1,0 +1,68 @@
+"""A Python client for the accountant's HTTP API (API.md), for the services that call it.
+
+    from accountant_client import BudgetExhausted, Client
+
+    with Client("http://accountant:8000", api_key) as accountant:
+        try:
+            result = accountant.charge(dataset="clicks", partitions=["2026-11-21"],
+                                       mechanism="laplace",
+                                       params={"epsilon": 0.1, "sensitivity": 1},
+                                       input={"values": [120.0]})
+        except BudgetExhausted as denial:
+            print(denial.scope, denial.limit, denial.spent, denial.requested)
+        print(result.output, result.remaining)
+
+- Each logical charge gets one idempotency key, reused across its retries, so a retry
+  after a lost answer returns the first answer (same charge id, same output) and is never
+  charged twice.
+- Connection errors, 503, a 429 that is not a window denial and a 409 "idempotency
+  in progress" are retried with exponential backoff, honouring ``Retry-After``, until
+  ``deadline`` seconds have passed; then ``Unavailable`` is raised.
+- Receipts are verified offline against the service's JWK set, fetched once and cached by
+  key id (refetched once for an unknown key id, after a rotation), and the output's SHA-256
+  is checked against the receipt.
+- Denials raise ``BudgetExhausted`` (scope, partition, limit, spent, requested) or
+  ``WindowExhausted`` (and ``resets_at``); invalid requests raise ``InvalidRequest`` with
+  the problem's field errors.
+
+``AsyncClient`` makes the charging calls with the same guarantees under asyncio.
+
+The distribution ``privacy-accountant-client`` (the ``client/`` folder of the accountant's
+repository: ``pip install ./client``) needs only httpx and cryptography (Ed25519, for the
+receipts); it installs neither the service nor Flask nor a database driver.
+"""
+
+from accountant_client._client import AsyncClient, Client
+from accountant_client._errors import (
+    AccountantError,
+    BudgetExhausted,
+    Conflict,
+    Denied,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    ReceiptInvalid,
+    Unauthorized,
+    Unavailable,
+    WindowExhausted,
+)
+from accountant_client._results import Charge, Plan, Preview
+
+__all__ = [
+    "AccountantError",
+    "AsyncClient",
+    "BudgetExhausted",
+    "Charge",
+    "Client",
+    "Conflict",
+    "Denied",
+    "Forbidden",
+    "InvalidRequest",
+    "NotFound",
+    "Plan",
+    "Preview",
+    "ReceiptInvalid",
+    "Unauthorized",
+    "Unavailable",
+    "WindowExhausted",
+]

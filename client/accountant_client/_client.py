@@ -1,0 +1,390 @@
+"""``Client`` and ``AsyncClient``: the API's calls with one key, retried until a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from accountant_client._errors import Unavailable, _error, _retry_after, _retryable
+from accountant_client._receipts import _Receipt, _remember_keys
+from accountant_client._results import (
+    Charge,
+    Plan,
+    Preview,
+    _charge_body,
+    _charge_of,
+    _plan_of,
+    _preview_of,
+)
+
+
+class Client:
+    """The accountant's API with one key. ``deadline``: seconds a call keeps retrying;
+    ``timeout``: seconds one attempt may take; ``verify_receipts``: check every receipt
+    offline (default)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        deadline: float = 30.0,
+        verify_receipts: bool = True,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {api_key}"},
+            transport=transport,
+        )
+        self.deadline = deadline
+        self.verify_receipts = verify_receipts
+        self._keys: dict[str, Ed25519PublicKey] = {}
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # charges -----------------------------------------------------------------------------
+
+    def charge(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        input: Mapping[str, Any] | None = None,
+        release: str = "joint",
+        idempotency_key: str | None = None,
+    ) -> Charge:
+        """Charge and release once. Retries reuse one idempotency key, so the answer is the
+        first one however many attempts it takes."""
+        key = idempotency_key or str(uuid.uuid4())
+        body = _charge_body(dataset, partitions, mechanism, params, input, release)
+        answer = self._call("POST", "/v1/charges", json=body, headers={"Idempotency-Key": key})
+        claims = (
+            self.verify_receipt(answer["receipt"], output=answer["output"])
+            if self.verify_receipts
+            else {}
+        )
+        return _charge_of(answer, key, claims)
+
+    def preview(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        release: str = "joint",
+    ) -> Preview:
+        """What the charge would cost and whether it would be granted; nothing is charged."""
+        answer = self._call(
+            "POST",
+            "/v1/charges/preview",
+            json=_charge_body(dataset, partitions, mechanism, params, None, release),
+        )
+        return _preview_of(answer)
+
+    def plan(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        release: str = "joint",
+        count: int | None = None,
+    ) -> Plan:
+        """How many more such charges fit; with ``count`` and the noise parameter left out
+        of ``params``, the least-noise parameters for which ``count`` of them fit."""
+        body = _charge_body(dataset, partitions, mechanism, params, None, release, count)
+        answer = self._call("POST", "/v1/charges/plan", json=body)
+        return _plan_of(answer)
+
+    def get_charge(self, charge_id: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/charges/{charge_id}"))
+
+    # datasets, budgets and partitions ----------------------------------------------------
+
+    def datasets(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/datasets")["datasets"])
+
+    def dataset(self, name: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/v1/datasets/{name}"))
+
+    def create_dataset(self, **definition: Any) -> dict[str, Any]:
+        """Admin: ``create_dataset(name=..., privacy_unit=..., budget={...}, ...)``."""
+        return dict(self._call("POST", "/v1/datasets", json=definition))
+
+    def update_dataset(self, name: str, **changes: Any) -> dict[str, Any]:
+        """Admin: new limits, ledgered as limit changes (``reason=...`` is recorded)."""
+        return dict(self._call("PATCH", f"/v1/datasets/{name}", json=changes))
+
+    def budget(self, dataset: str) -> dict[str, Any]:
+        """The budget report: loss, limit and remaining of every scope, and, for a service,
+        its own quota on the dataset."""
+        return dict(self._call("GET", f"/v1/datasets/{dataset}/budget"))
+
+    def declare_partitions(self, dataset: str, keys: Sequence[str]) -> dict[str, Any]:
+        return dict(
+            self._call("POST", f"/v1/datasets/{dataset}/partitions", json={"keys": list(keys)})
+        )
+
+    def partitions(self, dataset: str) -> Iterator[dict[str, Any]]:
+        """Every partition with its spend, page after page."""
+        yield from self._pages(f"/v1/datasets/{dataset}/partitions", "partitions", {})
+
+    # consumers and mechanisms ------------------------------------------------------------
+
+    def me(self) -> dict[str, Any]:
+        """The caller's own consumer: grants, quotas and their current use."""
+        return dict(self._call("GET", "/v1/consumers/me"))
+
+    def consumers(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/consumers")["consumers"])
+
+    def create_consumer(
+        self,
+        name: str,
+        role: str,
+        datasets: Sequence[str] = (),
+        quotas: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Admin: a new consumer and its first key (``api_key``, shown once)."""
+        body: dict[str, Any] = {"name": name, "role": role, "datasets": list(datasets)}
+        if quotas:
+            body["quotas"] = dict(quotas)
+        return dict(self._call("POST", "/v1/consumers", json=body))
+
+    def update_consumer(self, name: str, **changes: Any) -> dict[str, Any]:
+        """Admin: new grants (``datasets=[...]``) or quotas, ledgered like limit changes."""
+        return dict(self._call("PATCH", f"/v1/consumers/{name}", json=changes))
+
+    def mechanisms(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/v1/mechanisms")["mechanisms"])
+
+    # the ledger ----------------------------------------------------------------------------
+
+    def ledger(self, **filters: str) -> Iterator[dict[str, Any]]:
+        """Every entry matching ``filters`` (dataset, consumer, status, since, until), oldest
+        first, page after page."""
+        yield from self._pages("/v1/ledger", "entries", filters)
+
+    def export(self, format: str = "jsonl", **filters: str) -> Iterator[str]:
+        """The export's lines (JSON Lines or CSV), streamed."""
+        with self._http.stream(
+            "GET", "/v1/ledger/export", params={"format": format, **filters}
+        ) as response:
+            if response.status_code != 200:
+                response.read()
+                raise _error(response)
+            yield from response.iter_lines()
+
+    def verify_ledger(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/v1/ledger/verify"))
+
+    # receipts ------------------------------------------------------------------------------
+
+    def verify_receipt(self, receipt: str, *, output: Any = None) -> dict[str, Any]:
+        """The receipt's claims, if the service's key signed it (checked offline against the
+        cached JWK set) and, given ``output``, if it is the output the receipt names."""
+        token = _Receipt.read(receipt)
+        if token.kid not in self._keys:  # first use, or a key rotated in since: fetch again
+            _remember_keys(self._keys, self._request("GET", "/v1/receipts/public-key", {}))
+        return token.check(self._keys, output)
+
+    # transport -----------------------------------------------------------------------------
+
+    def _pages(self, path: str, items: str, params: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+        cursor = None
+        while True:
+            page = self._call(
+                "GET", path, params={**params, **({"cursor": cursor} if cursor else {})}
+            )
+            yield from page[items]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._request(method, path, kwargs)
+
+    def _request(self, method: str, path: str, kwargs: Mapping[str, Any]) -> Any:
+        """Send until answered or the deadline passes: connection errors, 503, 429 (not a
+        window denial) and 409 idempotency-in-progress are retried with jittered
+        exponential backoff, waiting at least what ``Retry-After`` says."""
+        backoff = _Backoff(self.deadline)
+        while True:
+            try:
+                response = self._http.request(method, path, **kwargs)
+            except httpx.TransportError as error:
+                time.sleep(backoff.after(None, error))
+                continue
+            if response.status_code < 400:
+                return response.json() if response.content else None
+            time.sleep(backoff.after(response, None))
+
+
+class AsyncClient:
+    """The client for asyncio (``httpx.AsyncClient``) with the calls a charging service
+    makes: charge, preview, plan, get_charge, budget, me, mechanisms, datasets and
+    verify_receipt; the same retries, idempotency keys, receipt checks and errors."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        deadline: float = 30.0,
+        verify_receipts: bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {api_key}"},
+            transport=transport,
+        )
+        self.deadline = deadline
+        self.verify_receipts = verify_receipts
+        self._keys: dict[str, Ed25519PublicKey] = {}
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def charge(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        input: Mapping[str, Any] | None = None,
+        release: str = "joint",
+        idempotency_key: str | None = None,
+    ) -> Charge:
+        """As ``Client.charge``."""
+        key = idempotency_key or str(uuid.uuid4())
+        body = _charge_body(dataset, partitions, mechanism, params, input, release)
+        answer = await self._request(
+            "POST", "/v1/charges", {"json": body, "headers": {"Idempotency-Key": key}}
+        )
+        claims = (
+            await self.verify_receipt(answer["receipt"], output=answer["output"])
+            if self.verify_receipts
+            else {}
+        )
+        return _charge_of(answer, key, claims)
+
+    async def preview(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        release: str = "joint",
+    ) -> Preview:
+        body = _charge_body(dataset, partitions, mechanism, params, None, release)
+        return _preview_of(await self._request("POST", "/v1/charges/preview", {"json": body}))
+
+    async def plan(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        mechanism: str,
+        params: Mapping[str, Any],
+        release: str = "joint",
+        count: int | None = None,
+    ) -> Plan:
+        body = _charge_body(dataset, partitions, mechanism, params, None, release, count)
+        return _plan_of(await self._request("POST", "/v1/charges/plan", {"json": body}))
+
+    async def get_charge(self, charge_id: str) -> dict[str, Any]:
+        return dict(await self._request("GET", f"/v1/charges/{charge_id}", {}))
+
+    async def budget(self, dataset: str) -> dict[str, Any]:
+        return dict(await self._request("GET", f"/v1/datasets/{dataset}/budget", {}))
+
+    async def me(self) -> dict[str, Any]:
+        return dict(await self._request("GET", "/v1/consumers/me", {}))
+
+    async def mechanisms(self) -> list[dict[str, Any]]:
+        return list((await self._request("GET", "/v1/mechanisms", {}))["mechanisms"])
+
+    async def datasets(self) -> list[dict[str, Any]]:
+        return list((await self._request("GET", "/v1/datasets", {}))["datasets"])
+
+    async def verify_receipt(self, receipt: str, *, output: Any = None) -> dict[str, Any]:
+        token = _Receipt.read(receipt)
+        if token.kid not in self._keys:
+            _remember_keys(self._keys, await self._request("GET", "/v1/receipts/public-key", {}))
+        return token.check(self._keys, output)
+
+    async def _request(self, method: str, path: str, kwargs: Mapping[str, Any]) -> Any:
+        backoff = _Backoff(self.deadline)
+        while True:
+            try:
+                response = await self._http.request(method, path, **kwargs)
+            except httpx.TransportError as error:
+                await asyncio.sleep(backoff.after(None, error))
+                continue
+            if response.status_code < 400:
+                return response.json() if response.content else None
+            await asyncio.sleep(backoff.after(response, None))
+
+
+class _Backoff:
+    """When to try again: connection errors, 503, 429 (not a window denial) and 409
+    idempotency-in-progress are retried with jittered exponential backoff, waiting at least
+    what ``Retry-After`` says, until ``deadline`` seconds have passed."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.give_up = time.monotonic() + deadline
+        self.pause, self.attempts = 0.1, 0
+
+    def after(self, response: httpx.Response | None, error: Exception | None) -> float:
+        """Seconds to wait after a failed attempt (a problem ``response`` or a transport
+        ``error``); raises the problem if no retry can help, or ``Unavailable`` past the
+        deadline."""
+        self.attempts += 1
+        last: Any = error
+        wait = None
+        if response is not None:
+            problem = _error(response)
+            if not _retryable(problem):
+                raise problem
+            last, wait = problem, _retry_after(response)
+        delay = max(wait or 0.0, self.pause * (0.5 + random.random()))
+        if time.monotonic() + delay > self.give_up:
+            detail = f"no answer after {self.attempts} attempts in {self.deadline:g} s: {last}"
+            raise Unavailable({"detail": detail, "status": 503}) from (
+                last if isinstance(last, Exception) else None
+            )
+        self.pause = min(self.pause * 2, 5.0)
+        return delay

@@ -1,0 +1,142 @@
+"""The errors the client raises: one per problem type of API.md, with the denial's facts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+import httpx
+
+
+class AccountantError(Exception):
+    """A problem+json answer (RFC 9457), or no answer at all (``Unavailable``)."""
+
+    def __init__(self, problem: Mapping[str, Any], status: int = 0) -> None:
+        self.problem = dict(problem)
+        self.status = int(self.problem.get("status", status) or status)
+        self.type = str(self.problem.get("type", ""))
+        self.detail = str(self.problem.get("detail", self.problem.get("title", "")))
+        super().__init__(f"{self.status} {self.detail}" if self.status else self.detail)
+
+
+class InvalidRequest(AccountantError):
+    """400 (or 413, 422): the request is wrong; ``errors`` lists each field at fault."""
+
+    @property
+    def errors(self) -> list[dict[str, str]]:
+        return list(self.problem.get("errors", []))
+
+
+class Unauthorized(AccountantError):
+    """401: no API key, or an unknown or revoked one."""
+
+
+class Forbidden(AccountantError):
+    """403: the key's role or grants do not allow this."""
+
+
+class NotFound(AccountantError):
+    """404: the dataset, consumer or charge does not exist."""
+
+
+class Conflict(AccountantError):
+    """409 other than a denial: a replay that cannot be given again, for example."""
+
+
+class Denied(AccountantError):
+    """A charge refused by a budget (and ledgered as denied)."""
+
+    @property
+    def scope(self) -> str:
+        return str(self.problem.get("scope", ""))
+
+    @property
+    def partition(self) -> str | None:
+        return self.problem.get("partition")
+
+    @property
+    def limit(self) -> dict[str, Decimal]:
+        return _amount(self.problem.get("limit"))
+
+    @property
+    def spent(self) -> dict[str, Decimal]:
+        return _amount(self.problem.get("spent"))
+
+    @property
+    def requested(self) -> dict[str, Decimal]:
+        return _amount(self.problem.get("requested"))
+
+
+class BudgetExhausted(Denied):
+    """409: the lifetime, a partition's or the consumer's budget would be exceeded."""
+
+
+class WindowExhausted(Denied):
+    """429: a window budget is spent until ``resets_at`` (``retry_after`` seconds)."""
+
+    @property
+    def resets_at(self) -> str:
+        return str(self.problem.get("resets_at", ""))
+
+    retry_after: float | None = None
+
+
+class Unavailable(AccountantError):
+    """The service did not answer within the deadline (connection errors, 503s)."""
+
+
+class ReceiptInvalid(AccountantError):
+    """A receipt whose signature, key or output hash does not check out."""
+
+
+def _amount(value: Any) -> dict[str, Decimal]:
+    return {
+        k: Decimal(str(v)) for k, v in (value or {}).items() if isinstance(v, int | float | Decimal)
+    }
+
+
+_BY_STATUS: dict[int, type[AccountantError]] = {
+    400: InvalidRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: InvalidRequest,
+    422: InvalidRequest,
+    503: Unavailable,
+}
+
+
+def _error(response: httpx.Response) -> AccountantError:
+    try:
+        problem = response.json()
+    except ValueError:
+        problem = {}
+    if not isinstance(problem, dict):
+        problem = {}
+    problem.setdefault("status", response.status_code)
+    problem.setdefault("detail", response.reason_phrase)
+    kind: type[AccountantError] = _BY_STATUS.get(response.status_code, AccountantError)
+    slug = str(problem.get("type", "")).rsplit("/", 1)[-1]
+    if slug == "budget-exhausted":
+        kind = BudgetExhausted
+    elif slug == "window-exhausted" or problem.get("scope") == "window":
+        kind = WindowExhausted
+    error = kind(problem, response.status_code)
+    if isinstance(error, WindowExhausted):
+        error.retry_after = _retry_after(response)
+    return error
+
+
+def _retryable(problem: AccountantError) -> bool:
+    if isinstance(problem, Unavailable):
+        return True
+    if problem.status == 429:
+        return not isinstance(problem, WindowExhausted)  # a rate limit, not a denial
+    return problem.status == 409 and problem.type.endswith("/idempotency-in-progress")
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    raw = response.headers.get("Retry-After", "")
+    return float(raw) if raw.isascii() and raw.isdigit() else None
