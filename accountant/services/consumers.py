@@ -25,9 +25,17 @@ from accountant.services.datasets import describe_limit
 KEY_PREFIX = "pba_"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Principal:
-    """The authenticated caller of one request."""
+    """The authenticated caller of one request.
+
+    Args:
+        consumer_id: its consumer's id.
+        name: its consumer's name.
+        role: its consumer's role (``admin``, ``service`` or ``auditor``).
+        key_id: the id of the API key it authenticated with.
+        granted: the ids of the datasets granted to it.
+    """
 
     consumer_id: int
     name: str
@@ -57,7 +65,13 @@ def authenticate(driver: Driver, key_hash: str) -> Principal | None:
         return None
     first = rows[0]
     granted = frozenset(row.dataset_id for row in rows if row.dataset_id is not None)
-    return Principal(first.consumer_id, first.name, first.role, first.key_id, granted)
+    return Principal(
+        consumer_id=first.consumer_id,
+        name=first.name,
+        role=first.role,
+        key_id=first.key_id,
+        granted=granted,
+    )
 
 
 class KnownKeys:
@@ -460,7 +474,11 @@ def update_consumer(
         if grant is not None and grant.quota is not None and new["quota"] != old["quota"]:
             spent = consumer_loss(session, consumer.id, dataset)
             note = limit_notes.below_spent(
-                what, grant.quota, spent, dataset.mode, "its charges there are denied"
+                what,
+                limit=grant.quota,
+                spent=spent,
+                mode=dataset.mode,
+                consequence="its charges there are denied",
             )
             notes += [note] if note is not None else []
     if not changed:
