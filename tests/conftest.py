@@ -8,6 +8,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from sqlalchemy.pool import NullPool
 
 from accountant.accounting.modes import LABELS
 from accountant.app import prepared_app
+from accountant.clock import Clock, FrozenClock, SystemClock
 from accountant.db import dispose_all
 from accountant.migrate import upgrade
 
@@ -169,10 +171,33 @@ def signing_key_file(tmp_path: Path) -> str:
     return str(tmp_path / "signing-key.pem")
 
 
+#: Where the clock of a test marked ``frozen_clock`` stands until the test moves it: 10:30:00
+#: UTC on Monday 2 March 2026, half an hour into its hour window, 10.5 hours into its day,
+#: 4.4 days into its 7-day window and 5.6 days before its 30-day window ends.
+FROZEN_AT_US = int(datetime(2026, 3, 2, 10, 30, tzinfo=UTC).timestamp()) * 1_000_000
+
+
 @pytest.fixture
-def app(database_url: str, signing_key_file: str) -> Flask:
+def clock(request: pytest.FixtureRequest) -> Clock:
+    """The ``app``'s clock. A test whose assertions need its requests in one window (a
+    window's loss read after charges, a 429 after a grant) is marked ``frozen_clock``: it
+    gets a ``FrozenClock`` at ``FROZEN_AT_US``, which only ``advance`` moves, so that it
+    passes at any time of day, an hour's or a day's end included. Other tests get the
+    system clock."""
+    if request.node.get_closest_marker("frozen_clock") is None:
+        return SystemClock()
+    return FrozenClock(FROZEN_AT_US)
+
+
+@pytest.fixture
+def app(database_url: str, signing_key_file: str, clock: Clock) -> Flask:
     return prepared_app(
-        {"database_url": database_url, "admin_key": ADMIN_KEY, "signing_key_file": signing_key_file}
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": signing_key_file,
+        },
+        clock=clock,
     )
 
 

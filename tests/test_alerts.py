@@ -12,6 +12,7 @@ import pytest
 from flask import Flask
 
 from accountant.app import prepared_app
+from accountant.clock import Clock
 from accountant_plugins import alerts_webhook
 from tests.conftest import ADMIN_KEY, Api
 
@@ -55,7 +56,9 @@ def receiver() -> Iterator[_Receiver]:
     server.close()
 
 
-def _app(database_url: str, signing_key_file: str, url: str, **extra: Any) -> Flask:
+def _app(
+    database_url: str, signing_key_file: str, url: str, clock: Clock | None = None, **extra: Any
+) -> Flask:
     return prepared_app(
         {
             "database_url": database_url,
@@ -63,14 +66,20 @@ def _app(database_url: str, signing_key_file: str, url: str, **extra: Any) -> Fl
             "signing_key_file": signing_key_file,
             "alert_webhook_url": url,
             **extra,
-        }
+        },
+        clock=clock,
     )
 
 
+@pytest.mark.frozen_clock  # the window's alert needs every charge in one day
 def test_each_crossing_alerts_once_with_retries(
-    database_url: str, signing_key_file: str, receiver: _Receiver, caplog: pytest.LogCaptureFixture
+    database_url: str,
+    signing_key_file: str,
+    receiver: _Receiver,
+    clock: Clock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    api = Api(_app(database_url, signing_key_file, receiver.url).test_client())
+    api = Api(_app(database_url, signing_key_file, receiver.url, clock).test_client())
     api.make_dataset(budget={"epsilon": 1}, windows=[{"period": "1d", "epsilon": 2}])
     for _ in range(5):
         assert api.charge(epsilon=0.2).status_code == 201  # 20% 40% 60% 80% 100%

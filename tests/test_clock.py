@@ -11,10 +11,10 @@ import pytest
 
 from accountant.app import prepared_app
 from accountant.clock import FrozenClock
-from tests.conftest import ADMIN_KEY, Api, run_sql
+from tests.conftest import ADMIN_KEY, FROZEN_AT_US, Api, run_sql
 
 #: 10:30:00 UTC on a Monday: half an hour into its hour window.
-START = int(datetime(2026, 3, 2, 10, 30, tzinfo=UTC).timestamp()) * 1_000_000
+START = FROZEN_AT_US
 HOUR = 3600
 
 

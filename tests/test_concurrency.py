@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ADMIN_KEY, POOLED_BACKENDS, Api, run_sql
+from tests.conftest import ADMIN_KEY, FROZEN_AT_US, POOLED_BACKENDS, Api, run_sql
 
 WORKERS = 4
 ATTEMPTS = 40  # per worker: 160 attempts against room for exactly 50
@@ -23,9 +23,14 @@ def _charge_many(
     results: Any,
 ) -> None:
     from accountant.app import prepared_app
+    from accountant.clock import FrozenClock
 
-    # the same key folder as the test's app, so the same noise secret (one per database)
-    app = prepared_app({"database_url": database_url, "signing_key_file": signing_key_file})
+    # the same key folder as the test's app, so the same noise secret (one per database),
+    # and the same moment as its clock (``frozen_clock``), so the same day window
+    app = prepared_app(
+        {"database_url": database_url, "signing_key_file": signing_key_file},
+        clock=FrozenClock(FROZEN_AT_US),
+    )
     client = Api(app.test_client(), ADMIN_KEY)
     start.wait(timeout=120)  # every process starts charging at the same moment
     codes = []
@@ -44,6 +49,7 @@ def _charge_many(
 
 
 @pytest.mark.slow
+@pytest.mark.frozen_clock
 @pytest.mark.parametrize("database_url", POOLED_BACKENDS, indirect=True)
 def test_processes_grant_exactly_what_the_budget_allows(
     api: Api, database_url: str, signing_key_file: str

@@ -74,6 +74,7 @@ def test_revoking_the_key_ends_its_session(api: Api, client: FlaskClient) -> Non
     assert client.get("/dashboard").status_code == 303
 
 
+@pytest.mark.frozen_clock  # the window's share is read in the day of its charges
 def test_pages_show_the_api_numbers(api: Api, client: FlaskClient) -> None:
     api.make_dataset(budget={"epsilon": 1}, windows=[{"period": "1d", "epsilon": 0.9}])
     api.make_dataset("spent", privacy_unit="partition", budget={"epsilon": 0.5})

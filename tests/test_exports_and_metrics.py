@@ -6,6 +6,7 @@ import csv
 import io
 import json
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import event, select
@@ -105,6 +106,7 @@ def test_metrics_can_require_a_key(database_url: str, signing_key_file: str) -> 
         assert client.get("/healthz").status_code == 200  # health stays open
 
 
+@pytest.mark.frozen_clock  # the window's utilisation is read in the day of its charge
 def test_metrics_report_latency_and_utilisation(api: Api, client: FlaskClient) -> None:
     api.make_dataset(
         budget={"epsilon": 1},

@@ -148,6 +148,7 @@ def test_a_lifetime_limit_below_what_is_spent_is_accepted_with_a_note(
     assert raised["changed"] is True and raised["notes"] == []
 
 
+@pytest.mark.frozen_clock  # the window's note is made in the day of its charges
 def test_partition_window_and_quota_limits_below_spent_or_above_the_lifetime_get_notes(
     api: Api,
 ) -> None:
@@ -173,7 +174,7 @@ def test_partition_window_and_quota_limits_below_spent_or_above_the_lifetime_get
     window = notes("/v1/datasets/clicks", {"windows": [{"period": "1d", "epsilon": 0.75}]})
     assert len(window) == 1 and window[0].startswith(
         "the 1d window's limit is now below what is already spent (epsilon 0.75 < spent "
-        "epsilon 1): charges are denied until the window resets at "
+        "epsilon 1): charges are denied until the window resets at 2026-03-03T00:00:00Z"
     )
     assert notes("/v1/consumers/svc", {"quotas": {"clicks": {"epsilon": 0.25}}}) == [
         "the quota of svc on clicks is now below what is already spent (epsilon 0.25 < "

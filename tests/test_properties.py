@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -79,6 +80,7 @@ charge = st.tuples(
 )
 
 
+@pytest.mark.frozen_clock  # every charge of every example falls in one 30-day window
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -130,7 +132,6 @@ def test_grants_and_loss_match_the_reference(
     if partition_limit is not None:
         fields["partition_budget"] = {"epsilon": float(partition_limit)}
     if window_limit is not None:
-        # every charge of one example falls in one 30-day window
         fields["windows"] = [{"period": "30d", "epsilon": float(window_limit)}]
     api.make_dataset(name, **fields)
     k = k if unit == "user" else None
