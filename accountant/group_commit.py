@@ -21,8 +21,8 @@ transaction on its own connection. Those that arrive meanwhile queue; as
 each block ends, the next one queued runs its block in the same
 transaction, in its own thread, one at a time, up to ``MAX_BATCH`` in all.
 When none is left, the leader commits, every block's ``with`` returns (none
-before the commit: until it returns, a unit of work has failed), and the
-first unit queued since leads the next transaction. Each unit is what it
+before the commit: until its ``with`` returns, a unit of work may still
+fail), and the first unit queued since leads the next transaction. Each unit is what it
 would be alone: it reads the totals as the ones before it left them, and
 writes or is refused.
 
@@ -32,13 +32,13 @@ How a block ends decides what happens to the transaction:
 - it raises before ``apply`` (a 403, a 400, a failed mechanism): it wrote
   nothing, so that is its own outcome alone, and the transaction goes on;
 - it raises after ``apply``, or a database error ends the transaction
-  (whichever block meets it): every unit of the transaction has failed. A
-  duplicate key that another transaction committed meanwhile
-  (``IntegrityError``), or a block that raised after its writes, sends each
-  unit that was not refused back to run again, in a transaction of its own,
-  before any other (``transactions`` gives it that transaction): the one at
-  fault fails again by itself, and what it wrote never reaches anyone's
-  commit. A duplicate key that a lone unit meets sends it back once if its
+  (whichever block meets it): every unit of the transaction has failed. In a
+  shared transaction, a duplicate key that another transaction committed
+  meanwhile (``IntegrityError``), or a block that raised after its writes,
+  sends each unit that was not refused back to run again, in a transaction
+  of its own, before any other (``transactions`` gives it that
+  transaction): the one at fault fails again by itself, and what it wrote
+  never reaches anyone's commit. A duplicate key that a lone unit meets sends it back once if its
   work expects one (an idempotency key committed by another transaction
   between its read and its write). Any other database error is every
   unit's. Such errors are rare (a
@@ -47,8 +47,8 @@ How a block ends decides what happens to the transaction:
 
 A unit not taken into a transaction within the lock timeout is refused as
 one that waits that long for the lock is (a 503); once taken, it waits for
-the leader, whose every wait for the database has a deadline. A lone unit
-runs exactly as before: one transaction.
+the leader, whose every wait for the database has a deadline. A unit that no
+other joins runs alone: one transaction, one commit.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The plugin manager and the typed mechanism registry: the only code that calls ``pm.hook``."""
+"""The plugin manager and the typed mechanism registry.
+
+Two places call ``pm.hook``: ``MechanismRegistry`` here, which validates what each
+plugin's ``accountant_register_mechanisms`` returns, and ``alerts.AlertDispatcher``,
+which calls ``accountant_budget_alert`` one plugin at a time so that one plugin's failure
+reaches no other. Every other module reaches plugins through these two.
+"""
 
 from __future__ import annotations
 
@@ -62,7 +68,8 @@ def make_plugin_manager(
 
 
 class MechanismRegistry:
-    """The validated mechanisms of all plugins, by name."""
+    """The validated mechanisms of all plugins, by name, and what was refused (a plugin that
+    failed to import, a mechanism that failed validation)."""
 
     def __init__(self, pm: pluggy.PluginManager, refusals: Iterable[Refusal] = ()) -> None:
         self.refusals: list[Refusal] = list(refusals)

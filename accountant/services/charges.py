@@ -10,17 +10,19 @@
    commit;
 2. its reads (``charge_reads.read``): the dataset's row, locked, with the
    caller's role, grant and key as they stand; the charged partitions; every
-   scope's row. A request whose idempotency key is known gets its first
-   response again, with its output regenerated exactly or refused
-   (``idempotency.output_of``);
+   scope's row. A request whose idempotency key is known, with the same
+   body, writes nothing: once the transaction ends it gets its first
+   response again, its output regenerated exactly or refused
+   (``idempotency.output_of``); with another body it is refused;
 3. its decision (``accounting.decide``), pure: the grant check, the price,
    every scope checked, a grant or a denial;
-4. a grant runs the mechanism inside the transaction: if it fails, nothing
-   is charged;
-5. its writes (``charge_plan.plan``), applied in the transaction: a
-   grant's scopes, every charge's ledger entry and remembered response. On
-   PostgreSQL they travel with the COMMIT in one round trip: a simple charge
-   holds the lock for two round trips.
+4. a grant runs the mechanism inside the transaction (``_run``): if it
+   fails, nothing is charged;
+5. its writes (``charge_plan.plan``), applied in the transaction
+   (``tx.apply``): a grant's new partitions and its scopes; every charge's
+   ledger entry and its count for /metrics; with an idempotency key, its
+   response. On PostgreSQL they travel with the COMMIT in one round trip: a
+   simple charge holds the lock for two round trips.
 
 A refusal (a 403, a 400, a failed mechanism) raises before the writes: it is
 that charge's outcome alone, and the others in its transaction commit. No
