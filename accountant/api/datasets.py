@@ -84,6 +84,7 @@ def declare_partitions(name: str) -> Any:
     dataset = datasets.find(session, name, lock=True)
     if not caller.may_charge(dataset.id):
         raise Forbidden(f"dataset {name!r} is not granted to {caller.name!r}")
+    schemas.check_partition_keys(body["keys"], "keys")
     created, existing = datasets.declare_partitions(session, dataset, body["keys"], now_us())
     session.commit()
     return {"dataset": name, "created": created, "existing": existing}, 201

@@ -60,10 +60,10 @@ from accountant.services import charge_responses, idempotency, ledger, receipts
 
 @dataclass(frozen=True)
 class Planned:
-    """A charge's writes, and the response they remember (its charge's answer)."""
+    """A charge's writes, and the facts of its answer (remembered with a key)."""
 
     writes: WritePlan
-    response: idempotency.Outcome
+    facts: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -104,16 +104,15 @@ def plan(
         main += scopes
         if signing.publish:
             main.append(receipts.published(signing.signer, now))
-        response = charge_responses.granted(
+        facts = charge_responses.granted(
             decision, request, charge_id, now, output_sha256, entry.head, signing.signer
         )
     else:
-        response = charge_responses.denied(decision, request, charge_id, now)
+        facts = charge_responses.denied(decision, charge_id, now)
     if request.key is not None:
-        main.append(
-            idempotency.remembered(request.principal.consumer_id, request.key, response, now)
-        )
-    return Planned(WritePlan((*opening, Block(tuple(main)))), response)
+        consumer = request.principal.consumer_id
+        main.append(idempotency.remembered(consumer, request.key, request.fingerprint, facts, now))
+    return Planned(WritePlan((*opening, Block(tuple(main)))), facts)
 
 
 def _entry(

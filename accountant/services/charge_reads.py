@@ -71,11 +71,13 @@ from accountant.models import (
     WindowBudget,
 )
 from accountant.models.tally import PART_PREFIXES
-from accountant.services import datasets, idempotency
+from accountant.services import idempotency
 from accountant.services.consumers import UNKNOWN_KEY
 
 
-def read(driver: Driver, request: ChargeRequest, clock: Clock) -> ChargeReads | idempotency.Outcome:
+def read(
+    driver: Driver, request: ChargeRequest, clock: Clock
+) -> ChargeReads | idempotency.Remembered:
     """Lock ``request``'s dataset and read what its charge needs; or, for an idempotency key
     seen before, the response remembered for it. A 404 for a dataset that does not exist,
     then a 401 for a key revoked since it was authenticated. The charge's time is read from
@@ -114,8 +116,6 @@ def _send(driver: Driver, request: ChargeRequest, now: float, *, lock: bool) -> 
     and every scope row's; read none of them yet. The scope rows are those of the windows
     containing ``now`` and the next ones, of every window length: the dataset's window
     budgets are not known yet, and the charge's own clock is read after the lock."""
-    if request.partitions != "*":
-        datasets.check_keys(list(request.partitions), "partitions")
     caller, name = request.principal, request.dataset
     dataset = driver.send(
         _DATASET[lock],
