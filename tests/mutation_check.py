@@ -209,7 +209,7 @@ MUTATIONS = [
     Mutation(
         "replay ignores the implementation",
         "accountant/services/idempotency.py",
-        "elif outcome.implementation != mechanism.implementation:",
+        "elif first.implementation != mechanism.implementation:",
         "elif False:",
         ("tests/test_replay.py",),
     ),
