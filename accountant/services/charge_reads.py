@@ -57,7 +57,7 @@ from accountant.accounting.decide import (
 from accountant.accounting.loss import PARTS, ScopeKey
 from accountant.accounting.windows import PERIODS, Window
 from accountant.clock import Clock
-from accountant.driver import Driver, Pending, Rows, Statement, statement
+from accountant.driver import Driver, Pending, Rows
 from accountant.errors import NotFound, Unauthorized
 from accountant.exact import Amount, Limit
 from accountant.models import (
@@ -73,6 +73,7 @@ from accountant.models import (
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import datasets, idempotency
 from accountant.services.consumers import UNKNOWN_KEY
+from accountant.statements import Statement, statement
 
 
 def read(driver: Driver, request: ChargeRequest, clock: Clock) -> ChargeReads | idempotency.Outcome:
