@@ -1,8 +1,8 @@
-"""What a charge writes: its decision as a plan of writes (``driver.WritePlan``).
+"""What a charge writes: its decision as a plan of writes (``statements.WritePlan``).
 
 ``plan`` turns a ``Decision`` into the statements that record it, in blocks
 whose statements do not depend on each other's writes (each block runs as
-one statement on PostgreSQL, ``Driver.together``; ``driver.Block`` checks
+one statement on PostgreSQL, ``Driver.together``; ``statements.Block`` checks
 the rule when the block is built):
 
 - a grant that charges partitions or scopes for the first time first
@@ -50,12 +50,12 @@ from sqlalchemy import (
 from accountant.accounting.decide import ChargeRequest, Decision
 from accountant.accounting.loss import Part, ScopeKey, ScopeState, holds, max_after, total_after
 from accountant.accounting.windows import PERIODS
-from accountant.driver import Block, Statement, Write, WritePlan, statement, upsert
 from accountant.exact import COMPONENTS, Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import ChargeCount, Partition, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import charge_responses, idempotency, ledger, receipts
+from accountant.statements import Block, Statement, Write, WritePlan, statement, upsert
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from accountant.accounting.decide import (
 )
 from accountant.accounting.windows import PERIODS, Window
 from accountant.clock import Clock
-from accountant.driver import Driver, Pending, Rows, Statement, statement
+from accountant.driver import Driver, Pending, Rows
 from accountant.errors import NotFound, Unauthorized
 from accountant.exact import Amount, Limit
 from accountant.models import (
@@ -68,6 +68,7 @@ from accountant.models import (
 )
 from accountant.services import idempotency, top_k_reads
 from accountant.services.consumers import UNKNOWN_KEY
+from accountant.statements import Statement, statement
 
 
 def read(

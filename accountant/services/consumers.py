@@ -14,13 +14,14 @@ from accountant import seals
 from accountant.accounting.admits import AdmitsNothing, admitting_limit
 from accountant.accounting.decide import may_charge, may_read
 from accountant.accounting.modes import Mode, mode_of
-from accountant.driver import Driver, statement
+from accountant.driver import Driver
 from accountant.errors import Conflict, InvalidRequest, NotFound, field_error
 from accountant.exact import DELTA, Amount
 from accountant.key_hashing import KeyHasher, ensure_registered
 from accountant.models import ApiKey, Consumer, Dataset, Grant
 from accountant.services import limit_notes
 from accountant.services.datasets import describe_limit
+from accountant.statements import statement
 
 KEY_PREFIX = "pba_"
 

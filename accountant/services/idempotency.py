@@ -30,11 +30,12 @@ from typing import Any
 from sqlalchemy import bindparam, insert, select
 
 from accountant.accounting.decide import ChargeRequest
-from accountant.driver import Driver, Pending, Rows, Write, statement
+from accountant.driver import Driver, Pending, Rows
 from accountant.errors import ReplayUnavailable, field_error
 from accountant.models import IdempotencyKey, LedgerEntry
 from accountant.noise import NoiseSecret
 from accountant.services import receipts
+from accountant.statements import Write, statement
 
 log = logging.getLogger(__name__)
 
