@@ -14,9 +14,10 @@ from sqlalchemy import bindparam, literal_column, select, union_all
 
 from accountant.accounting.decide import Column, DatasetState
 from accountant.accounting.loss import PARTS, ScopeKey
-from accountant.driver import Driver, Pending, Rows, Statement, statement
+from accountant.driver import Driver, Pending, Rows
 from accountant.models import TallySpend
 from accountant.models.tally import PART_PREFIXES
+from accountant.statements import Statement, statement
 
 Tops = dict[Column, tuple[int, ...]]
 _Pending = tuple[Callable[[], Rows], Pending[dict[str, list[int]]]]
