@@ -21,7 +21,7 @@ from accountant.driver import Block, Driver, Write, WritePlan, statement
 from accountant.group_commit import GroupCommit, Transaction
 from accountant.models import Partition
 from accountant.services import charges
-from accountant.services.consumers import authenticate
+from accountant.services.api_keys import authenticate
 from accountant.services.evaluation import ChargeRequest
 
 PARTITION = statement(

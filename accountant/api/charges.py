@@ -12,14 +12,15 @@ from flask import Blueprint, Response, request
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
 from accountant.api.auth import confirmed_on_failure, principal
-from accountant.api.common import db, driver, json_body, runtime
+from accountant.api.common import json_body
 from accountant.errors import field_error
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
 from accountant.services import accuracy, charge_records, charges, evaluation, idempotency, plans
+from accountant.services.api_keys import Principal
 from accountant.services.charge_responses import reason, report, report_cost
-from accountant.services.consumers import Principal
 from accountant.services.evaluation import ChargeRequest
+from accountant.web import db, driver, runtime
 
 bp = Blueprint("charges", __name__)
 

@@ -72,7 +72,7 @@ from accountant.models import (
 )
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import datasets, idempotency
-from accountant.services.consumers import UNKNOWN_KEY
+from accountant.services.api_keys import UNKNOWN_KEY
 
 
 def read(driver: Driver, request: ChargeRequest, clock: Clock) -> ChargeReads | idempotency.Outcome:
