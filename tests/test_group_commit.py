@@ -21,7 +21,7 @@ from accountant.driver import Driver
 from accountant.group_commit import GroupCommit, Transaction
 from accountant.models import Partition
 from accountant.services import charges
-from accountant.services.consumers import authenticate
+from accountant.services.api_keys import authenticate
 from accountant.services.evaluation import ChargeRequest
 from accountant.statements import Block, Write, WritePlan, statement
 

@@ -13,14 +13,15 @@ from accountant import problems
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
 from accountant.api.auth import confirmed_on_failure, principal
-from accountant.api.common import db, driver, json_body, runtime
+from accountant.api.common import json_body
 from accountant.errors import BudgetExhausted, WindowExhausted, field_error
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
 from accountant.services import charge_records, charges, evaluation, idempotency, plans
+from accountant.services.api_keys import Principal
 from accountant.services.charge_responses import accuracy, reason, report, report_cost
-from accountant.services.consumers import Principal
 from accountant.services.evaluation import ChargeRequest
+from accountant.web import db, driver, runtime
 
 bp = Blueprint("charges", __name__)
 

@@ -67,7 +67,7 @@ from accountant.models import (
     WindowBudget,
 )
 from accountant.services import idempotency, top_k_reads
-from accountant.services.consumers import UNKNOWN_KEY
+from accountant.services.api_keys import UNKNOWN_KEY
 from accountant.statements import Statement, statement
 
 
