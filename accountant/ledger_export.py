@@ -55,13 +55,13 @@ def parse_filter(
     if not _digits(cursor_raw) or len(cursor_raw) > 18:
         raise field_error("cursor", "must be a next_cursor from an earlier page")
     return ledger.LedgerFilter(
-        dataset_id,
-        consumer_id,
-        status,
-        _moment(args, "since"),
-        _moment(args, "until"),
-        int(cursor_raw),
-        int(limit_raw),
+        dataset_id=dataset_id,
+        consumer_id=consumer_id,
+        status=status,
+        since=_moment(args, "since"),
+        until=_moment(args, "until"),
+        after_id=int(cursor_raw),
+        limit=int(limit_raw),
     )
 
 

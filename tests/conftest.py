@@ -133,7 +133,6 @@ def charge_authenticated_before(app: Flask, key: str, change: Callable[[], Any])
     """Submit a charge of 0.1 on clicks/p1 as ``key``'s principal, read before ``change``
     runs: what a request sees whose key was read just before an admin's change and whose
     transaction began just after it."""
-    from dataclasses import replace
     from decimal import Decimal
 
     from accountant.driver import Driver
@@ -149,17 +148,18 @@ def charge_authenticated_before(app: Flask, key: str, change: Callable[[], Any])
         assert caller is not None
         change()
         request = ChargeRequest(
-            "clicks",
-            ["p1"],
-            "joint",
-            runtime.registry.get("laplace"),
-            {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
-            None,
-            caller,
-            {"values": [1.0]},
-            runtime.charging.noise.id,
+            dataset="clicks",
+            partitions=["p1"],
+            release="joint",
+            mechanism=runtime.registry.get("laplace"),
+            params={"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
+            sensitivity_unit=None,
+            principal=caller,
+            data={"values": [1.0]},
+            noise_secret=runtime.charging.noise.id,
+            fingerprint="x",
         )
-        return charges.submit(connection, replace(request, fingerprint="x"), runtime.charging)
+        return charges.submit(connection, request, runtime.charging)
     finally:
         connection.close()
 

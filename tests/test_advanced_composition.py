@@ -67,8 +67,12 @@ def service_admits(
     books = ScopeBooks()
     decisions = []
     for eps, dlt in releases:
-        cost = mode.amount_of(StatedCost(eps, dlt, None))
-        state = ScopeState(books.total, books.max_spend, books.spends.get("p", Amount()))
+        cost = mode.amount_of(StatedCost(epsilon=eps, delta=dlt, rho=None))
+        state = ScopeState(
+            total=books.total,
+            max_all=books.max_spend,
+            max_touched=books.spends.get("p", Amount()),
+        )
         after = loss_after(rule, state, cost, 1, "joint", mode.components)
         admitted = not limit.is_exceeded_by(after, mode.components)
         if admitted:
@@ -147,7 +151,7 @@ def test_the_filter_admits_within_one_release_of_the_theorem(
     exact = theorem_count(Fraction(each), epsilon, delta, share)
     mode = mode_of("approx", None, DELTA.limit_units(Decimal(share)))
     limit = limit_of(mode, {"epsilon": Decimal(epsilon), "delta": Decimal(delta)}, None)
-    cost = mode.amount_of(StatedCost(Fraction(each), Fraction(0), None))
+    cost = mode.amount_of(StatedCost(epsilon=Fraction(each), delta=Fraction(0), rho=None))
 
     def grants(n: int) -> bool:
         after = loss_after(

@@ -369,15 +369,15 @@ def test_a_403_and_a_400_in_the_middle_of_a_group_leave_the_others_to_commit_onc
 
     def request(number: int, caller: Any, unit: str | None = None) -> ChargeRequest:
         return ChargeRequest(
-            "clicks",
-            ["p1"],
-            "joint",
-            mechanism,
-            {"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
-            unit,
-            caller,
-            {"values": [float(number)]},
-            runtime.charging.noise.id,
+            dataset="clicks",
+            partitions=["p1"],
+            release="joint",
+            mechanism=mechanism,
+            params={"epsilon": Decimal("0.1"), "sensitivity": Decimal(1)},
+            sensitivity_unit=unit,
+            principal=caller,
+            data={"values": [float(number)]},
+            noise_secret=runtime.charging.noise.id,
             fingerprint=str(number),
         )
 

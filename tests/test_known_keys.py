@@ -115,7 +115,9 @@ def test_a_remembered_role_is_never_stretched(app: Flask, api: Api) -> None:
 
 def test_known_keys_are_bounded_and_keep_no_grants() -> None:
     known = KnownKeys(size=2)
-    caller = Principal(1, "svc", "service", "k1", frozenset({7}))
+    caller = Principal(
+        consumer_id=1, name="svc", role="service", key_id="k1", granted=frozenset({7})
+    )
     known.remember("a", caller)
     assert known.get("a") == replace(caller, granted=frozenset())
     known.remember("b", caller)

@@ -35,10 +35,28 @@ def test_a_record_level_sensitivity_is_scaled(
     k: int | None, release: str, n: int, factor: int
 ) -> None:
     rule = LossRule("user", k)
-    priced = pricing.price(LAPLACE, PARAMS, "record", MODES["pure"], rule, 3, release, n)
+    priced = pricing.price(
+        mechanism=LAPLACE,
+        params=PARAMS,
+        sensitivity_unit="record",
+        mode=MODES["pure"],
+        rule=rule,
+        max_records=3,
+        release=release,
+        n=n,
+    )
     assert priced.run_params["sensitivity"] == Decimal(2) * factor
     assert priced.cost == Amount(epsilon=EPSILON.cost_units(Fraction(1, 2)))
-    unscaled = pricing.price(LAPLACE, PARAMS, None, MODES["pure"], rule, 3, release, n)
+    unscaled = pricing.price(
+        mechanism=LAPLACE,
+        params=PARAMS,
+        sensitivity_unit=None,
+        mode=MODES["pure"],
+        rule=rule,
+        max_records=3,
+        release=release,
+        n=n,
+    )
     assert unscaled.run_params["sensitivity"] == Decimal(2)
 
 
@@ -46,10 +64,26 @@ def test_a_mechanism_without_sensitivity_pays_in_its_cost() -> None:
     rule = LossRule("user", 2)
     params = {"epsilon": Decimal("0.5")}
     # randomized response: f independent responses compose, epsilon * f and rho * f
-    pure = pricing.price(RANDOMIZED_RESPONSE, params, "record", MODES["pure"], rule, 3, "joint", 3)
+    pure = pricing.price(
+        mechanism=RANDOMIZED_RESPONSE,
+        params=params,
+        sensitivity_unit="record",
+        mode=MODES["pure"],
+        rule=rule,
+        max_records=3,
+        release="joint",
+        n=3,
+    )
     assert pure.cost == Amount(epsilon=EPSILON.cost_units(Fraction(1, 2) * 6))
     zcdp = pricing.price(
-        RANDOMIZED_RESPONSE, params, "record", MODES["zcdp"], rule, 3, "parallel", 3
+        mechanism=RANDOMIZED_RESPONSE,
+        params=params,
+        sensitivity_unit="record",
+        mode=MODES["zcdp"],
+        rule=rule,
+        max_records=3,
+        release="parallel",
+        n=3,
     )
     assert zcdp.cost == Amount(rho=RHO.cost_units(Fraction(1, 8) * 3))  # not (1/8) * 3^2
     # a mechanism whose values are not independent pays group privacy: rho * f^2
@@ -57,14 +91,14 @@ def test_a_mechanism_without_sensitivity_pays_in_its_cost() -> None:
 
     grouped = replace(EXPONENTIAL, has_sensitivity=False)
     cost = pricing.price(
-        grouped,
-        {"epsilon": Decimal("0.5"), "sensitivity": Decimal(1)},
-        "record",
-        MODES["zcdp"],
-        rule,
-        3,
-        "parallel",
-        3,
+        mechanism=grouped,
+        params={"epsilon": Decimal("0.5"), "sensitivity": Decimal(1)},
+        sensitivity_unit="record",
+        mode=MODES["zcdp"],
+        rule=rule,
+        max_records=3,
+        release="parallel",
+        n=3,
     ).cost
     assert cost == Amount(rho=RHO.cost_units(Fraction(1, 32) * 9))
 

@@ -68,12 +68,12 @@ def bounded_read(books: ScopeBooks, keys: list[str], k: int | None) -> ScopeStat
                 padded = (inside[:k] + [0] * k)[: min(k, len(keys))]
                 top[part, n] = Top(tuple(outside[:k]), tuple(padded))
     return ScopeState(
-        books.total,
-        books.max_spend,
-        touched,
-        books.parts["joint"].total,
-        books.parts["parallel"].total,
-        top,
+        total=books.total,
+        max_all=books.max_spend,
+        max_touched=touched,
+        joint_total=books.parts["joint"].total,
+        parallel_total=books.parts["parallel"].total,
+        top=top,
     )
 
 
@@ -324,7 +324,13 @@ def test_decide_matches_the_reference(
         spends=lifetime_spends if per_partition is not None else {},
     )
     request = ChargeRequest(
-        "clicks", asked, release, _mechanism(), {"units": cost}, None, _Caller()
+        dataset="clicks",
+        partitions=asked,
+        release=release,
+        mechanism=_mechanism(),
+        params={"units": cost},
+        sensitivity_unit=None,
+        principal=_Caller(),
     )
     if not (role == "admin" or (role == "service" and granted)):
         with pytest.raises(Forbidden):

@@ -19,9 +19,18 @@ from accountant.exact import Amount, ComponentName, Limit
 SCOPE_ORDER = ("dataset", "partition", "consumer", "window")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScopeCheck:
-    """One scope's limit, its loss before the charge and after it."""
+    """One scope's limit, its loss before the charge and after it.
+
+    Args:
+        scope: the scope's kind, one of ``SCOPE_ORDER``.
+        limit: its limit.
+        spent: its loss before the charge.
+        after: its loss after the charge.
+        partition: the partition a per-partition check names.
+        window: the window of a window scope.
+    """
 
     scope: str
     limit: Limit
@@ -31,9 +40,18 @@ class ScopeCheck:
     window: Window | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Denial:
-    """Why a charge was refused: the first failing scope, in the order of ``SCOPE_ORDER``."""
+    """Why a charge was refused: the first failing scope, in the order of ``SCOPE_ORDER``.
+
+    Args:
+        scope: the denying scope's kind.
+        limit: its limit.
+        spent: its loss before the charge.
+        requested: the charge's per-release cost.
+        partition: the partition a per-partition denial names.
+        window: the window of a window denial.
+    """
 
     scope: str
     limit: Limit
@@ -44,6 +62,7 @@ class Denial:
 
 
 def scope_check(
+    *,
     scope: str,
     limit: Limit,
     rule: LossRule,
@@ -52,21 +71,33 @@ def scope_check(
     m: int,
     release: str,
     names: tuple[ComponentName, ...],
-    *,
     window: Window | None = None,
 ) -> ScopeCheck:
     """A scope's loss now and after a charge of per-release ``cost``, multiplicity ``m`` and
-    kind ``release``."""
+    kind ``release``.
+
+    Args:
+        scope: the scope's kind, one of ``SCOPE_ORDER``.
+        limit: its limit.
+        rule: the dataset's loss rule.
+        state: the scope as read before the charge.
+        cost: the per-release cost c.
+        m: the multiplicity.
+        release: ``joint`` or ``parallel``.
+        names: the components of the dataset's mode.
+        window: the window of a window scope.
+    """
     return ScopeCheck(
-        scope,
-        limit,
-        loss_after(rule, state, Amount(), 0, release, names),
-        loss_after(rule, state, cost, m, release, names),
+        scope=scope,
+        limit=limit,
+        spent=loss_after(rule, state, Amount(), 0, release, names),
+        after=loss_after(rule, state, cost, m, release, names),
         window=window,
     )
 
 
 def partition_check(
+    *,
     limit: Limit,
     lifetime: ScopeState,
     cost: Amount,
@@ -76,15 +107,36 @@ def partition_check(
 ) -> ScopeCheck:
     """The per-partition limit: every charged partition's s(p) plus the cost stays within it.
     The largest old s(p) among them (``lifetime.max_touched``) decides; on a denial the
-    first partition in request order that goes over is named, from ``spends`` (the charged
-    partitions' s(p); a partition missing from it has spent nothing)."""
+    first partition in request order that goes over is named.
+
+    Args:
+        limit: the per-partition limit.
+        lifetime: the lifetime scope as read before the charge.
+        cost: the per-release cost c.
+        names: the components of the dataset's mode.
+        keys: the charged partitions, in request order.
+        spends: the charged partitions' s(p) (a partition missing from it has spent
+            nothing).
+    """
     after = Amount(**{name: lifetime.max_touched[name] + cost[name] for name in names})
     if limit.is_exceeded_by(after, names):
         for key in keys:
             spent = spends.get(key, Amount())
             if limit.is_exceeded_by(spent.plus(cost), names):
-                return ScopeCheck("partition", limit, spent, spent.plus(cost), partition=key)
-    return ScopeCheck("partition", limit, lifetime.max_touched, after, partition=keys[0])
+                return ScopeCheck(
+                    scope="partition",
+                    limit=limit,
+                    spent=spent,
+                    after=spent.plus(cost),
+                    partition=key,
+                )
+    return ScopeCheck(
+        scope="partition",
+        limit=limit,
+        spent=lifetime.max_touched,
+        after=after,
+        partition=keys[0],
+    )
 
 
 def first_denial(
@@ -100,12 +152,18 @@ def first_denial(
     for check in ordered:
         if check.limit.is_exceeded_by(check.after, names):
             return Denial(
-                check.scope, check.limit, check.spent, cost, check.partition, check.window
+                scope=check.scope,
+                limit=check.limit,
+                spent=check.spent,
+                requested=cost,
+                partition=check.partition,
+                window=check.window,
             )
     return None
 
 
 def never_fits(
+    *,
     denial: Denial,
     rule: LossRule,
     cost: Amount,
@@ -115,7 +173,17 @@ def never_fits(
     partition_count: int,
 ) -> bool:
     """Whether the denied charge, on ``partition_count`` partitions, would exceed the denying
-    limit even on a fresh scope (read as the charge path reads one: ``loss.fresh``)."""
+    limit even on a fresh scope (read as the charge path reads one: ``loss.fresh``).
+
+    Args:
+        denial: the charge's denial.
+        rule: the dataset's loss rule.
+        cost: the per-release cost c.
+        m: the multiplicity.
+        release: ``joint`` or ``parallel``.
+        names: the components of the dataset's mode.
+        partition_count: |P|, the number of charged partitions.
+    """
     alone = loss_after(rule, fresh(rule, partition_count), cost, m, release, names)
     return denial.limit.is_exceeded_by(alone, names)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from accountant.accounting import checks as rules
@@ -66,17 +67,39 @@ class WindowLimit:
     limit: Limit
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DatasetState:
     """The columns of a dataset row that pricing, checking and the ledger need, with what
-    the same statement read of the caller: its role, its grant and quota, its key."""
+    the same statement read of the caller: its role, its grant and quota, its key.
+
+    Args:
+        id: the dataset's id.
+        name: its name.
+        privacy_unit: its privacy unit (``record``, ``partition`` or ``user``).
+        accounting: its mode's name (``modes.MODES``).
+        rdp_order: the Renyi order of an rdp dataset, as stored.
+        composition_delta: delta' of an approx dataset with advanced composition.
+        max_partitions_per_user: k of a user dataset (None: unbounded).
+        max_records_per_user: r of a user dataset (None: not stated).
+        limit: the lifetime limit.
+        partition_limit: the per-partition limit, if any.
+        windows: the window budgets.
+        ledger_seq: the sequence number of the chain's head.
+        ledger_head: the hash of the chain's head.
+        head_seal: ``seals.of_head`` of the two above, as the service wrote it.
+        terms_sha256: the digest of the terms as the service last set them.
+        quota: the charging consumer's quota on this dataset.
+        granted: whether the charging consumer holds a grant on it.
+        key_valid: whether the caller's API key is unrevoked.
+        role: the charging consumer's role (None: the consumer is gone).
+    """
 
     id: int
     name: str
     privacy_unit: str
     accounting: str
     rdp_order: str | None
-    composition_delta: int | None  # delta' of an approx dataset with advanced composition
+    composition_delta: int | None
     max_partitions_per_user: int | None
     max_records_per_user: int | None
     limit: Limit
@@ -84,12 +107,12 @@ class DatasetState:
     windows: tuple[WindowLimit, ...]
     ledger_seq: int
     ledger_head: str
-    head_seal: str | None  # ``seals.of_head`` of the two above, as the service wrote it
-    terms_sha256: str  # the digest of the terms as the service last set them
-    quota: Limit | None  # the charging consumer's quota on this dataset
-    granted: bool  # whether the charging consumer holds a grant on it
-    key_valid: bool  # whether the caller's API key is unrevoked
-    role: str | None = None  # the charging consumer's role (None: the consumer is gone)
+    head_seal: str | None
+    terms_sha256: str
+    quota: Limit | None
+    granted: bool
+    key_valid: bool
+    role: str | None = None
 
     @property
     def limit_delta(self) -> int | None:
@@ -118,10 +141,26 @@ class Caller(Protocol):
     def key_id(self) -> str: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChargeRequest:
     """A charge as the caller asked for it, validated as far as it can be without the
-    database."""
+    database.
+
+    Args:
+        dataset: the charged dataset's name.
+        partitions: the charged partitions' keys, or ``"*"`` for every one.
+        release: ``joint`` or ``parallel``.
+        mechanism: the mechanism that runs the release.
+        params: its parameters, as sent.
+        sensitivity_unit: ``record`` for a record-level sensitivity (None: the dataset's
+            unit).
+        principal: who asks.
+        data: the input the mechanism will run on (None in a preview that sends none).
+        noise_secret: the id of the noise secret the output is drawn with (recorded with a
+            grant).
+        key: the idempotency key, if any.
+        fingerprint: the SHA-256 of the body (``idempotency.fingerprint``).
+    """
 
     dataset: str
     partitions: list[str] | str
@@ -130,11 +169,8 @@ class ChargeRequest:
     params: Mapping[str, Any]
     sensitivity_unit: str | None
     principal: Caller
-    #: The input the mechanism will run on (None in a preview that sends none).
     data: Mapping[str, Any] | None = None
-    #: The id of the noise secret the output is drawn with (recorded with a grant).
     noise_secret: str | None = None
-    #: The idempotency key, if any, and the SHA-256 of the body (``idempotency.fingerprint``).
     key: str | None = None
     fingerprint: str = ""
 
@@ -210,44 +246,29 @@ class ScopeChecker:
     def checks(self, cost: Amount, m: int) -> list[rules.ScopeCheck]:
         """Each scope's loss before and after a charge of per-release ``cost`` and
         multiplicity ``m`` (n identical charges are one of cost x n)."""
-        dataset, rule, names, release = self.dataset, self.rule, self.names, self.release
+        dataset, names = self.dataset, self.names
+        check = partial(
+            rules.scope_check, rule=self.rule, cost=cost, m=m, release=self.release, names=names
+        )
         lifetime = self.states[("lifetime", 0, 0, 0)]
-        checks = [
-            rules.scope_check("dataset", dataset.limit, rule, lifetime, cost, m, release, names)
-        ]
+        checks = [check(scope="dataset", limit=dataset.limit, state=lifetime)]
         if dataset.partition_limit is not None:
             checks.append(
                 rules.partition_check(
-                    dataset.partition_limit, lifetime, cost, names, self.keys, self.spends
+                    limit=dataset.partition_limit,
+                    lifetime=lifetime,
+                    cost=cost,
+                    names=names,
+                    keys=self.keys,
+                    spends=self.spends,
                 )
             )
         if dataset.quota is not None and dataset.granted:
-            checks.append(
-                rules.scope_check(
-                    "consumer",
-                    dataset.quota,
-                    rule,
-                    self.states[("consumer", self.consumer_id, 0, 0)],
-                    cost,
-                    m,
-                    release,
-                    names,
-                )
-            )
+            state = self.states[("consumer", self.consumer_id, 0, 0)]
+            checks.append(check(scope="consumer", limit=dataset.quota, state=state))
         for budget, window in zip(dataset.windows, self.windows, strict=True):
-            checks.append(
-                rules.scope_check(
-                    "window",
-                    budget.limit,
-                    rule,
-                    self.states[("window", 0, window.period, window.start)],
-                    cost,
-                    m,
-                    release,
-                    names,
-                    window=window,
-                )
-            )
+            state = self.states[("window", 0, window.period, window.start)]
+            checks.append(check(scope="window", limit=budget.limit, state=state, window=window))
         return checks
 
 
@@ -295,14 +316,14 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
     ids, keys, all_partitions = _resolve(reads.partitions, dataset, request.partitions)
     try:
         priced = pricing.price(
-            request.mechanism,
-            request.params,
-            request.sensitivity_unit,
-            mode,
-            rule,
-            dataset.max_records_per_user,
-            request.release,
-            len(keys),
+            mechanism=request.mechanism,
+            params=request.params,
+            sensitivity_unit=request.sensitivity_unit,
+            mode=mode,
+            rule=rule,
+            max_records=dataset.max_records_per_user,
+            release=request.release,
+            n=len(keys),
         )
     except pricing.PricingError as error:
         raise field_error(error.field, str(error)) from None
@@ -325,7 +346,13 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
     checks = checker.checks(cost, m)
     denial = rules.first_denial(checks, cost, mode.components)
     never = denial is not None and rules.never_fits(
-        denial, rule, cost, m, request.release, mode.components, len(keys)
+        denial=denial,
+        rule=rule,
+        cost=cost,
+        m=m,
+        release=request.release,
+        names=mode.components,
+        partition_count=len(keys),
     )
     return Decision(
         dataset=dataset,

@@ -89,14 +89,19 @@ class Top:
         return sum(sorted([*self.outside, *(v + c for v in self.inside)], reverse=True)[:k])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScopeState:
     """One scope as read inside the charge transaction, before the charge.
 
-    ``max_touched`` is the largest old s(p) over the charged partitions (zero
-    for a partition never charged). For the top-k rule, ``joint_total`` and
-    ``parallel_total`` are T_J and T_P, and ``top`` holds a ``Top`` per part
-    and component (a missing one: no partition spent anything in it).
+    Args:
+        total: T, every charge's c * m.
+        max_all: the largest s(p) over every partition, per component.
+        max_touched: the largest old s(p) over the charged partitions (zero for a
+            partition never charged).
+        joint_total: T_J, the joint charges' c * m (the top-k rule).
+        parallel_total: T_P, the parallel charges' c * m (the top-k rule).
+        top: a ``Top`` per part and component (the top-k rule; a missing one: no
+            partition spent anything in it).
     """
 
     total: Amount = Amount()

@@ -67,15 +67,23 @@ class UnsupportedCost(ValueError):
     """A mechanism's cost cannot be accounted in a dataset's mode."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StatedCost:
-    """A cost as a mechanism declares it (see ``accountant.mechanism.Cost``)."""
+    """A cost as a mechanism declares it (see ``accountant.mechanism.Cost``).
+
+    Args:
+        epsilon: the epsilon of (epsilon, delta)-DP.
+        delta: its delta.
+        rho: the rho of rho-zCDP, if declared.
+        rdp: the Renyi divergence at the dataset's order, if declared.
+        mu: the mu of mu-GDP, if declared.
+    """
 
     epsilon: Fraction
     delta: Fraction
     rho: Fraction | None
-    rdp: Fraction | None = None  # the Renyi divergence at the dataset's order
-    mu: Fraction | None = None  # Gaussian DP
+    rdp: Fraction | None = None
+    mu: Fraction | None = None
 
 
 @dataclass(frozen=True)

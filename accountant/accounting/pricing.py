@@ -32,12 +32,18 @@ class Priced:
     run_params: Mapping[str, Any]
 
 
-def record_factor(rule: LossRule, max_records: int | None, release: str, n: int) -> int:
+def record_factor(*, rule: LossRule, max_records: int | None, release: str, n: int) -> int:
     """How many times one person's records can count, for a record-level statement.
 
     DESIGN.md, Sensitivity: r for a parallel release, r * min(k, |P|) for a
     joint one (with unbounded k, a person still appears in at most |P| of
     the charged partitions).
+
+    Args:
+        rule: the dataset's loss rule (its unit and k).
+        max_records: r, the dataset's max_records_per_user (None: not stated).
+        release: ``joint`` or ``parallel``.
+        n: |P|, the number of charged partitions.
     """
     if rule.privacy_unit != "user":
         raise PricingError(
@@ -58,6 +64,7 @@ def record_factor(rule: LossRule, max_records: int | None, release: str, n: int)
 
 
 def price(
+    *,
     mechanism: Mechanism,
     params: Mapping[str, Any],
     sensitivity_unit: str | None,
@@ -67,14 +74,33 @@ def price(
     release: str,
     n: int,
 ) -> Priced:
-    """Call the mechanism's cost declaration and turn it into an exact amount."""
+    """Call the mechanism's cost declaration and turn it into an exact amount.
+
+    Args:
+        mechanism: the mechanism that runs the release.
+        params: its parameters, as sent.
+        sensitivity_unit: ``record`` for a record-level sensitivity, scaled by
+            ``record_factor`` (None: the dataset's unit).
+        mode: the dataset's mode.
+        rule: the dataset's loss rule.
+        max_records: r, the dataset's max_records_per_user (None: not stated).
+        release: ``joint`` or ``parallel``.
+        n: |P|, the number of charged partitions.
+
+    Raises:
+        PricingError: the release cannot be priced on this dataset.
+    """
     if mode.name not in mechanism.accounting:
         raise PricingError(
             f"mechanism {mechanism.name!r} supports accounting "
             f"{list(mechanism.accounting)}, not {mode.name!r}",
             "mechanism",
         )
-    factor = 1 if sensitivity_unit is None else record_factor(rule, max_records, release, n)
+    factor = (
+        1
+        if sensitivity_unit is None
+        else record_factor(rule=rule, max_records=max_records, release=release, n=n)
+    )
     run_params = dict(params)
     if factor > 1 and mechanism.has_sensitivity:
         run_params["sensitivity"] = Decimal(params["sensitivity"]) * factor
@@ -126,7 +152,7 @@ def _stated(declared: object, name: str) -> StatedCost:
         or any(v is not None and v < 0 for v in (rho, rdp, mu))
     ):
         raise PricingError(f"mechanism {name!r} declared an invalid cost {declared}")
-    return StatedCost(epsilon, delta, rho, rdp, mu)
+    return StatedCost(epsilon=epsilon, delta=delta, rho=rho, rdp=rdp, mu=mu)
 
 
 def _group(stated: StatedCost, factor: int, name: str) -> StatedCost:
@@ -141,7 +167,7 @@ def _group(stated: StatedCost, factor: int, name: str) -> StatedCost:
         )
     rho = None if stated.rho is None else stated.rho * factor * factor
     mu = None if stated.mu is None else stated.mu * factor
-    return StatedCost(stated.epsilon * factor, Fraction(0), rho, None, mu)
+    return StatedCost(epsilon=stated.epsilon * factor, delta=Fraction(0), rho=rho, mu=mu)
 
 
 def _compose(stated: StatedCost, factor: int, order: Decimal | None) -> StatedCost:
@@ -157,9 +183,9 @@ def _compose(stated: StatedCost, factor: int, order: Decimal | None) -> StatedCo
         rdp = Fraction(renyi_of_pure(stated.epsilon, order))
     mu = None if stated.mu is None else sqrt_up(stated.mu**2 * factor)
     return StatedCost(
-        stated.epsilon * factor,
-        stated.delta * factor,
-        None if rho is None else rho * factor,
-        None if rdp is None else rdp * factor,
-        mu,
+        epsilon=stated.epsilon * factor,
+        delta=stated.delta * factor,
+        rho=None if rho is None else rho * factor,
+        rdp=None if rdp is None else rdp * factor,
+        mu=mu,
     )

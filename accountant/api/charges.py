@@ -66,15 +66,15 @@ def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
     if isinstance(partitions, list):
         schemas.check_partition_keys(partitions, "partitions")
     return ChargeRequest(
-        body["dataset"],
-        partitions,
-        body.get("release", "joint"),
-        mechanism,
-        params,
-        unit,
-        caller,
-        data,
-        runtime().charging.noise.id,
+        dataset=body["dataset"],
+        partitions=partitions,
+        release=body.get("release", "joint"),
+        mechanism=mechanism,
+        params=params,
+        sensitivity_unit=unit,
+        principal=caller,
+        data=data,
+        noise_secret=runtime().charging.noise.id,
     )
 
 

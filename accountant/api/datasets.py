@@ -105,7 +105,7 @@ def list_partitions(name: str) -> Any:
     dataset = _readable(name, principal(*READERS))
     limit = _int_arg("limit", 100, 1, 1000)
     cursor = _int_arg("cursor", 0, 0, 2**31 - 1)  # partition ids are 32-bit
-    items, next_id = datasets.list_partitions(db(), dataset, limit, cursor)
+    items, next_id = datasets.list_partitions(db(), dataset, limit=limit, after_id=cursor)
     return {"partitions": items, "next_cursor": None if next_id is None else str(next_id)}
 
 

@@ -55,7 +55,7 @@ def current() -> Principal | None:
     token = session.get("token")
     if not isinstance(token, str):
         return None
-    found = dashboard_sessions.principal_of(db(), token, now_us(), _lifetime_us())
+    found = dashboard_sessions.principal_of(db(), token, now=now_us(), lifetime_us=_lifetime_us())
     if found is None or found.role not in ROLES:
         session.clear()
         return None
@@ -70,7 +70,9 @@ def sign_in(key: str) -> tuple[Principal | None, str | None]:
     if principal.role not in ROLES:
         return None, "Only auditor and admin keys can sign in to the dashboard."
     with unit_of_work() as writing:
-        token = dashboard_sessions.start(writing, principal.key_id, now_us(), _lifetime_us())
+        token = dashboard_sessions.start(
+            writing, principal.key_id, now=now_us(), lifetime_us=_lifetime_us()
+        )
     session.clear()
     session["token"] = token
     session["csrf"] = secrets.token_urlsafe(24)

@@ -478,7 +478,7 @@ def _filters() -> dict[str, str]:
 @signed_in
 def ledger_page(who: Principal) -> Any:
     filters = _filters()
-    error, view = None, dashboard_reads.LedgerView([], 0, False, False)
+    error, view = None, dashboard_reads.LedgerView(entries=[], count=0, newer=False, older=False)
     try:
         parsed = parse_filter(filters, default_limit=50)
         view = dashboard_reads.ledger_view(

@@ -21,9 +21,17 @@ from accountant.statements import statement
 KEY_PREFIX = "pba_"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Principal:
-    """The authenticated caller of one request."""
+    """The authenticated caller of one request.
+
+    Args:
+        consumer_id: its consumer's id.
+        name: its consumer's name.
+        role: its consumer's role (``admin``, ``service`` or ``auditor``).
+        key_id: the id of the API key it authenticated with.
+        granted: the ids of the datasets granted to it.
+    """
 
     consumer_id: int
     name: str
@@ -53,7 +61,13 @@ def authenticate(driver: Driver, key_hash: str) -> Principal | None:
         return None
     first = rows[0]
     granted = frozenset(row.dataset_id for row in rows if row.dataset_id is not None)
-    return Principal(first.consumer_id, first.name, first.role, first.key_id, granted)
+    return Principal(
+        consumer_id=first.consumer_id,
+        name=first.name,
+        role=first.role,
+        key_id=first.key_id,
+        granted=granted,
+    )
 
 
 class KnownKeys:

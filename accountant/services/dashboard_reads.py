@@ -26,14 +26,21 @@ from accountant.services.ledger_reads import describe_entry
 DAY_US = 86_400 * 1_000_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DatasetActivity:
-    """Units of the dataset's measure (epsilon, or rho for zcdp)."""
+    """A dataset's activity, in units of its measure (epsilon, or rho for zcdp).
 
-    charged_per_day: dict[int, int]  # day since the epoch -> cost x multiplicity granted
-    top_partitions: list[tuple[str, int]]  # lifetime s(p), at most 20
-    consumer_totals: list[tuple[str, int]]  # what each consumer's charges added to T
-    recent: list[dict[str, Any]]  # the 20 latest ledger entries, described, newest first
+    Args:
+        charged_per_day: by day since the epoch, the cost x multiplicity granted.
+        top_partitions: the partitions with the largest lifetime s(p), at most 20.
+        consumer_totals: what each consumer's charges added to T.
+        recent: the 20 latest ledger entries, described, newest first.
+    """
+
+    charged_per_day: dict[int, int]
+    top_partitions: list[tuple[str, int]]
+    consumer_totals: list[tuple[str, int]]
+    recent: list[dict[str, Any]]
 
 
 def activity(
@@ -75,10 +82,10 @@ def activity(
         .order_by(LedgerEntry.id.desc())
     ).all()
     return DatasetActivity(
-        {int(bucket): int(total or 0) for bucket, total in per_day},
-        [(key, int(value)) for key, value in top],
-        [(name, int(total)) for name, total in shares],
-        [describe_entry(entry, dataset, consumer) for entry, _name, consumer in recent],
+        charged_per_day={int(bucket): int(total or 0) for bucket, total in per_day},
+        top_partitions=[(key, int(value)) for key, value in top],
+        consumer_totals=[(name, int(total)) for name, total in shares],
+        recent=[describe_entry(entry, dataset, consumer) for entry, _name, consumer in recent],
     )
 
 
@@ -165,14 +172,21 @@ def quotas(session: Session, dataset: Dataset) -> list[tuple[str, dict[str, Any]
     return [(name, quota_use(session, grant, dataset)) for grant, name in grants]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LedgerView:
-    """A page of the dashboard's ledger, newest first, with what its links need."""
+    """A page of the dashboard's ledger, newest first, with what its links need.
+
+    Args:
+        entries: the page's entries, described.
+        count: how many entries match the filters.
+        newer: whether entries newer than this page exist.
+        older: whether entries older than this page exist.
+    """
 
     entries: list[dict[str, Any]]
-    count: int  # entries matching the filters
-    newer: bool  # entries newer than this page exist
-    older: bool  # entries older than this page exist
+    count: int
+    newer: bool
+    older: bool
 
 
 def ledger_view(
@@ -207,7 +221,7 @@ def ledger_view(
         older = bool(
             session.execute(ledger.query(replace(plain, before_id=entries[-1]["id"]))).first()
         )
-    return LedgerView(entries, count, newer, older)
+    return LedgerView(entries=entries, count=count, newer=newer, older=older)
 
 
 def names(session: Session) -> tuple[list[str], list[str]]:

@@ -22,9 +22,16 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def start(session: Session, key_id: str, now: int, lifetime_us: int) -> str:
+def start(session: Session, key_id: str, *, now: int, lifetime_us: int) -> str:
     """A new session of ``key_id``: its token, for the cookie. Sessions past their
-    lifetime are deleted on the way, so the table holds only live ones."""
+    lifetime are deleted on the way, so the table holds only live ones.
+
+    Args:
+        session: the caller's write transaction.
+        key_id: the id of the key that signed in.
+        now: the time (microseconds).
+        lifetime_us: a session's lifetime (microseconds).
+    """
     session.execute(
         delete(DashboardSession).where(DashboardSession.created_at <= now - lifetime_us)
     )
@@ -35,10 +42,17 @@ def start(session: Session, key_id: str, now: int, lifetime_us: int) -> str:
     return token
 
 
-def principal_of(session: Session, token: str, now: int, lifetime_us: int) -> Principal | None:
+def principal_of(session: Session, token: str, *, now: int, lifetime_us: int) -> Principal | None:
     """The principal of a live session: its row exists, is younger than ``lifetime_us`` and
     its key is unrevoked; else None. Grants are not loaded: the dashboard's roles read
-    every dataset."""
+    every dataset.
+
+    Args:
+        session: the caller's session.
+        token: the session's token, from the cookie.
+        now: the time (microseconds).
+        lifetime_us: a session's lifetime (microseconds).
+    """
     row = session.execute(
         select(ApiKey.id, Consumer.id, Consumer.name, Consumer.role)
         .select_from(DashboardSession)
@@ -50,7 +64,10 @@ def principal_of(session: Session, token: str, now: int, lifetime_us: int) -> Pr
             ApiKey.revoked_at.is_(None),
         )
     ).first()
-    return None if row is None else Principal(row[1], row[2], row[3], row[0])
+    if row is None:
+        return None
+    key_id, consumer_id, name, role = row
+    return Principal(consumer_id=consumer_id, name=name, role=role, key_id=key_id)
 
 
 def end(session: Session, token: str) -> None:

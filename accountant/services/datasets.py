@@ -384,10 +384,10 @@ def _spent_and_lifetime_notes(
         notes.append(
             limit_notes.below_spent(
                 "the lifetime limit",
-                dataset.limit,
-                loss,
-                mode,
-                "charges that cost anything there are denied",
+                limit=dataset.limit,
+                spent=loss,
+                mode=mode,
+                consequence="charges that cost anything there are denied",
             )
         )
     partition_limit = dataset.partition_limit
@@ -397,14 +397,16 @@ def _spent_and_lifetime_notes(
             notes.append(
                 limit_notes.below_spent(
                     "the partition limit",
-                    partition_limit,
-                    most_spent,
-                    mode,
-                    "charges on the partitions that spent more are denied",
+                    limit=partition_limit,
+                    spent=most_spent,
+                    mode=mode,
+                    consequence="charges on the partitions that spent more are denied",
                 )
             )
         notes.append(
-            limit_notes.above_lifetime("the partition limit", partition_limit, dataset.limit, mode)
+            limit_notes.above_lifetime(
+                "the partition limit", limit=partition_limit, lifetime=dataset.limit, mode=mode
+            )
         )
     if scopes & {"dataset", "window"}:
         for budget in dataset.windows:
@@ -420,13 +422,18 @@ def _spent_and_lifetime_notes(
                 notes.append(
                     limit_notes.below_spent(
                         what,
-                        budget.limit,
-                        loss_now(rule, state, names),
-                        mode,
-                        f"charges are denied until the window resets at {isoformat(window.end)}",
+                        limit=budget.limit,
+                        spent=loss_now(rule, state, names),
+                        mode=mode,
+                        consequence="charges are denied until the window resets at "
+                        f"{isoformat(window.end)}",
                     )
                 )
-            notes.append(limit_notes.above_lifetime(what, budget.limit, dataset.limit, mode))
+            notes.append(
+                limit_notes.above_lifetime(
+                    what, limit=budget.limit, lifetime=dataset.limit, mode=mode
+                )
+            )
     return [note for note in notes if note is not None]
 
 
@@ -750,8 +757,17 @@ _AMOUNT_NAMES = frozenset({"epsilon", "delta", "rho", "rdp", "mu", "order"})
 
 
 def list_partitions(
-    session: Session, dataset: Dataset, limit: int, after_id: int
+    session: Session, dataset: Dataset, *, limit: int, after_id: int
 ) -> tuple[list[dict[str, Any]], int | None]:
+    """A page of ``dataset``'s partitions, each with its lifetime s(p), in declaration order,
+    and the id to continue after (None: the last page).
+
+    Args:
+        session: the caller's session.
+        dataset: the dataset.
+        limit: the most partitions on the page.
+        after_id: the page starts after the partition with this id (0: the first page).
+    """
     mode = dataset.mode
     lifetime_id = session.execute(
         select(Tally.id).where(Tally.dataset_id == dataset.id, Tally.kind == "lifetime")

@@ -204,7 +204,11 @@ def update_consumer(
         if grant is not None and grant.quota is not None and new["quota"] != old["quota"]:
             spent = consumer_loss(session, consumer.id, dataset)
             note = limit_notes.below_spent(
-                what, grant.quota, spent, dataset.mode, "its charges there are denied"
+                what,
+                limit=grant.quota,
+                spent=spent,
+                mode=dataset.mode,
+                consequence="its charges there are denied",
             )
             notes += [note] if note is not None else []
     if not changed:

@@ -191,8 +191,23 @@ _ADVANCE_HEAD = statement(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LedgerFilter:
+    """Which ledger entries a listing or an export reads.
+
+    Args:
+        dataset_id: only this dataset's entries.
+        consumer_id: only this consumer's entries.
+        status: only entries of this status.
+        since: only entries created at or after this time (microseconds).
+        until: only entries created before this time (microseconds).
+        after_id: only entries after this id (a cursor).
+        limit: at most this many entries.
+        through_id: no entry after this id (an export's fixed end).
+        before_id: only entries before this id.
+        newest_first: newest first, rather than oldest first.
+    """
+
     dataset_id: int | None = None
     consumer_id: int | None = None
     status: str | None = None
@@ -200,8 +215,8 @@ class LedgerFilter:
     until: int | None = None
     after_id: int = 0
     limit: int = 100
-    through_id: int | None = None  # no entry after this id (an export's fixed end)
-    before_id: int | None = None  # only entries before this id
+    through_id: int | None = None
+    before_id: int | None = None
     newest_first: bool = False
 
 

@@ -63,8 +63,18 @@ def nothing_changed() -> str:
     return "nothing changed: every limit given equals the current one, so nothing was ledgered"
 
 
-def below_spent(what: str, limit: Limit, spent: Amount, mode: Mode, consequence: str) -> str | None:
-    """The note for a limit now below what its scope has spent, or None."""
+def below_spent(
+    what: str, *, limit: Limit, spent: Amount, mode: Mode, consequence: str
+) -> str | None:
+    """The note for a limit now below what its scope has spent, or None.
+
+    Args:
+        what: the limit, as the note names it ("the lifetime limit").
+        limit: its new value.
+        spent: what its scope has spent.
+        mode: the dataset's mode.
+        consequence: what follows for charges, as the note says it.
+    """
     over = _over(limit, spent, mode)
     if not over:
         return None
@@ -74,8 +84,15 @@ def below_spent(what: str, limit: Limit, spent: Amount, mode: Mode, consequence:
     )
 
 
-def above_lifetime(what: str, limit: Limit, lifetime: Limit, mode: Mode) -> str | None:
-    """The note for a window or partition limit above the lifetime limit, or None."""
+def above_lifetime(what: str, *, limit: Limit, lifetime: Limit, mode: Mode) -> str | None:
+    """The note for a window or partition limit above the lifetime limit, or None.
+
+    Args:
+        what: the limit, as the note names it ("the partition limit").
+        limit: its value.
+        lifetime: the dataset's lifetime limit.
+        mode: the dataset's mode.
+    """
     over = _over(lifetime, limit.bounds(), mode)
     if not over:
         return None

@@ -81,14 +81,14 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int, now_us:
     def fits(value: Decimal) -> bool:
         try:
             priced = pricing.price(
-                request.mechanism,
-                {**request.params, name: value},
-                request.sensitivity_unit,
-                mode,
-                dataset.rule,
-                dataset.max_records_per_user,
-                request.release,
-                len(evaluation.partitions),
+                mechanism=request.mechanism,
+                params={**request.params, name: value},
+                sensitivity_unit=request.sensitivity_unit,
+                mode=mode,
+                rule=dataset.rule,
+                max_records=dataset.max_records_per_user,
+                release=request.release,
+                n=len(evaluation.partitions),
             )
         except pricing.PricingError:
             return False

@@ -30,9 +30,16 @@ from accountant.services.datasets import lifetime_loss
 from accountant.services.verification import verify
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SealedConsumer:
-    """A consumer as sealed: its name, role, the datasets it is granted and its live keys."""
+    """A consumer as sealed.
+
+    Args:
+        name: its name.
+        role: its role.
+        datasets: the names of the datasets granted to it.
+        keys: how many live keys it has.
+    """
 
     name: str
     role: str
@@ -156,5 +163,7 @@ def _seal_consumers(session: Session, hasher: KeyHasher) -> tuple[SealedConsumer
         keys = session.execute(
             select(ApiKey.id).where(ApiKey.consumer_id == consumer_id, ApiKey.revoked_at.is_(None))
         ).all()
-        consumers.append(SealedConsumer(name, role, tuple(granted), len(keys)))
+        consumers.append(
+            SealedConsumer(name=name, role=role, datasets=tuple(granted), keys=len(keys))
+        )
     return tuple(consumers)

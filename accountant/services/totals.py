@@ -23,8 +23,18 @@ from accountant.exact import Amount
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Difference:
+    """Where a dataset's stored totals differ from the ledger's.
+
+    Args:
+        dataset: the dataset's name.
+        scope: the scope's key.
+        what: the figure: T, T_J or T_P, or s(p), s_J(p) or s_P(p) of a partition.
+        stored: the figure as stored.
+        rebuilt: the figure as the ledger rebuilds it.
+    """
+
     dataset: str
     scope: str
     what: str
@@ -98,10 +108,26 @@ def _compare(
     suffix = {"every": "", "joint": "_J", "parallel": "_P"}[part]
     found = []
     if stored.total != rebuilt.total:
-        found.append(Difference(dataset, scope, f"T{suffix}", stored.total, rebuilt.total))
+        found.append(
+            Difference(
+                dataset=dataset,
+                scope=scope,
+                what=f"T{suffix}",
+                stored=stored.total,
+                rebuilt=rebuilt.total,
+            )
+        )
     for partition in set(stored.spends) | set(rebuilt.spends):
         was = stored.spends.get(partition, Amount())
         should = rebuilt.spends.get(partition, Amount())
         if was != should:
-            found.append(Difference(dataset, scope, f"s{suffix}({partition})", was, should))
+            found.append(
+                Difference(
+                    dataset=dataset,
+                    scope=scope,
+                    what=f"s{suffix}({partition})",
+                    stored=was,
+                    rebuilt=should,
+                )
+            )
     return found

@@ -28,9 +28,20 @@ from accountant.services import terms
 from accountant.services.ledger import GENESIS, canonical, chain_hash
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Verification:
-    """The result of recomputing every chain: ok, entries checked, heads, or the first break."""
+    """The result of recomputing every chain: ok, entries checked, heads, or the first break.
+
+    Args:
+        ok: whether ``verify`` found no problem.
+        entries: the entries checked.
+        heads: each chain's head hash, by dataset name.
+        first_bad: the first entry that does not verify, if one does not.
+        dataset: the dataset of the first break (None: none in particular).
+        reason: what is wrong there.
+        seals_checked: whether every seal, the chain heads' included, was recomputed
+            (``accountant.seals``).
+    """
 
     ok: bool
     entries: int
@@ -38,7 +49,6 @@ class Verification:
     first_bad: LedgerEntry | None = None
     dataset: str | None = None
     reason: str | None = None
-    #: whether every seal, the chain heads' included, was recomputed (``accountant.seals``)
     seals_checked: bool = False
 
 
@@ -89,13 +99,27 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
         ).scalars():
             problem = walk.step(entry, consumers.get(entry.consumer_id or 0))
             if problem:
-                return Verification(False, checked, heads, entry, dataset.name, problem)
+                return Verification(
+                    ok=False,
+                    entries=checked,
+                    heads=heads,
+                    first_bad=entry,
+                    dataset=dataset.name,
+                    reason=problem,
+                )
             checked += 1
             if progress is not None and checked % 10_000 == 0:
                 progress(checked)
         found = walk.end_problem() or _terms_problem(dataset, walk.recorded_terms)
         if found:
-            return Verification(False, checked, heads, found.entry, dataset.name, found.reason)
+            return Verification(
+                ok=False,
+                entries=checked,
+                heads=heads,
+                first_bad=found.entry,
+                dataset=dataset.name,
+                reason=found.reason,
+            )
         wrong_loss = wrong_loss or walk.wrong_loss
         if dataset.ledger_seq:
             heads[dataset.name] = walk.head
@@ -105,15 +129,15 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
         wrong_loss = found or wrong_loss
     if wrong_loss is not None:
         return Verification(
-            False,
-            checked,
-            heads,
-            wrong_loss.entry,
-            wrong_loss.dataset,
-            wrong_loss.reason,
+            ok=False,
+            entries=checked,
+            heads=heads,
+            first_bad=wrong_loss.entry,
+            dataset=wrong_loss.dataset,
+            reason=wrong_loss.reason,
             seals_checked=hasher is not None,
         )
-    return Verification(True, checked, heads, seals_checked=hasher is not None)
+    return Verification(ok=True, entries=checked, heads=heads, seals_checked=hasher is not None)
 
 
 class _Walk:
