@@ -47,7 +47,8 @@ from sqlalchemy import (
     update,
 )
 
-from accountant.accounting.decide import ChargeRequest, Decision
+from accountant.accounting.charge_inputs import ChargeRequest
+from accountant.accounting.decide import Decision
 from accountant.accounting.loss import Part, ScopeKey, ScopeState, holds, max_after, total_after
 from accountant.accounting.windows import PERIODS
 from accountant.exact import COMPONENTS, Amount

@@ -42,15 +42,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import aliased
 
-from accountant.accounting.decide import (
+from accountant.accounting.charge_inputs import (
     ChargeReads,
     ChargeRequest,
     DatasetState,
     ScopeRow,
     WindowLimit,
-    scope_keys,
-    windows_at,
 )
+from accountant.accounting.decide import scope_keys, windows_at
 from accountant.accounting.windows import PERIODS, Window
 from accountant.clock import Clock
 from accountant.driver import Driver, Pending, Rows

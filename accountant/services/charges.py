@@ -38,7 +38,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from accountant.accounting.decide import ChargeRequest, Decision, decide
+from accountant.accounting.charge_inputs import ChargeRequest
+from accountant.accounting.decide import Decision, decide
 from accountant.alerts import AlertDispatcher
 from accountant.clock import Clock
 from accountant.driver import Driver

@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, insert, select
 
-from accountant.accounting.decide import ChargeRequest
+from accountant.accounting.charge_inputs import ChargeRequest
 from accountant.driver import Driver, Pending, Rows
 from accountant.errors import ReplayUnavailable, field_error
 from accountant.models import IdempotencyKey, LedgerEntry

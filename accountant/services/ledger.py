@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from accountant import seals
-from accountant.accounting.decide import DatasetState
+from accountant.accounting.charge_inputs import DatasetState
 from accountant.driver import Driver
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher

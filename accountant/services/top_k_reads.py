@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from sqlalchemy import bindparam, literal_column, select, union_all
 
-from accountant.accounting.decide import Column, DatasetState
+from accountant.accounting.charge_inputs import Column, DatasetState
 from accountant.accounting.loss import PARTS, ScopeKey
 from accountant.driver import Driver, Pending, Rows
 from accountant.models import TallySpend
