@@ -21,7 +21,6 @@ from accountant import key_hashing, noise, problems, seals, signing, webhook_sig
 from accountant import logging as structured_logging
 from accountant.alerts import AlertDispatcher, AlertSettings
 from accountant.api import charges, consumers, datasets, ledger, meta, openapi, receipts
-from accountant.api.common import Runtime, close_db
 from accountant.clock import Clock, SystemClock
 from accountant.config import ConfigError, Settings, load_settings
 from accountant.dashboard import views as dashboard
@@ -34,9 +33,11 @@ from accountant.jsonio import DecimalJSONProvider, dumps
 from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, outcome_of
 from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
+from accountant.services.api_keys import KnownKeys
 from accountant.services.charges import ChargeContext
-from accountant.services.consumers import KnownKeys, ensure_first_admin
+from accountant.services.consumers import ensure_first_admin
 from accountant.services.receipts import register as register_key
+from accountant.web import Runtime, close_db
 
 log = logging.getLogger(__name__)
 

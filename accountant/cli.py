@@ -141,7 +141,8 @@ def init() -> None:
     no admin exists yet."""
     from accountant.db import begin_write, make_engine, make_session_factory
     from accountant.migrate import upgrade
-    from accountant.services.consumers import KEY_PREFIX, ensure_first_admin
+    from accountant.services.api_keys import KEY_PREFIX
+    from accountant.services.consumers import ensure_first_admin
 
     settings = _settings()
     upgrade(settings.database_url)
@@ -526,7 +527,8 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
     from accountant.errors import AccountantError
     from accountant.models import Consumer
     from accountant.seals import NotSealed, require_sealed
-    from accountant.services.consumers import create_consumer, issue_key
+    from accountant.services.api_keys import issue_key
+    from accountant.services.consumers import create_consumer
 
     settings = _settings()
     engine = _database(settings)

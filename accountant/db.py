@@ -29,8 +29,8 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from accountant.config import Settings
-from accountant.driver import WRITE_GATES, WriteGate
 from accountant.keyfiles import private_directory
+from accountant.sqlite_gate import WRITE_GATES, WriteGate
 
 WRITE = "accountant_write"
 #: Every engine this process made, held until ``dispose_all`` so none is garbage-collected

@@ -61,7 +61,8 @@ from types import TracebackType
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from accountant.deadline import remaining, spent
-from accountant.driver import Driver, WritePlan
+from accountant.driver import Driver
+from accountant.statements import WritePlan
 
 #: At most this many units of work share a transaction, so that a long queue still
 #: commits often.

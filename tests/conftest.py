@@ -139,7 +139,7 @@ def charge_authenticated_before(app: Flask, key: str, change: Callable[[], Any])
 
     from accountant.driver import Driver
     from accountant.services import charges
-    from accountant.services.consumers import authenticate
+    from accountant.services.api_keys import authenticate
     from accountant.services.evaluation import ChargeRequest
 
     runtime = app.extensions["accountant"]

@@ -209,7 +209,7 @@ MUTATIONS = [
     Mutation(
         "replay ignores the implementation",
         "accountant/services/idempotency.py",
-        "elif outcome.implementation != mechanism.implementation:",
+        "elif first.implementation != mechanism.implementation:",
         "elif False:",
         ("tests/test_replay.py",),
     ),
@@ -271,14 +271,14 @@ MUTATIONS = [
     ),
     Mutation(
         "a block may read a table another of its statements writes",
-        "accountant/driver.py",
+        "accountant/statements.py",
         "if writer.get(table, index) != index and table not in allowed:",
         "if False:",
         ("tests/test_driver.py::test_statements_run_together_each_take_effect",),
     ),
     Mutation(
         "a block may write one table twice",
-        "accountant/driver.py",
+        "accountant/statements.py",
         "                if table in writer:\n",
         "                if False:\n",
         ("tests/test_driver.py::test_statements_run_together_each_take_effect",),

@@ -16,7 +16,7 @@ from scipy import stats
 
 from accountant.mechanism import Accuracy
 from accountant.plugins import MechanismRegistry, make_plugin_manager
-from accountant.services import accuracy
+from accountant.services import charge_responses
 from accountant_plugins import (
     _samplers,
     discrete_gaussian,
@@ -348,16 +348,17 @@ def test_randomized_response_states_the_probability_of_the_truth(
 
 def test_figures_are_rounded_to_the_safe_side_and_a_failure_states_nothing() -> None:
     third = Fraction(1, 3)
-    shown = accuracy.as_json(
+    shown = charge_responses.as_json(
         Accuracy("randomized_response", "x", third, third, True, probability_true=third)
     )
     assert Fraction(shown["half_width_95"]) > third > Fraction(shown["probability_true"])
     assert shown["scale"] == 1 / 3  # the nearest double
-    assert accuracy.as_json(Accuracy("additive_noise", "x", 10**400, None, False))["scale"] is None
+    huge = Accuracy("additive_noise", "x", 10**400, None, False)
+    assert charge_responses.as_json(huge)["scale"] is None
     mechanism = REGISTRY.get("laplace")
     assert mechanism is not None
 
     def broken(params: Any, data: Any) -> Accuracy:
         raise ZeroDivisionError
 
-    assert accuracy.stated(replace(mechanism, accuracy=broken), {}, None) is None
+    assert charge_responses.accuracy(replace(mechanism, accuracy=broken), {}, None) is None

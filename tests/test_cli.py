@@ -253,7 +253,7 @@ def test_serve_refuses_a_schema_behind_and_after_db_upgrade_sets_itself_up(
     behind = _serve_once(env)
     assert behind.returncode == 1
     assert [line for line in behind.stderr.splitlines() if line] == [
-        "Error: the database is at migration 0015 and this release needs 0016; run "
+        "Error: the database is at migration 0015 and this release needs 0017; run "
         "'accountant db upgrade' first"
     ]
     assert not keys.exists()

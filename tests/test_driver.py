@@ -11,8 +11,9 @@ from flask import Flask
 from sqlalchemy import bindparam, func, insert, literal_column, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from accountant.driver import Block, DependentWrites, Driver, Write, statement
+from accountant.driver import Driver
 from accountant.models import Dataset, Partition
+from accountant.statements import Block, DependentWrites, Write, statement
 
 PARTITION = "INSERT INTO partitions (dataset_id, key, created_at) VALUES (:d, :k, 0)"
 
@@ -159,7 +160,7 @@ def test_sqlite_writers_of_one_process_queue_and_give_up_after_the_lock_timeout(
 def test_a_write_gate_that_cannot_open_its_file_lets_the_next_writer_try(tmp_path: Any) -> None:
     """A failed entry (here: no folder for the lock file) must not keep the process's queue
     locked, or every later writer of the process would wait out the lock timeout."""
-    from accountant.driver import WriteGate
+    from accountant.sqlite_gate import WriteGate
 
     gate = WriteGate(0.2, str(tmp_path / "missing" / "db-writers"))
     for _ in range(2):  # the second attempt meets the same error, not a stuck queue

@@ -17,12 +17,13 @@ from flask import Flask
 from sqlalchemy import bindparam, insert, literal_column
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from accountant.driver import Block, Driver, Write, WritePlan, statement
+from accountant.driver import Driver
 from accountant.group_commit import GroupCommit, Transaction
 from accountant.models import Partition
 from accountant.services import charges
-from accountant.services.consumers import authenticate
+from accountant.services.api_keys import authenticate
 from accountant.services.evaluation import ChargeRequest
+from accountant.statements import Block, Write, WritePlan, statement
 
 PARTITION = statement(
     insert(Partition).values(

@@ -71,7 +71,7 @@ def test_csv_export_cells_never_start_a_formula(api: Api) -> None:
     api.make_dataset()
     assert api.charge(partitions=['=HYPERLINK("http://x")', "@SUM(1)"]).status_code == 201
     exported = api.get("/v1/ledger/export?format=csv").text
-    from accountant.api.ledger import _cell
+    from accountant.ledger_export import _cell
 
     assert _cell("=1+2") == "'=1+2" and _cell("-3") == "'-3" and _cell("ok") == "ok"
     import csv

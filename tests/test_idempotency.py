@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from typing import Any
 
 import pytest
 
-from tests.conftest import ADMIN_KEY, Api, dump
+from accountant.migrate import downgrade, upgrade
+from tests.conftest import ADMIN_KEY, Api, dump, run_sql
 
 
 def _keyed(api: Api, key: str, epsilon: float = 0.1, **extra: Any) -> Any:
@@ -52,6 +54,49 @@ def test_a_denial_replays_as_the_same_denial(api: Api) -> None:
     assert first.status_code == again.status_code == 409
     assert first.text == again.text
     assert sum(e["status"] == "denied" for e in api.ledger()) == 1
+
+
+def test_answers_kept_as_http_responses_replay_the_same_after_migration(
+    api: Api, database_url: str
+) -> None:
+    """Rows from before migration 0017 kept the HTTP response (status, body, headers); 0017
+    keeps the answer's facts. Downgraded, each row holds its first answer as the old form
+    did (the body without the output, a 429's Retry-After); upgraded again, a grant, a
+    window denial and a lifetime denial each replay with the first answer's status,
+    Retry-After and bytes."""
+    api.make_dataset(budget={"epsilon": 2}, windows=[{"period": "1d", "epsilon": 1}])
+    firsts = {
+        key: _keyed(api, key, epsilon=epsilon)
+        for key, epsilon in (("granted", 0.6), ("window", 0.6), ("lifetime", 5))
+    }
+    assert [r.status_code for r in firsts.values()] == [201, 429, 409]
+    api.client.application.extensions["accountant"].engine.dispose()  # its pooled connections
+    downgrade(database_url, "0016")
+    kept = {
+        row[0]: (row[1], _parsed(row[2]), _parsed(row[3]))
+        for row in run_sql(database_url, "SELECT key, status, body, headers FROM idempotency_keys")
+    }
+    for key, first in firsts.items():
+        status, body, headers = kept[key]
+        shown = first.get_json()
+        if status == 201:
+            assert {k: v for k, v in body.items() if k not in ("run_params", "output_sha256")} == {
+                k: v for k, v in shown.items() if k != "output"
+            }
+        else:
+            assert body == shown
+        assert headers == ({"Retry-After": first.headers["Retry-After"]} if key == "window" else {})
+        assert status == first.status_code
+    upgrade(database_url)
+    for key, first in firsts.items():
+        again = _keyed(api, key, epsilon={"granted": 0.6, "window": 0.6, "lifetime": 5}[key])
+        assert (again.status_code, again.text) == (first.status_code, first.text)
+        assert again.headers.get("Retry-After") == first.headers.get("Retry-After")
+    assert len(api.ledger()) == 3
+
+
+def _parsed(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def test_keys_are_scoped_per_consumer(api: Api) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from accountant.services.consumers import KnownKeys, Principal
+from accountant.services.api_keys import KnownKeys, Principal
 from tests.conftest import Api, charge_authenticated_before, run_sql
 
 

@@ -17,7 +17,7 @@ from accountant.app import prepared_app
 from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext
 from accountant.noise import from_bytes
 from accountant.plugins import MechanismRegistry, make_plugin_manager
-from accountant.services import accuracy
+from accountant.services import charge_responses
 from tests.conftest import ADMIN_KEY, Api
 from tests.test_mechanisms import CASES
 
@@ -66,7 +66,7 @@ def test_every_mechanism_keeps_the_contract(name: str) -> None:
             stated = mechanism.accuracy(params, shape)
             assert stated is None or isinstance(stated, Accuracy)
             if stated is not None:
-                json.dumps(accuracy.as_json(stated), allow_nan=False)
+                json.dumps(charge_responses.as_json(stated), allow_nan=False)
     # run: the same output for the same charge's random words (what a replay relies on),
     # plain JSON without NaN or infinities
     noise = from_bytes(b"k" * 32)

@@ -176,14 +176,14 @@ def test_a_charge_recorded_without_provenance_is_not_replayed(
 ) -> None:
     api, _ = _first(database_url, tmp_path)
     body = (
-        json.loads(run_sql(database_url, "SELECT body FROM idempotency_keys")[0][0])
+        json.loads(run_sql(database_url, "SELECT facts FROM idempotency_keys")[0][0])
         if database_url.startswith("sqlite")
-        else run_sql(database_url, "SELECT body FROM idempotency_keys")[0][0]
+        else run_sql(database_url, "SELECT facts FROM idempotency_keys")[0][0]
     )
     body.pop("output_sha256")
     run_sql(
         database_url,
-        "UPDATE idempotency_keys SET body = '" + json.dumps(body).replace("'", "''") + "'",
+        "UPDATE idempotency_keys SET facts = '" + json.dumps(body).replace("'", "''") + "'",
     )
     refused = api.charge(**CHARGE)
     assert refused.status_code == 409 and "output" not in refused.get_json()

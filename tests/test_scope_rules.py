@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accountant.accounting.decide import (
+from accountant.accounting.charge_inputs import (
     ChargeReads,
     ChargeRequest,
     Column,
     DatasetState,
     ScopeRow,
     WindowLimit,
-    decide,
 )
+from accountant.accounting.decide import decide
 from accountant.accounting.loss import (
     PARTS,
     LossRule,

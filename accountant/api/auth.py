@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from flask import g, request
 from sqlalchemy.exc import OperationalError
 
-from accountant.api.common import driver, runtime
 from accountant.errors import Forbidden, Unauthorized, Unavailable
-from accountant.services.consumers import UNKNOWN_KEY, Principal, authenticate
+from accountant.services.api_keys import UNKNOWN_KEY, Principal, authenticate
+from accountant.web import driver, runtime
 
 
 def principal(*roles: str, remembered: bool = False) -> Principal:

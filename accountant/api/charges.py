@@ -9,17 +9,19 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
+from accountant import problems
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
 from accountant.api.auth import confirmed_on_failure, principal
-from accountant.api.common import db, driver, json_body, runtime
-from accountant.errors import field_error
+from accountant.api.common import json_body
+from accountant.errors import BudgetExhausted, WindowExhausted, field_error
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
-from accountant.services import accuracy, charge_records, charges, evaluation, idempotency, plans
-from accountant.services.charge_responses import reason, report, report_cost
-from accountant.services.consumers import Principal
+from accountant.services import charge_records, charges, evaluation, idempotency, plans
+from accountant.services.api_keys import Principal
+from accountant.services.charge_responses import accuracy, reason, report, report_cost
 from accountant.services.evaluation import ChargeRequest
+from accountant.web import db, driver, runtime
 
 bp = Blueprint("charges", __name__)
 
@@ -61,6 +63,8 @@ def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
             "partitions",
             f"at most {limit} partition keys per charge; charge '*' or split the release",
         )
+    if isinstance(partitions, list):
+        schemas.check_partition_keys(partitions, "partitions")
     return ChargeRequest(
         dataset=body["dataset"],
         partitions=partitions,
@@ -93,48 +97,55 @@ def create() -> Any:
             _request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
         )
         done = charges.submit(driver(), charge_request, runtime().charging)
-    if isinstance(done, charges.Denied):
-        return _render(done.response, None)
-    return _render(done.response, done.output)
+    return answer(done.facts, None if isinstance(done, charges.Denied) else done.output)
 
 
-def _render(outcome: idempotency.Outcome, output: dict[str, Any] | None) -> Response:
-    """The response of a charge, first time or replay alike, from what is remembered."""
-    stored = outcome.body
-    if outcome.status != 201:
+def answer(facts: dict[str, Any], output: dict[str, Any] | None) -> Response:
+    """A charge's answer from its facts (``services.charge_responses``): the first answer
+    and every replay of it alike."""
+    if facts["kind"] == "denied":
+        problem = problems.of(_denial(facts))
         response = Response(
-            dumps(stored), status=outcome.status, mimetype="application/problem+json"
+            dumps(problem.body), status=problem.status, mimetype="application/problem+json"
         )
-    else:
-        # multiplicity and charged are remembered since they were added, so a replay of an
-        # older charge stays identical
-        shown = (
-            "charge_id",
-            "dataset",
-            "mechanism",
-            "release",
-            "partitions",
-            "cost",
-            "multiplicity",
-            "charged",
-        )
-        body: dict[str, Any] = {k: stored[k] for k in shown if k in stored}
-        body.update(
-            {
-                "output": output,
-                "remaining": stored["remaining"],
-                "receipt": stored["receipt"],
-                "created_at": stored["created_at"],
-            }
-        )
-        if "ledger" in stored:  # the charge's ledger entry, remembered since it was added
-            body["ledger"] = stored["ledger"]
-        if "accuracy" in stored:  # remembered since it was added
-            body["accuracy"] = stored["accuracy"]
-        response = Response(dumps(body), status=201, mimetype="application/json")
-    for name, value in outcome.headers.items():
-        response.headers[name] = value
-    return response
+        for name, value in problem.headers.items():
+            response.headers[name] = value
+        return response
+    # multiplicity, charged, ledger and accuracy are remembered since they were added, so
+    # a replay of an older charge gives what its first answer gave
+    body: dict[str, Any] = {k: facts[k] for k in _GRANT_HEAD if k in facts}
+    body.update(
+        {
+            "output": output,
+            "remaining": facts["remaining"],
+            "receipt": facts["receipt"],
+            "created_at": facts["created_at"],
+        }
+    )
+    body.update({k: facts[k] for k in ("ledger", "accuracy") if k in facts})
+    return Response(dumps(body), status=201, mimetype="application/json")
+
+
+_GRANT_HEAD = (
+    "charge_id",
+    "dataset",
+    "mechanism",
+    "release",
+    "partitions",
+    "cost",
+    "multiplicity",
+    "charged",
+)
+
+
+def _denial(facts: dict[str, Any]) -> BudgetExhausted:
+    """A denial's domain error: a 429 with Retry-After while waiting will help."""
+    facts_named = ("scope", "limit", "spent", "requested", "charge_id", "partition", "resets_at")
+    extra = {k: facts[k] for k in facts_named if k in facts}
+    wait = facts.get("fits_again_in_s")
+    if wait is None:
+        return BudgetExhausted(facts["reason"], extra=extra)
+    return WindowExhausted(facts["reason"], extra=extra, retry_after=wait)
 
 
 @bp.post("/v1/charges/preview")
@@ -182,7 +193,7 @@ def plan() -> Any:
 
 def _accuracy(evaluated: evaluation.Evaluation, body: dict[str, Any]) -> dict[str, Any] | None:
     """The accuracy of the charge as evaluated, at the parameters it would run with."""
-    return accuracy.stated(_mechanism(body), evaluated.priced.run_params, body.get("input"))
+    return accuracy(_mechanism(body), evaluated.priced.run_params, body.get("input"))
 
 
 def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:

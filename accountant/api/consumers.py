@@ -11,9 +11,9 @@ from werkzeug.routing import BaseConverter
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
 from accountant.api.auth import principal
-from accountant.api.common import db, json_body, now_us, runtime
-from accountant.db import begin_write
-from accountant.services import consumers
+from accountant.api.common import json_body
+from accountant.services import api_keys, consumers, grants
+from accountant.web import db, now_us, runtime, unit_of_work
 
 bp = Blueprint("consumers", __name__)
 
@@ -31,17 +31,15 @@ def _register_converter(state: BlueprintSetupState) -> None:
 
 
 def _dataset_names() -> dict[int, str]:
-    return consumers.dataset_names(db())
+    return grants.dataset_names(db())
 
 
 @bp.post("/v1/consumers")
 def create() -> Any:
     principal("admin")
     body = json_body(schemas.CONSUMER_CREATE)
-    session = db()
-    begin_write(session)
-    consumer, key = consumers.create_consumer(session, body, now_us(), runtime().key_hasher)
-    session.commit()
+    with unit_of_work() as session:
+        consumer, key = consumers.create_consumer(session, body, now_us(), runtime().key_hasher)
     view = consumers.describe_consumer(consumer, _dataset_names())
     return {**view, "api_key": key, "key_id": consumer.keys[0].id}, 201
 
@@ -60,14 +58,12 @@ def update(name: str) -> Any:
     """Change a consumer's grants and quotas; each change is ledgered on its dataset."""
     caller = principal("admin")
     body = json_body(schemas.CONSUMER_PATCH)
-    session = db()
-    consumer, outcome = consumers.update_consumer(
-        session, name, body, caller, now_us(), runtime().key_hasher
-    )
-    if outcome.changed:
-        session.commit()
-    else:  # the grants and quotas as they were: nothing to write
-        session.rollback()
+    with unit_of_work() as session:
+        consumer, outcome = grants.update_consumer(
+            session, name, body, caller, now_us(), runtime().key_hasher
+        )
+        if not outcome.changed:  # the grants and quotas as they were: nothing to write
+            session.rollback()
     return {**consumers.describe_consumer(consumer, _dataset_names()), **outcome.view()}
 
 
@@ -82,11 +78,9 @@ def me() -> Any:
 def create_key(name: str) -> Any:
     principal("admin")
     json_body(schemas.KEY_CREATE, empty_ok=True)
-    session = db()
-    begin_write(session)
-    consumer = consumers.find_consumer(session, name)
-    row, key = consumers.issue_key(session, consumer, now_us(), runtime().key_hasher)
-    session.commit()
+    with unit_of_work() as session:
+        consumer = consumers.find_consumer(session, name)
+        row, key = api_keys.issue_key(session, consumer, now_us(), runtime().key_hasher)
     return {
         "id": row.id,
         "prefix": row.prefix,
@@ -99,10 +93,8 @@ def create_key(name: str) -> Any:
 @bp.delete("/v1/keys/<key_id>")
 def revoke(key_id: str) -> Any:
     principal("admin")
-    session = db()
-    begin_write(session)
-    consumers.revoke_key(session, key_id, now_us(), runtime().key_hasher)
-    session.commit()
+    with unit_of_work() as session:
+        api_keys.revoke_key(session, key_id, now_us(), runtime().key_hasher)
     revoked = Response(status=204)
     del revoked.headers["Content-Type"]  # no body, so no type (not Flask's text/html)
     return revoked

@@ -8,13 +8,13 @@ from flask import Blueprint, request
 
 from accountant.api import schemas
 from accountant.api.auth import principal
-from accountant.api.common import db, json_body, now_us, runtime
-from accountant.db import begin_write
+from accountant.api.common import json_body
 from accountant.errors import Forbidden, field_error
 from accountant.models import Dataset
-from accountant.services import consumers, datasets
-from accountant.services.consumers import Principal
+from accountant.services import datasets, grants
+from accountant.services.api_keys import Principal
 from accountant.services.ledger import Actor
+from accountant.web import db, now_us, runtime, unit_of_work
 
 bp = Blueprint("datasets", __name__)
 READERS = ("admin", "service", "auditor")
@@ -31,10 +31,8 @@ def _readable(name: str, caller: Principal) -> Dataset:
 def create() -> Any:
     principal("admin")
     body = json_body(schemas.DATASET_CREATE)
-    session = db()
-    begin_write(session)
-    dataset = datasets.create(session, body, now_us(), runtime().key_hasher)
-    session.commit()
+    with unit_of_work() as session:
+        dataset = datasets.create(session, body, now_us(), runtime().key_hasher)
     return datasets.describe(dataset), 201
 
 
@@ -57,21 +55,18 @@ def show(name: str) -> Any:
 def patch(name: str) -> Any:
     caller = principal("admin")
     body = json_body(schemas.DATASET_PATCH)
-    session = db()
-    begin_write(session)
-    dataset = datasets.find(session, name, lock=True)
-    outcome = datasets.update_limits(
-        session,
-        dataset,
-        body,
-        Actor(caller.consumer_id, caller.name),
-        now_us(),
-        runtime().key_hasher,
-    )
-    if outcome.changed:
-        session.commit()
-    else:  # the limits as they were: nothing to write
-        session.rollback()
+    with unit_of_work() as session:
+        dataset = datasets.find(session, name, lock=True)
+        outcome = datasets.update_limits(
+            session,
+            dataset,
+            body,
+            Actor(caller.consumer_id, caller.name),
+            now_us(),
+            runtime().key_hasher,
+        )
+        if not outcome.changed:  # the limits as they were: nothing to write
+            session.rollback()
     return {**datasets.describe(dataset), **outcome.view()}
 
 
@@ -79,13 +74,12 @@ def patch(name: str) -> Any:
 def declare_partitions(name: str) -> Any:
     caller = principal("admin", "service")
     body = json_body(schemas.PARTITIONS_DECLARE)
-    session = db()
-    begin_write(session)
-    dataset = datasets.find(session, name, lock=True)
-    if not caller.may_charge(dataset.id):
-        raise Forbidden(f"dataset {name!r} is not granted to {caller.name!r}")
-    created, existing = datasets.declare_partitions(session, dataset, body["keys"], now_us())
-    session.commit()
+    with unit_of_work() as session:
+        dataset = datasets.find(session, name, lock=True)
+        if not caller.may_charge(dataset.id):
+            raise Forbidden(f"dataset {name!r} is not granted to {caller.name!r}")
+        schemas.check_partition_keys(body["keys"], "keys")
+        created, existing = datasets.declare_partitions(session, dataset, body["keys"], now_us())
     return {"dataset": name, "created": created, "existing": existing}, 201
 
 
@@ -100,9 +94,9 @@ def budget(name: str) -> Any:
             for change in report["limit_history"]
             if change.get("consumer", caller.name) == caller.name
         ]
-    grant = consumers.grant_of(db(), caller.consumer_id, dataset.id)
+    grant = grants.grant_of(db(), caller.consumer_id, dataset.id)
     if grant is not None:  # a service sees its own share: loss, quota, what is left
-        report["consumer"] = {"name": caller.name, **consumers.quota_use(db(), grant, dataset)}
+        report["consumer"] = {"name": caller.name, **grants.quota_use(db(), grant, dataset)}
     return report
 
 

@@ -9,10 +9,10 @@ from typing import Any
 from flask import Blueprint, Response, request
 
 from accountant.api.auth import principal
-from accountant.api.common import db, runtime
 from accountant.errors import Unauthorized, Unavailable
 from accountant.metrics import process_metrics
 from accountant.services import datasets, ledger_reads
+from accountant.web import db, runtime
 
 bp = Blueprint("meta", __name__)
 

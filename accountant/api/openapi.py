@@ -9,9 +9,9 @@ from typing import Any
 from flask import Blueprint, current_app, request
 
 from accountant.api import responses, rules, schemas
-from accountant.api.common import runtime
 from accountant.api.receipts import VERIFY
 from accountant.config import Settings
+from accountant.web import runtime
 
 bp = Blueprint("openapi", __name__)
 

@@ -7,9 +7,10 @@ from typing import Any
 from flask import Blueprint
 
 from accountant.api.auth import principal
-from accountant.api.common import db, json_body, runtime
+from accountant.api.common import json_body
 from accountant.services import receipts
 from accountant.signing import ReceiptError, verify
+from accountant.web import db, runtime
 
 bp = Blueprint("receipts", __name__)
 

@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 from accountant.accounting.windows import PERIODS
 from accountant.api.quick_accept import Check, compile_check
 from accountant.api.schema_messages import plain
-from accountant.errors import InvalidRequest
+from accountant.errors import InvalidRequest, field_error
 from accountant.exact import MAX_EPSILON, MAX_RHO
 
 SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -222,3 +222,19 @@ def validate(schema: Mapping[str, Any], instance: Any, prefix: str = "") -> None
     ]
     summary = "; ".join(e["message"] for e in errors[:5])
     raise InvalidRequest(f"the request is invalid: {summary}", errors=errors)
+
+
+def check_partition_keys(keys: list[str], field_name: str) -> None:
+    """Partition keys: printable, never ``*``, no duplicates."""
+    seen: set[str] = set()
+    for index, key in enumerate(keys):
+        if key == "*" or not key.isprintable():
+            raise field_error(
+                f"{field_name}.{index}",
+                "a partition key is 1 to 128 printable characters and never *",
+            )
+        if key in seen:
+            raise field_error(
+                f"{field_name}.{index}", f'the key "{key}" comes twice; send each key once'
+            )
+        seen.add(key)

@@ -17,13 +17,11 @@ from typing import Any, TypeVar, cast
 
 from flask import Flask, Request, abort, current_app, redirect, request, session, url_for
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
-from sqlalchemy.orm import Session
 
-from accountant.api.common import db, now_us, runtime
-from accountant.db import begin_write
 from accountant.driver import Driver
 from accountant.services import dashboard_sessions
-from accountant.services.consumers import Principal, authenticate
+from accountant.services.api_keys import Principal, authenticate
+from accountant.web import db, now_us, runtime, unit_of_work
 
 F = TypeVar("F", bound=Callable[..., Any])
 ROLES = ("admin", "auditor")
@@ -71,11 +69,10 @@ def sign_in(key: str) -> tuple[Principal | None, str | None]:
         return None, "Unknown or revoked API key."
     if principal.role not in ROLES:
         return None, "Only auditor and admin keys can sign in to the dashboard."
-    writing = _write_transaction()
-    token = dashboard_sessions.start(
-        writing, principal.key_id, now=now_us(), lifetime_us=_lifetime_us()
-    )
-    writing.commit()
+    with unit_of_work() as writing:
+        token = dashboard_sessions.start(
+            writing, principal.key_id, now=now_us(), lifetime_us=_lifetime_us()
+        )
     session.clear()
     session["token"] = token
     session["csrf"] = secrets.token_urlsafe(24)
@@ -86,19 +83,9 @@ def sign_out() -> None:
     """End the session in the database, then clear the cookie."""
     token = session.get("token")
     if isinstance(token, str):
-        writing = _write_transaction()
-        dashboard_sessions.end(writing, token)
-        writing.commit()
+        with unit_of_work() as writing:
+            dashboard_sessions.end(writing, token)
     session.clear()
-
-
-def _write_transaction() -> Session:
-    """The request's database session in a write transaction of its own (the reads before
-    it end first: on SQLite a read transaction cannot safely become a write one)."""
-    found = db()
-    found.rollback()
-    begin_write(found)
-    return found
 
 
 def csrf_token() -> str:

@@ -12,17 +12,17 @@ from flask import Blueprint, Response, redirect, render_template, request, url_f
 from flask.blueprints import BlueprintSetupState
 
 from accountant.accounting.windows import isoformat
-from accountant.api import ledger as ledger_api
-from accountant.api.common import db, runtime
 from accountant.dashboard import charts
 from accountant.dashboard.session import check_csrf, csrf_token, sign_in, sign_out, signed_in
 from accountant.errors import AccountantError, NotFound, field_error
 from accountant.exact import COMPONENTS, Component, ComponentName
+from accountant.ledger_export import parse_filter, stream_export
 from accountant.models import Dataset
 from accountant.services import dashboard_reads, datasets
-from accountant.services.consumers import Principal
+from accountant.services.api_keys import Principal
 from accountant.services.dashboard_reads import DAY_US
 from accountant.services.verification import verify
+from accountant.web import db, runtime
 
 bp = Blueprint(
     "dashboard",
@@ -480,7 +480,7 @@ def ledger_page(who: Principal) -> Any:
     filters = _filters()
     error, view = None, dashboard_reads.LedgerView(entries=[], count=0, newer=False, older=False)
     try:
-        parsed = ledger_api.parse_filter(filters, default_limit=50)
+        parsed = parse_filter(filters, default_limit=50)
         view = dashboard_reads.ledger_view(
             db(),
             parsed,
@@ -527,7 +527,7 @@ def _position(name: str) -> int | None:
 @bp.get("/ledger/export")
 @signed_in
 def export(who: Principal) -> Any:
-    return ledger_api.stream_export({**_filters(), "format": request.args.get("format", "csv")})
+    return stream_export({**_filters(), "format": request.args.get("format", "csv")})
 
 
 @bp.get("/mechanisms")

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from accountant.models.base import Base, Microseconds
 
 
 class IdempotencyKey(Base):
-    """The first response to a keyed charge, minus its output (regenerated on replay)."""
+    """The facts of a keyed charge's first answer, without its output (regenerated on
+    replay); ``services.charge_responses`` states them."""
 
     __tablename__ = "idempotency_keys"
     __table_args__ = (UniqueConstraint("consumer_id", "key"),)
@@ -21,7 +22,5 @@ class IdempotencyKey(Base):
     key: Mapped[str] = mapped_column(String(255))
     request_hash: Mapped[str] = mapped_column(String(64))
     charge_id: Mapped[str] = mapped_column(String(36))
-    status: Mapped[int] = mapped_column(Integer)
-    body: Mapped[dict[str, Any]] = mapped_column(JSON)
-    headers: Mapped[dict[str, str]] = mapped_column(JSON)
+    facts: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[Microseconds]

@@ -1,8 +1,8 @@
-"""What a charge writes: its decision as a plan of writes (``driver.WritePlan``).
+"""What a charge writes: its decision as a plan of writes (``statements.WritePlan``).
 
 ``plan`` turns a ``Decision`` into the statements that record it, in blocks
 whose statements do not depend on each other's writes (each block runs as
-one statement on PostgreSQL, ``Driver.together``; ``driver.Block`` checks
+one statement on PostgreSQL, ``Driver.together``; ``statements.Block`` checks
 the rule when the block is built):
 
 - a grant that charges partitions or scopes for the first time first
@@ -47,23 +47,24 @@ from sqlalchemy import (
     update,
 )
 
-from accountant.accounting.decide import ChargeRequest, Decision
+from accountant.accounting.charge_inputs import ChargeRequest
+from accountant.accounting.decide import Decision
 from accountant.accounting.loss import Part, ScopeKey, ScopeState, holds, max_after, total_after
 from accountant.accounting.windows import PERIODS
-from accountant.driver import Block, Statement, Write, WritePlan, statement, upsert
 from accountant.exact import COMPONENTS, Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import ChargeCount, Partition, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import charge_responses, idempotency, ledger, receipts
+from accountant.statements import Block, Statement, Write, WritePlan, statement, upsert
 
 
 @dataclass(frozen=True)
 class Planned:
-    """A charge's writes, and the response they remember (its charge's answer)."""
+    """A charge's writes, and the facts of its answer (remembered with a key)."""
 
     writes: WritePlan
-    response: idempotency.Outcome
+    facts: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -104,16 +105,15 @@ def plan(
         main += scopes
         if signing.publish:
             main.append(receipts.published(signing.signer, now))
-        response = charge_responses.granted(
+        facts = charge_responses.granted(
             decision, request, charge_id, now, output_sha256, entry.head, signing.signer
         )
     else:
-        response = charge_responses.denied(decision, request, charge_id, now)
+        facts = charge_responses.denied(decision, charge_id, now)
     if request.key is not None:
-        main.append(
-            idempotency.remembered(request.principal.consumer_id, request.key, response, now)
-        )
-    return Planned(WritePlan((*opening, Block(tuple(main)))), response)
+        consumer = request.principal.consumer_id
+        main.append(idempotency.remembered(consumer, request.key, request.fingerprint, facts, now))
+    return Planned(WritePlan((*opening, Block(tuple(main)))), facts)
 
 
 def _entry(

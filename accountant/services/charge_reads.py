@@ -21,13 +21,12 @@ result: on PostgreSQL all of them come back in one round trip and, being
 READ COMMITTED statements that start once the lock is granted, they see
 every charge committed before. A dataset with the top-k rule then reads, for
 each scope, the k largest s(p), s_J(p) and s_P(p) inside and outside the
-charged set, every one sent before any is read: one more round trip.
+charged set (``top_k_reads``), every one sent before any is read: one more
+round trip.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,24 +39,20 @@ from sqlalchemy import (
     null,
     or_,
     select,
-    union_all,
 )
 from sqlalchemy.orm import aliased
 
-from accountant.accounting.decide import (
+from accountant.accounting.charge_inputs import (
     ChargeReads,
     ChargeRequest,
-    Column,
     DatasetState,
     ScopeRow,
     WindowLimit,
-    scope_keys,
-    windows_at,
 )
-from accountant.accounting.loss import PARTS, ScopeKey
+from accountant.accounting.decide import scope_keys, windows_at
 from accountant.accounting.windows import PERIODS, Window
 from accountant.clock import Clock
-from accountant.driver import Driver, Pending, Rows, Statement, statement
+from accountant.driver import Driver, Pending, Rows
 from accountant.errors import NotFound, Unauthorized
 from accountant.exact import Amount, Limit
 from accountant.models import (
@@ -70,12 +65,14 @@ from accountant.models import (
     TallySpend,
     WindowBudget,
 )
-from accountant.models.tally import PART_PREFIXES
-from accountant.services import datasets, idempotency
-from accountant.services.consumers import UNKNOWN_KEY
+from accountant.services import idempotency, top_k_reads
+from accountant.services.api_keys import UNKNOWN_KEY
+from accountant.statements import Statement, statement
 
 
-def read(driver: Driver, request: ChargeRequest, clock: Clock) -> ChargeReads | idempotency.Outcome:
+def read(
+    driver: Driver, request: ChargeRequest, clock: Clock
+) -> ChargeReads | idempotency.Remembered:
     """Lock ``request``'s dataset and read what its charge needs; or, for an idempotency key
     seen before, the response remembered for it. A 404 for a dataset that does not exist,
     then a 401 for a key revoked since it was authenticated. The charge's time is read from
@@ -114,8 +111,6 @@ def _send(driver: Driver, request: ChargeRequest, now: float, *, lock: bool) -> 
     and every scope row's; read none of them yet. The scope rows are those of the windows
     containing ``now`` and the next ones, of every window length: the dataset's window
     budgets are not known yet, and the charge's own clock is read after the lock."""
-    if request.partitions != "*":
-        datasets.check_keys(list(request.partitions), "partitions")
     caller, name = request.principal, request.dataset
     dataset = driver.send(
         _DATASET[lock],
@@ -148,12 +143,14 @@ def _complete(
     wanted = set(scope_keys(request.principal.consumer_id, windows))
     # the charged partitions that exist, told apart from the others (not for "*")
     touched = [] if sent.keys is None else list(ids.values())
-    tops = _send_tops_of(driver, dataset, rows, wanted, touched)
+    tops = (
+        top_k_reads.send(driver, dataset, rows, wanted, touched) if dataset.rule.uses_top_k else {}
+    )
     scopes = {}
     for row in rows:
         key = (row.kind, row.consumer_id, row.period_seconds, row.window_start)
         if key in wanted:
-            inside, outside = _tops(dataset, tops[key]) if key in tops else ({}, {})
+            inside, outside = top_k_reads.tops(dataset, tops[key]) if key in tops else ({}, {})
             scopes[key] = ScopeRow(
                 id=row.id,
                 total=Amount(row.total_epsilon, row.total_delta, row.total_rho),
@@ -171,51 +168,6 @@ def _complete(
                 outside=outside,
             )
     return ChargeReads(dataset=dataset, now_us=now_us, partitions=ids, scopes=scopes, spends=spends)
-
-
-Tops = dict[Column, tuple[int, ...]]
-_Pending = tuple[Callable[[], Rows], Pending[dict[str, list[int]]]]
-
-
-def _send_tops_of(
-    driver: Driver, dataset: DatasetState, rows: Rows, wanted: set[ScopeKey], touched: list[int]
-) -> dict[ScopeKey, _Pending]:
-    """For the top-k rule, each wanted scope's spends inside the charged set (``touched``:
-    the ids of the charged partitions that exist; none when there are none, or when every
-    partition is charged) and its k largest outside it: every read sent before any is
-    read."""
-    rule = dataset.rule
-    k = rule.max_partitions_per_user if rule.uses_top_k else None
-    if k is None:
-        return {}
-    columns = tuple(_columns(dataset))
-    sent = {}
-    for row in rows:
-        key = (row.kind, row.consumer_id, row.period_seconds, row.window_start)
-        if key in wanted:
-            sent[key] = (
-                _send_spends(driver, row.id, columns, touched),
-                _send_tops(driver, row.id, columns, k, touched or None),
-            )
-    return sent
-
-
-def _tops(dataset: DatasetState, sent: _Pending) -> tuple[Tops, Tops]:
-    """The values ``_send_tops_of`` sent for one scope, inside and outside the charged set,
-    by part and component."""
-    columns = _columns(dataset)
-    inside, outside = sent[0](), sent[1].result()
-    return (
-        {column: tuple(getattr(row, name) for row in inside) for name, column in columns.items()},
-        {columns[name]: tuple(values) for name, values in outside.items()},
-    )
-
-
-def _columns(dataset: DatasetState) -> dict[str, Column]:
-    """The spend columns the top-k rule reads on ``dataset``: s(p), s_J(p) and s_P(p) in each
-    component of its mode, by the name of their column."""
-    names = dataset.mode.components
-    return {f"{PART_PREFIXES[part]}{name}": (part, name) for part in PARTS for name in names}
 
 
 def _state(name: str, rows: Rows) -> DatasetState:
@@ -422,66 +374,3 @@ def _scopes_statement(touched: bool) -> Statement:
 _DATASET = {lock: _dataset_statement(lock) for lock in (False, True)}
 _PARTITIONS = {some: _partitions_statement(some) for some in (False, True)}
 _SCOPES = {touched: _scopes_statement(touched) for touched in (False, True)}
-
-
-def _send_spends(
-    driver: Driver, tally_id: int, columns: tuple[str, ...], touched: list[int]
-) -> Callable[[], Rows]:
-    """``columns`` of the charged partitions ``touched`` in a tally, by primary key: one
-    row each (none if ``touched`` is empty), sent now, read when called."""
-    if not touched:
-        return list
-    return driver.send(_inside_statement(columns), {"t": tally_id, "p": touched}, list).result
-
-
-@functools.lru_cache(maxsize=8)
-def _inside_statement(columns: tuple[str, ...]) -> Statement:
-    """``columns`` of the partitions :p in tally :t (a primary-key lookup each)."""
-    return statement(
-        select(*(getattr(TallySpend, column) for column in columns)).where(
-            TallySpend.tally_id == bindparam("t"),
-            TallySpend.partition_id.in_(bindparam("p", expanding=True)),
-        )
-    )
-
-
-def _send_tops(
-    driver: Driver, tally_id: int, columns: tuple[str, ...], k: int, touched: list[int] | None
-) -> Pending[dict[str, list[int]]]:
-    """The k largest values of each of ``columns`` (s(p), s_J(p), s_P(p) per component) in
-    a tally, outside the charged set (``touched``: their ids) or of every partition
-    (``touched`` None): one statement, sent now, read on demand."""
-
-    def lists(rows: Rows) -> dict[str, list[int]]:
-        found: dict[str, list[int]] = {}
-        for row in rows:
-            found.setdefault(row.spend, []).append(row.value)
-        return {column: sorted(values, reverse=True) for column, values in found.items()}
-
-    params = {"t": tally_id, "k": k} | ({} if touched is None else {"p": touched})
-    return driver.send(_tops_statement(columns, touched is not None), params, lists)
-
-
-@functools.lru_cache(maxsize=16)
-def _tops_statement(columns: tuple[str, ...], outside: bool) -> Statement:
-    """The :k largest values of each of ``columns`` in tally :t, as rows (spend, value): of
-    the partitions other than :p if ``outside``, else of every partition. An index range
-    scan each, in one statement."""
-    lists = []
-    for column in columns:
-        spend = getattr(TallySpend, column)
-        # positive: zeros add nothing to a top-k sum, and s_J, s_P are indexed where positive
-        query = select(spend.label("value")).where(
-            TallySpend.tally_id == bindparam("t"), spend > literal_column("0")
-        )
-        if outside:
-            query = query.where(TallySpend.partition_id.not_in(bindparam("p", expanding=True)))
-        # the driver's :k as text, and an OFFSET written out, which SQLite's dialect would bind
-        limited = (
-            query.order_by(spend.desc())
-            .limit(literal_column(":k"))
-            .offset(literal_column("0"))
-            .subquery()
-        )
-        lists.append(select(literal_column(f"'{column}'").label("spend"), limited.c.value))
-    return statement(union_all(*lists))

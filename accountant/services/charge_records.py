@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from accountant.errors import Forbidden, NotFound
 from accountant.models import Consumer, Dataset, LedgerEntry
-from accountant.services.consumers import Principal
+from accountant.services.api_keys import Principal
 from accountant.services.ledger_reads import describe_entry
 
 

@@ -1,27 +1,36 @@
-"""What a charge answers, as it is remembered for its idempotency key and replayed.
+"""What a charge's answer states: its facts, remembered for its idempotency key.
 
-A grant's body carries the receipt and the SHA-256 of its output, never the
-output itself (regenerated on replay, ``services.replay``); a denial is the
-problem document of a ``BudgetExhausted`` or ``WindowExhausted`` error that
-states the scope, its limit, what was spent and what was requested. Amounts
+A grant's facts are its charge id, amounts, run parameters, the SHA-256 of
+its output (never the output itself, regenerated on replay,
+``idempotency.output_of``) and its signed receipt; a denial's are the scope,
+its limit, what was spent and what was requested, and whether and when a
+retry may succeed. ``api.charges.answer`` renders them, first time and on
+replay alike; preview and plan state what it would (``report``, ``reason``,
+``accuracy``). Amounts
 are reported in the dataset's mode (``Mode.report``), labelled with the field that adds
 up (``Mode.labelled``); the receipt signs the figures alone, as it always has.
 """
 
 from __future__ import annotations
 
+import logging
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from accountant import problems
 from accountant.accounting.checks import Denial
 from accountant.accounting.modes import LABELS
 from accountant.accounting.windows import isoformat
-from accountant.errors import BudgetExhausted, WindowExhausted
 from accountant.exact import Amount, positional
-from accountant.services import accuracy, idempotency, ledger, receipts
+from accountant.mechanism import CONFIDENCE, Accuracy, Mechanism, Number
+from accountant.services import idempotency, ledger, receipts
 from accountant.services.evaluation import ChargeRequest, Evaluation
+
+log = logging.getLogger(__name__)
 
 
 def granted(
@@ -32,13 +41,15 @@ def granted(
     output_sha256: str,
     head: ledger.ChainHead,
     signer: Ed25519PrivateKey,
-) -> idempotency.Outcome:
-    """A grant's 201 as remembered: everything but the output, with its signed receipt. Both
-    carry the charge's ledger entry (its seq and hash, the dataset's chain head right after
-    it), so that every receipt anchors the chain: a ledger cut back behind it shows."""
+) -> dict[str, Any]:
+    """A grant's facts: everything its answer states but the output, with its signed
+    receipt. Both carry the charge's ledger entry (its seq and hash, the dataset's chain
+    head right after it), so that every receipt anchors the chain: a ledger cut back behind
+    it shows."""
     priced = evaluation.priced
     body = idempotency.decimals_as_floats(
         {
+            "kind": "granted",
             "charge_id": charge_id,
             "dataset": evaluation.dataset.name,
             "mechanism": request.mechanism.name,
@@ -52,7 +63,7 @@ def granted(
             "run_params": idempotency.encode_params(priced.run_params),
             "output_sha256": output_sha256,
             "ledger": {"seq": head.seq, "hash": head.hash},
-            "accuracy": accuracy.stated(request.mechanism, priced.run_params, request.data),
+            "accuracy": accuracy(request.mechanism, priced.run_params, request.data),
         }
     )
     body["receipt"] = receipts.receipt(
@@ -68,46 +79,34 @@ def granted(
         ledger=body["ledger"],
         issued_at=created_at // 1_000_000,
     )
-    return idempotency.Outcome(request.fingerprint, charge_id, 201, body, {})
+    return body  # type: ignore[no-any-return]  # decimals_as_floats keeps the dict
 
 
-def denied(
-    evaluation: Evaluation, request: ChargeRequest, charge_id: str, now_us: int
-) -> idempotency.Outcome:
-    """A denial's problem as remembered."""
-    assert evaluation.denial is not None
-    problem = problems.of(denial_error(evaluation, evaluation.denial, charge_id, now_us))
-    return idempotency.Outcome(
-        request.fingerprint,
-        charge_id,
-        problem.status,
-        idempotency.decimals_as_floats(problem.body),
-        problem.headers,
-    )
-
-
-def denial_error(
-    evaluation: Evaluation, denial: Denial, charge_id: str, now_us: int
-) -> BudgetExhausted:
-    """The domain error of a denial, with its facts; a window that will reset is a
-    ``WindowExhausted`` that says when, unless the charge could never fit in it."""
-    extra: dict[str, Any] = {
+def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any]:
+    """A denial's facts: the scope, its limit, what was spent and requested, and for a
+    window that will reset, when, and in how many seconds a retry may succeed (unless the
+    charge could never fit in it)."""
+    denial = evaluation.denial
+    assert denial is not None
+    facts: dict[str, Any] = {
+        "kind": "denied",
+        "charge_id": charge_id,
         "scope": denial.scope,
         "limit": _limit_report(evaluation, denial),
         "spent": report(evaluation, denial.spent),
         "requested": report_cost(evaluation, denial.requested),
-        "charge_id": charge_id,
     }
     if denial.partition is not None and denial.scope == "partition":
-        extra["partition"] = denial.partition
+        facts["partition"] = denial.partition
     text = reason(evaluation, denial)
     if denial.window is not None:
-        extra["resets_at"] = isoformat(denial.window.end)
-        if not evaluation.never_fits:
-            wait = denial.window.seconds_until_end(now_us / 1e6)
-            return WindowExhausted(text, extra=extra, retry_after=wait)
-        text += "; its cost alone exceeds the window limit, so waiting will not help"
-    return BudgetExhausted(text, extra=extra)
+        facts["resets_at"] = isoformat(denial.window.end)
+        if evaluation.never_fits:
+            text += "; its cost alone exceeds the window limit, so waiting will not help"
+        else:
+            facts["fits_again_in_s"] = denial.window.seconds_until_end(now_us / 1e6)
+    facts["reason"] = text
+    return idempotency.decimals_as_floats(facts)  # type: ignore[no-any-return]
 
 
 def report(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
@@ -163,3 +162,78 @@ def _text(amount: dict[str, Any], *, alone: bool = False) -> str:
         epsilon = positional(amount["epsilon_alone"])
         text += f" (epsilon {epsilon}{' by itself' if alone else ''})"
     return text
+
+
+# The accuracy a grant, preview or plan states: the mechanism's ``Accuracy`` as JSON.
+#
+# Figures are doubles rounded toward the safe side: a half-width up (it still
+# covers 95%), a probability of the truth down, a scale and a grid to nearest.
+# A figure beyond the largest double is null. A mechanism that states no
+# accuracy, or whose ``accuracy`` fails (logged as a bug of the plugin), is
+# answered with null: accuracy not stated, never a guess.
+
+
+def accuracy(
+    mechanism: Mechanism, run_params: Mapping[str, Any], data: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """What ``mechanism`` states of its accuracy at the parameters it runs with (after
+    ``prepare`` accepted them), for ``data``'s shape (None: no input sent)."""
+    if mechanism.accuracy is None:
+        return None
+    try:
+        accuracy = mechanism.accuracy(run_params, data)
+        return None if accuracy is None else as_json(accuracy)
+    except Exception:  # informative only: a plugin's failure here must not fail the answer
+        log.exception(
+            "mechanism %r (plugin %r) failed to state its accuracy; answered with null",
+            mechanism.name,
+            mechanism.plugin,
+        )
+        return None
+
+
+def as_json(accuracy: Accuracy) -> dict[str, Any]:
+    if not isinstance(accuracy, Accuracy):
+        raise TypeError(f"accuracy must return an Accuracy or None, not {accuracy!r}")
+    try:
+        return dict(_json(accuracy))
+    except TypeError:  # a field that cannot be hashed: not cached
+        return _json.__wrapped__(accuracy)
+
+
+@lru_cache(maxsize=4096)  # the built-ins cache their Accuracy: the same few, charge after charge
+def _json(accuracy: Accuracy) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": str(accuracy.kind),
+        "distribution": str(accuracy.distribution),
+        "scale": _double(accuracy.scale, 0),
+        "half_width_95": _double(accuracy.half_width, 1),
+        "confidence": float(CONFIDENCE),
+        "exact": bool(accuracy.exact),
+    }
+    if accuracy.grid is not None:
+        body["grid"] = _double(accuracy.grid, 0)
+    if accuracy.candidates is not None:
+        body["candidates"] = int(accuracy.candidates)
+    if accuracy.categories is not None:
+        body["categories"] = int(accuracy.categories)
+    if accuracy.probability_true is not None:
+        body["probability_true"] = _double(accuracy.probability_true, -1)
+    return body
+
+
+def _double(value: Number | None, direction: int) -> float | None:
+    """``value`` as the nearest double (``direction`` 0), the least double at or above it (1)
+    or the largest at or below it (-1); None when there is none."""
+    if value is None:
+        return None
+    exact = Fraction(value)
+    try:
+        near = float(exact)
+    except OverflowError:
+        return None
+    if direction > 0 and Fraction(near) < exact:
+        near = math.nextafter(near, math.inf)
+    elif direction < 0 and Fraction(near) > exact:
+        near = math.nextafter(near, -math.inf)
+    return near if math.isfinite(near) else None

@@ -40,7 +40,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from accountant.accounting.decide import ChargeRequest, Decision, decide
+from accountant.accounting.charge_inputs import ChargeRequest
+from accountant.accounting.decide import Decision, decide
 from accountant.alerts import AlertDispatcher
 from accountant.clock import Clock
 from accountant.driver import Driver
@@ -73,19 +74,19 @@ class ChargeContext:
 @dataclass(frozen=True)
 class Granted:
     decision: Decision
-    response: idempotency.Outcome  # the 201 as remembered, without the output
+    facts: dict[str, Any]  # what its answer states, but the output
     output: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Denied:
     decision: Decision
-    response: idempotency.Outcome  # the problem document
+    facts: dict[str, Any]  # the denial: scope, amounts, when a retry may succeed
 
 
 @dataclass(frozen=True)
 class Replayed:
-    response: idempotency.Outcome  # the first response
+    facts: dict[str, Any]  # the first answer's
     output: dict[str, Any] | None  # its output regenerated, for a grant
 
 
@@ -95,14 +96,14 @@ Submitted = Granted | Denied | Replayed
 def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -> Submitted:
     """Charge ``request`` once, or give its first response again; see the module's notes.
     ``connection`` is this request's own, on which its transaction runs if it leads one."""
-    done: Granted | Denied | idempotency.Outcome
+    done: Granted | Denied | idempotency.Remembered
     # A duplicate key (PostgreSQL: the same key committed on another dataset between this
     # charge's read and its write) sends it back once, to read that charge's response.
     duplicates = request.key is not None
     for tx in context.group.transactions(request.dataset, connection, duplicates=duplicates):
         with tx:
             reads = charge_reads.read(tx.driver, request, context.clock)
-            if isinstance(reads, idempotency.Outcome):  # a known key: nothing to write
+            if isinstance(reads, idempotency.Remembered):  # a known key: nothing to write
                 done = _first_response(reads, request)
             else:
                 decision = decide(reads, request)
@@ -120,12 +121,12 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
                 )
                 tx.apply(planned.writes)
                 done = (
-                    Denied(decision, planned.response)
+                    Denied(decision, planned.facts)
                     if output is None
-                    else Granted(decision, planned.response, output)
+                    else Granted(decision, planned.facts, output)
                 )
-    if isinstance(done, idempotency.Outcome):  # outside the lock; no new alerts
-        return Replayed(done, idempotency.output_of(done, request, context.noise))
+    if isinstance(done, idempotency.Remembered):  # outside the lock; no new alerts
+        return Replayed(done.facts, idempotency.output_of(done, request, context.noise))
     if isinstance(done, Granted):  # after the commit, never failing the charge
         context.signer_published[0] = True  # committed with the charge
         context.alerts.after_grant(
@@ -133,14 +134,16 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
             done.decision.mode.components,
             dataset=request.dataset,
             consumer=request.principal.name,
-            charge_id=done.response.charge_id,
+            charge_id=done.facts["charge_id"],
             at=context.clock.now_us() / 1e6,
         )
     return done
 
 
-def _first_response(first: idempotency.Outcome, request: ChargeRequest) -> idempotency.Outcome:
-    """The response remembered for ``request``'s key, if it came with the same body."""
+def _first_response(
+    first: idempotency.Remembered, request: ChargeRequest
+) -> idempotency.Remembered:
+    """The answer remembered for ``request``'s key, if it came with the same body."""
     if first.request_hash != request.fingerprint:
         raise IdempotencyKeyReused(
             f"idempotency key {request.key!r} was first used with a different request; "

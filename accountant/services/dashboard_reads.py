@@ -20,7 +20,7 @@ from accountant.models import (
     TallySpend,
 )
 from accountant.services import ledger
-from accountant.services.consumers import quota_use
+from accountant.services.grants import quota_use
 from accountant.services.ledger_reads import describe_entry
 
 DAY_US = 86_400 * 1_000_000

@@ -15,7 +15,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from accountant.models import ApiKey, Consumer, DashboardSession
-from accountant.services.consumers import Principal
+from accountant.services.api_keys import Principal
 
 
 def _digest(token: str) -> str:

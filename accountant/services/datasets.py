@@ -561,31 +561,15 @@ def _decimals_as_text(value: Any) -> Any:
     return value
 
 
-def check_keys(keys: list[str], field_name: str) -> None:
-    """Partition keys: printable, never ``*``, no duplicates."""
-    seen: set[str] = set()
-    for index, key in enumerate(keys):
-        if key == "*" or not key.isprintable():
-            raise field_error(
-                f"{field_name}.{index}",
-                "a partition key is 1 to 128 printable characters and never *",
-            )
-        if key in seen:
-            raise field_error(
-                f"{field_name}.{index}", f'the key "{key}" comes twice; send each key once'
-            )
-        seen.add(key)
-
-
 def declare_partitions(
     session: Session, dataset: Dataset, keys: list[str], now: int
 ) -> tuple[list[str], list[str]]:
-    """Create the partitions not yet declared; return (created, already existing).
+    """Create the partitions not yet declared (their keys checked,
+    ``schemas.check_partition_keys``); return (created, already existing).
 
     One ``INSERT ... ON CONFLICT DO NOTHING`` names the created ones: no read of the
     existing keys first, whose plan a server may have cached while the table was small
     (a cached sequential scan made a 100,000-key declaration take 80 s on PostgreSQL)."""
-    check_keys(keys, "keys")
     dialect = session.get_bind().dialect.name
     insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = (

@@ -8,7 +8,8 @@ than charge it.
 
 from __future__ import annotations
 
-from accountant.accounting.decide import ChargeRequest, Decision, decide
+from accountant.accounting.charge_inputs import ChargeRequest
+from accountant.accounting.decide import Decision, decide
 from accountant.driver import Driver
 from accountant.services import charge_reads
 

@@ -1,7 +1,10 @@
 """Idempotency keys: the same key and body replay the first response; another body is a 422.
 
-What is kept. The row holds the first response without its output but with
-its receipt and the SHA-256 of its output. A replay regenerates the output
+What is kept. The row holds the facts of the first answer
+(``charge_responses``: a grant's charge id, amounts, receipt, run parameters
+and the SHA-256 of its output, never the output; a denial's scope and
+amounts), not an HTTP response: ``api.charges.answer`` renders first answers
+and replays alike. A replay regenerates the output
 from the charge's keyed random source (``accountant.noise``), so the database
 never holds noise; it does so only with the noise secret and the mechanism
 implementation recorded with the charge (in its ledger entry), and releases
@@ -26,12 +29,13 @@ from typing import Any
 
 from sqlalchemy import bindparam, insert, select
 
-from accountant.accounting.decide import ChargeRequest
-from accountant.driver import Driver, Pending, Rows, Write, statement
+from accountant.accounting.charge_inputs import ChargeRequest
+from accountant.driver import Driver, Pending, Rows
 from accountant.errors import ReplayUnavailable, field_error
 from accountant.models import IdempotencyKey, LedgerEntry
 from accountant.noise import NoiseSecret
 from accountant.services import receipts
+from accountant.statements import Write, statement
 
 log = logging.getLogger(__name__)
 
@@ -56,31 +60,32 @@ def fingerprint(body: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """A charge's response as remembered: replayed as it is for the same key and body."""
+class Remembered:
+    """A charge's answer as remembered for its key: the facts it stated
+    (``charge_responses``), given again for the same key and body."""
 
     request_hash: str
     charge_id: str
-    status: int
-    body: dict[str, Any]
-    headers: dict[str, str]
-    #: What produced a granted charge's output (from its ledger entry), when read back.
+    facts: dict[str, Any]
+    #: What produced a granted charge's output (from its ledger entry).
     noise_secret: str | None = None
     implementation: str | None = None
 
+    @property
+    def granted(self) -> bool:
+        return bool(self.facts["kind"] == "granted")
 
-def find(driver: Driver, consumer_id: int, key: str) -> Pending[Outcome | None]:
-    """The response remembered for ``key``, if any: sent now, read on demand."""
-    return driver.send(_FIND, {"c": consumer_id, "k": key}, _outcome)
+
+def find(driver: Driver, consumer_id: int, key: str) -> Pending[Remembered | None]:
+    """The answer remembered for ``key``, if any: sent now, read on demand."""
+    return driver.send(_FIND, {"c": consumer_id, "k": key}, _remembered)
 
 
 _FIND = statement(
     select(
         IdempotencyKey.request_hash,
         IdempotencyKey.charge_id,
-        IdempotencyKey.status,
-        IdempotencyKey.body,
-        IdempotencyKey.headers,
+        IdempotencyKey.facts,
         LedgerEntry.noise_secret,
         LedgerEntry.implementation,
     )
@@ -89,28 +94,18 @@ _FIND = statement(
 )
 
 
-def _outcome(rows: Rows) -> Outcome | None:
+def _remembered(rows: Rows) -> Remembered | None:
     if not rows:
         return None
     row = rows[0]
-    return Outcome(
-        row.request_hash,
-        row.charge_id,
-        row.status,
-        _json(row.body),
-        _json(row.headers),
-        row.noise_secret,
-        row.implementation,
-    )
+    facts = json.loads(row.facts) if isinstance(row.facts, str) else row.facts  # SQLite: text
+    return Remembered(row.request_hash, row.charge_id, facts, row.noise_secret, row.implementation)
 
 
-def _json(value: Any) -> Any:
-    """A JSON column's value: SQLite hands back its text, psycopg the parsed value."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def remembered(consumer_id: int, key: str, outcome: Outcome, now: int) -> Write:
-    """The write that stores the response for ``key``, in the charge's transaction. A
+def remembered(
+    consumer_id: int, key: str, request_hash: str, facts: dict[str, Any], now: int
+) -> Write:
+    """The write that stores a charge's facts for ``key``, in the charge's transaction. A
     concurrent duplicate (unique consumer and key) fails at the latest at the commit, which
     then writes nothing."""
     return Write(
@@ -118,11 +113,9 @@ def remembered(consumer_id: int, key: str, outcome: Outcome, now: int) -> Write:
         {
             "consumer_id": consumer_id,
             "key": key,
-            "request_hash": outcome.request_hash,
-            "charge_id": outcome.charge_id,
-            "status": outcome.status,
-            "body": json.dumps(outcome.body),
-            "headers": json.dumps(outcome.headers),
+            "request_hash": request_hash,
+            "charge_id": facts["charge_id"],
+            "facts": json.dumps(facts),
             "created_at": now,
         },
     )
@@ -132,40 +125,31 @@ _INSERT = statement(
     insert(IdempotencyKey).values(
         {
             name: bindparam(name)
-            for name in (
-                "consumer_id",
-                "key",
-                "request_hash",
-                "charge_id",
-                "status",
-                "body",
-                "headers",
-                "created_at",
-            )
+            for name in ("consumer_id", "key", "request_hash", "charge_id", "facts", "created_at")
         }
     )
 )
 
 
 def output_of(
-    outcome: Outcome, request: ChargeRequest, noise: NoiseSecret
+    first: Remembered, request: ChargeRequest, noise: NoiseSecret
 ) -> dict[str, Any] | None:
-    """The first response's output (None for a denial), regenerated."""
-    if outcome.status != 201:
+    """The first answer's output (None for a denial), regenerated."""
+    if not first.granted:
         return None
-    stored = outcome.body
+    stored = first.facts
     mechanism = request.mechanism
     why = None
     if "output_sha256" not in stored:
         why = "it was recorded before this service kept what a replay needs"
-    elif outcome.noise_secret != noise.id:
+    elif first.noise_secret != noise.id:
         why = (
-            f"its noise was drawn with noise secret {outcome.noise_secret}, and this host "
+            f"its noise was drawn with noise secret {first.noise_secret}, and this host "
             f"has {noise.id}"
         )
-    elif outcome.implementation != mechanism.implementation:
+    elif first.implementation != mechanism.implementation:
         why = (
-            f"it was produced by {outcome.implementation}, and this service runs "
+            f"it was produced by {first.implementation}, and this service runs "
             f"{mechanism.implementation}"
         )
     output = None
@@ -174,7 +158,7 @@ def output_of(
             output = mechanism.run(
                 decode_params(stored["run_params"]),
                 request.data or {},
-                noise.source_for(outcome.charge_id),
+                noise.source_for(first.charge_id),
             )
         except Exception as error:  # a plugin's run may raise anything
             log.error(
@@ -186,16 +170,16 @@ def output_of(
             log.error(
                 "a replay's output differs from the first; its implementation changed "
                 "without a new version",
-                extra={"implementation": mechanism.implementation, "charge_id": outcome.charge_id},
+                extra={"implementation": mechanism.implementation, "charge_id": first.charge_id},
             )
             why = "regenerated, its output differs from the first one"
     if why is not None:
         raise ReplayUnavailable(
-            f"the first response to this request (charge {outcome.charge_id}) cannot be "
+            f"the first response to this request (charge {first.charge_id}) cannot be "
             f"given again exactly: {why}. Nothing is released: a retry never draws new noise. "
             "The charge stands (GET /v1/charges/{id}); send a new request with a new "
             "idempotency key for a new release, which is charged again",
-            extra={"charge_id": outcome.charge_id},
+            extra={"charge_id": first.charge_id},
         )
     return output
 

@@ -19,11 +19,12 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from accountant import seals
-from accountant.accounting.decide import DatasetState
-from accountant.driver import Driver, Write, statement
+from accountant.accounting.charge_inputs import DatasetState
+from accountant.driver import Driver
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.statements import Write, statement
 
 GENESIS = "0" * 64
 

@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from accountant.driver import Write, upsert
 from accountant.models import Dataset, LedgerEntry, SigningKey
 from accountant.signing import public_jwk, sign
+from accountant.statements import Write, upsert
 
 
 def register(session: Session, private: Ed25519PrivateKey, now: int) -> None:

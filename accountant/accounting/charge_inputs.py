@@ -1,0 +1,175 @@
+"""What a charge is decided from: the request as asked, and the values its transaction read.
+
+Plain frozen values, built by the HTTP layer (``ChargeRequest``) and by
+``services.charge_reads`` (``ChargeReads``, with the dataset's row as
+``DatasetState``), and read by ``accounting.decide``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from accountant.accounting.loss import LossRule, Part, ScopeKey
+from accountant.accounting.modes import Mode, mode_of
+from accountant.exact import Amount, ComponentName, Limit
+from accountant.mechanism import Mechanism
+
+
+@dataclass(frozen=True)
+class WindowLimit:
+    period_seconds: int
+    limit: Limit
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetState:
+    """The columns of a dataset row that pricing, checking and the ledger need, with what
+    the same statement read of the caller: its role, its grant and quota, its key.
+
+    Args:
+        id: the dataset's id.
+        name: its name.
+        privacy_unit: its privacy unit (``record``, ``partition`` or ``user``).
+        accounting: its mode's name (``modes.MODES``).
+        rdp_order: the Renyi order of an rdp dataset, as stored.
+        composition_delta: delta' of an approx dataset with advanced composition.
+        max_partitions_per_user: k of a user dataset (None: unbounded).
+        max_records_per_user: r of a user dataset (None: not stated).
+        limit: the lifetime limit.
+        partition_limit: the per-partition limit, if any.
+        windows: the window budgets.
+        ledger_seq: the sequence number of the chain's head.
+        ledger_head: the hash of the chain's head.
+        head_seal: ``seals.of_head`` of the two above, as the service wrote it.
+        terms_sha256: the digest of the terms as the service last set them.
+        quota: the charging consumer's quota on this dataset.
+        granted: whether the charging consumer holds a grant on it.
+        key_valid: whether the caller's API key is unrevoked.
+        role: the charging consumer's role (None: the consumer is gone).
+    """
+
+    id: int
+    name: str
+    privacy_unit: str
+    accounting: str
+    rdp_order: str | None
+    composition_delta: int | None
+    max_partitions_per_user: int | None
+    max_records_per_user: int | None
+    limit: Limit
+    partition_limit: Limit | None
+    windows: tuple[WindowLimit, ...]
+    ledger_seq: int
+    ledger_head: str
+    head_seal: str | None
+    terms_sha256: str
+    quota: Limit | None
+    granted: bool
+    key_valid: bool
+    role: str | None = None
+
+    @property
+    def limit_delta(self) -> int | None:
+        return self.limit.delta
+
+    @property
+    def mode(self) -> Mode:
+        return mode_of(self.accounting, self.rdp_order, self.composition_delta)
+
+    @property
+    def rule(self) -> LossRule:
+        return LossRule(self.privacy_unit, self.max_partitions_per_user)
+
+
+class Caller(Protocol):
+    """Who asks for a charge, as authenticated (its role and grants are read again with the
+    dataset, ``DatasetState``)."""
+
+    @property
+    def consumer_id(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def key_id(self) -> str: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChargeRequest:
+    """A charge as the caller asked for it, validated as far as it can be without the
+    database.
+
+    Args:
+        dataset: the charged dataset's name.
+        partitions: the charged partitions' keys, or ``"*"`` for every one.
+        release: ``joint`` or ``parallel``.
+        mechanism: the mechanism that runs the release.
+        params: its parameters, as sent.
+        sensitivity_unit: ``record`` for a record-level sensitivity (None: the dataset's
+            unit).
+        principal: who asks.
+        data: the input the mechanism will run on (None in a preview that sends none).
+        noise_secret: the id of the noise secret the output is drawn with (recorded with a
+            grant).
+        key: the idempotency key, if any.
+        fingerprint: the SHA-256 of the body (``idempotency.fingerprint``).
+    """
+
+    dataset: str
+    partitions: list[str] | str
+    release: str
+    mechanism: Mechanism
+    params: Mapping[str, Any]
+    sensitivity_unit: str | None
+    principal: Caller
+    data: Mapping[str, Any] | None = None
+    noise_secret: str | None = None
+    key: str | None = None
+    fingerprint: str = ""
+
+
+#: One part and component of a scope's spends: s(p), s_J(p) or s_P(p) in epsilon, delta or
+#: rho (``loss.PARTS``).
+Column = tuple[Part, ComponentName]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScopeRow:
+    """A scope's row as read in the charge's transaction: plain values.
+
+    ``max_touched`` is the largest old s(p) among the charged partitions. For
+    the top-k rule, ``inside`` holds each column's values of the charged
+    partitions that have spent in this scope, and ``outside`` the k largest
+    positive values of the others (of every partition when the read could not
+    tell them apart: ``"*"``, or no charged partition exists yet).
+    """
+
+    id: int
+    total: Amount
+    max_spend: Amount
+    max_touched: Amount
+    joint_total: Amount
+    parallel_total: Amount
+    inside: Mapping[Column, tuple[int, ...]]
+    outside: Mapping[Column, tuple[int, ...]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChargeReads:
+    """Everything a charge's decision needs, read under its dataset's lock
+    (``services.charge_reads``)."""
+
+    dataset: DatasetState
+    #: The charge's time, read once its transaction held the lock (microseconds).
+    now_us: int
+    #: The ids of the charged partitions that exist, by key (every partition for ``"*"``,
+    #: in the order they were declared).
+    partitions: Mapping[str, int]
+    #: The rows of the scopes the charge may touch that exist, by key.
+    scopes: Mapping[ScopeKey, ScopeRow]
+    #: s(p) in the lifetime scope of the charged partitions that have spent, when the
+    #: dataset has a per-partition limit (read only then).
+    spends: Mapping[str, Amount]
