@@ -12,7 +12,7 @@
    caller's role, grant and key as they stand; the charged partitions; every
    scope's row. A request whose idempotency key is known, with the same
    body, writes nothing: once the transaction ends it gets its first
-   response again, its output regenerated exactly or refused
+   answer's facts again, its output regenerated exactly or refused
    (``idempotency.output_of``); with another body it is refused;
 3. its decision (``accounting.decide``), pure: the grant check, the price,
    every scope checked, a grant or a denial;
@@ -20,8 +20,8 @@
    fails, nothing is charged;
 5. its writes (``charge_plan.plan``), applied in the transaction
    (``tx.apply``): a grant's new partitions and its scopes; every charge's
-   ledger entry and its count for /metrics; with an idempotency key, its
-   response. On PostgreSQL they travel with the COMMIT in one round trip: a
+   ledger entry and its count for /metrics; with an idempotency key, the
+   facts of its answer. On PostgreSQL they travel with the COMMIT in one round trip: a
    simple charge holds the lock for two round trips.
 
 A refusal (a 403, a 400, a failed mechanism) raises before the writes: it is
