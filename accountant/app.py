@@ -29,7 +29,7 @@ from accountant.db import begin_write, make_engine, make_session_factory
 from accountant.deadline import request_deadline
 from accountant.errors import AccountantError, Conflict, InvalidRequest, Unavailable
 from accountant.group_commit import GroupCommit
-from accountant.jsonio import DecimalJSONProvider, dumps
+from accountant.jsonio import DecimalJSONProvider
 from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, outcome_of
 from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
@@ -233,15 +233,6 @@ def _prepare_webhook_secret(settings: Settings) -> None:
     )
 
 
-def _response(problem: problems.Problem) -> Response:
-    response = Response(
-        dumps(problem.body), status=problem.status, mimetype="application/problem+json"
-    )
-    for name, value in problem.headers.items():
-        response.headers[name] = value
-    return response
-
-
 def _schema_missing(error: OperationalError | ProgrammingError) -> bool:
     """Whether the database lacks a table or column this release uses: no schema, or one
     behind its migrations (SQLite's wording; PostgreSQL's undefined_table and
@@ -254,7 +245,7 @@ def _schema_missing(error: OperationalError | ProgrammingError) -> bool:
 
 def _no_schema() -> Response:
     log.error("the database has no schema or is behind this release's migrations")
-    return _response(
+    return problems.response(
         problems.of(
             Unavailable(
                 "the database has no schema, or is behind this release's migrations; an "
@@ -268,7 +259,7 @@ def _no_schema() -> Response:
 def _register_error_handlers(app: Flask) -> None:
     @app.errorhandler(AccountantError)
     def _on_domain_error(error: AccountantError) -> Response:
-        return _response(problems.of(error))
+        return problems.response(problems.of(error))
 
     @app.errorhandler(HTTPException)
     def _on_http(error: HTTPException) -> Response:
@@ -288,7 +279,7 @@ def _register_error_handlers(app: Flask) -> None:
             limit = app.config["MAX_CONTENT_LENGTH"]
             detail = f"the request body is larger than {limit} bytes; send less data"
         allow = {name: value for name, value in error.get_headers() if name == "Allow"}
-        return _response(
+        return problems.response(
             problems.problem(
                 error.code or 500,
                 error.name.lower().replace(" ", "-"),
@@ -301,7 +292,7 @@ def _register_error_handlers(app: Flask) -> None:
     @app.errorhandler(IntegrityError)
     def _on_integrity(error: IntegrityError) -> Response:
         log.warning("integrity conflict", extra={"path": request.path})
-        return _response(
+        return problems.response(
             problems.of(Conflict("the request conflicts with the current state; retry it"))
         )
 
@@ -313,7 +304,7 @@ def _register_error_handlers(app: Flask) -> None:
             "a value in the request cannot be used by the database (for example a NUL "
             "character or a number out of range); remove it"
         )
-        return _response(
+        return problems.response(
             problems.of(InvalidRequest(detail, errors=[{"field": "", "message": detail}]))
         )
 
@@ -329,7 +320,7 @@ def _register_error_handlers(app: Flask) -> None:
         log.error(
             "database unavailable", extra={"path": request.path, "error": str(error.orig)[:200]}
         )
-        return _response(
+        return problems.response(
             problems.of(
                 Unavailable(
                     "the database is unavailable; retry with the same Idempotency-Key",
@@ -341,7 +332,7 @@ def _register_error_handlers(app: Flask) -> None:
     @app.errorhandler(Exception)
     def _on_unexpected(error: Exception) -> Response:
         log.exception("unexpected error", extra={"path": request.path})
-        return _response(
+        return problems.response(
             problems.problem(
                 500,
                 "internal",

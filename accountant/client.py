@@ -9,24 +9,8 @@ are installed.
 from __future__ import annotations
 
 try:
-    from accountant_client import (
-        AccountantError,
-        AsyncClient,
-        BudgetExhausted,
-        Charge,
-        Client,
-        Conflict,
-        Denied,
-        Forbidden,
-        InvalidRequest,
-        NotFound,
-        Plan,
-        Preview,
-        ReceiptInvalid,
-        Unauthorized,
-        Unavailable,
-        WindowExhausted,
-    )
+    import accountant_client
+    from accountant_client import *  # noqa: F403  # every public name, as the client lists them
 except ImportError as missing:
     if missing.name != "accountant_client":
         raise  # the client is installed but one of its own imports fails: show that one
@@ -37,21 +21,4 @@ except ImportError as missing:
         name=missing.name,
     ) from None
 
-__all__ = [
-    "AccountantError",
-    "AsyncClient",
-    "BudgetExhausted",
-    "Charge",
-    "Client",
-    "Conflict",
-    "Denied",
-    "Forbidden",
-    "InvalidRequest",
-    "NotFound",
-    "Plan",
-    "Preview",
-    "ReceiptInvalid",
-    "Unauthorized",
-    "Unavailable",
-    "WindowExhausted",
-]
+__all__ = accountant_client.__all__

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from flask import Response
+
 from accountant import errors
+from accountant.jsonio import dumps
 
 PROBLEM_BASE = "https://accountant.invalid/problems/"
 
@@ -75,3 +78,13 @@ def of(error: errors.AccountantError) -> Problem:
     if isinstance(error, errors.Unauthorized):
         headers["WWW-Authenticate"] = "Bearer"
     return problem(*kind, error.detail, errors=error.errors, extra=error.extra, headers=headers)
+
+
+def response(problem: Problem) -> Response:
+    """The HTTP response of a problem document."""
+    response = Response(
+        dumps(problem.body), status=problem.status, mimetype="application/problem+json"
+    )
+    for name, value in problem.headers.items():
+        response.headers[name] = value
+    return response

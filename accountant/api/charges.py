@@ -104,13 +104,7 @@ def answer(facts: dict[str, Any], output: dict[str, Any] | None) -> Response:
     """A charge's answer from its facts (``services.charge_responses``): the first answer
     and every replay of it alike."""
     if facts["kind"] == "denied":
-        problem = problems.of(_denial(facts))
-        response = Response(
-            dumps(problem.body), status=problem.status, mimetype="application/problem+json"
-        )
-        for name, value in problem.headers.items():
-            response.headers[name] = value
-        return response
+        return problems.response(problems.of(_denial(facts)))
     # multiplicity, charged, ledger and accuracy are remembered since they were added, so
     # a replay of an older charge gives what its first answer gave
     body: dict[str, Any] = {k: facts[k] for k in _GRANT_HEAD if k in facts}

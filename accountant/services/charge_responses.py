@@ -47,7 +47,7 @@ def granted(
     head right after it), so that every receipt anchors the chain: a ledger cut back behind
     it shows."""
     priced = evaluation.priced
-    body = idempotency.decimals_as_floats(
+    body: dict[str, Any] = idempotency.decimals_as_floats(
         {
             "kind": "granted",
             "charge_id": charge_id,
@@ -79,7 +79,7 @@ def granted(
         ledger=body["ledger"],
         issued_at=created_at // 1_000_000,
     )
-    return body  # type: ignore[no-any-return]  # decimals_as_floats keeps the dict
+    return body
 
 
 def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any]:
@@ -106,7 +106,8 @@ def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any
         else:
             facts["fits_again_in_s"] = denial.window.seconds_until_end(now_us / 1e6)
     facts["reason"] = text
-    return idempotency.decimals_as_floats(facts)  # type: ignore[no-any-return]
+    stored: dict[str, Any] = idempotency.decimals_as_floats(facts)
+    return stored
 
 
 def report(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
