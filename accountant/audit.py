@@ -141,10 +141,13 @@ def _draw(
     source: RandomSource,
 ) -> Floats:
     if configuration.samples_per_call > 1:
-        output = mechanism.run(configuration.params, data, source)
+        output = mechanism.runner()(configuration.params, data, source)
         return np.array([float(v) for v in output["values"]], dtype=np.float64)
     return np.array(
-        [float(mechanism.run(configuration.params, data, source)["index"]) for _ in range(samples)],
+        [
+            float(mechanism.runner()(configuration.params, data, source)["index"])
+            for _ in range(samples)
+        ],
         dtype=np.float64,
     )
 

@@ -875,7 +875,10 @@ def plugins_list() -> None:
     settings = _settings()
     registry = MechanismRegistry(*make_plugin_manager(settings.disabled_plugins))
     for mechanism in registry.all():
-        click.echo(f"{mechanism.name:24} {mechanism.plugin:20} {','.join(mechanism.accounting)}")
+        runs = "" if mechanism.runs else " (accounting-only)"
+        click.echo(
+            f"{mechanism.name:24} {mechanism.plugin:20} {','.join(mechanism.accounting)}{runs}"
+        )
     for refusal in registry.refusals:
         click.echo(f"REFUSED {refusal.plugin} {refusal.mechanism or ''}: {refusal.reason}")
     if registry.refusals:
@@ -914,6 +917,11 @@ def plugins_audit(name: str, samples: int, alpha: float) -> None:
     if mechanism is None:
         known = ", ".join(m.name for m in registry.all())
         raise click.ClickException(f"no mechanism {name!r}; registered: {known}")
+    if not mechanism.runs:
+        raise click.ClickException(
+            f"{name!r} is accounting-only: it has no run to draw outputs from; its cost is "
+            "tested against reference computations instead (docs/mechanisms.md)"
+        )
     started = time.monotonic()
     findings = audit(
         mechanism,

@@ -26,9 +26,10 @@ def accountant_register_mechanisms() -> list[Mechanism]:  # type: ignore[empty-b
     Called once, when the plugin manager is built (at service start and by
     the command line). Not first-result: every plugin's list is collected.
     Each item must be an ``accountant.mechanism.Mechanism``; the registry
-    checks it (unique name, valid JSON Schemas, a callable cost and run,
-    known accounting modes) and refuses the plugin's mechanisms that fail,
-    logging why, without stopping the service.
+    checks it (unique name, valid JSON Schemas, a callable cost, a callable
+    run or none for an accounting-only mechanism, known accounting modes)
+    and refuses the plugin's mechanisms that fail, logging why, without
+    stopping the service.
     """
 
 

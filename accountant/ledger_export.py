@@ -94,6 +94,7 @@ EXPORT_FIELDS = [
     "charged",
     "loss_after",
     "reason",
+    "hold_id",
 ]
 
 

@@ -49,7 +49,7 @@ def canonical(line: dict[str, Any]) -> bytes:
     content["cost"] = line["cost_units"]
     content["detail"] = line["detail"] if line["detail"] is not None else {}
     content["created_at"] = line["created_at_us"]
-    for name in ("noise_secret", "implementation"):
+    for name in ("noise_secret", "implementation", "hold_id"):
         if line.get(name) is not None:
             content[name] = line[name]
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -155,6 +155,13 @@ class Mechanism:
     in a preview or plan that sends none. Every grant, preview and plan
     carries it; a mechanism without it is answered with ``"accuracy": null``
     (not stated) rather than a guess.
+
+    A mechanism without ``run`` is **accounting-only**: it prices releases
+    computed elsewhere (a training job, a pipeline that adds its own noise) and
+    can price a hold (``POST /v1/holds``), never a charge, a preview or a plan.
+    Such a job adds its noise for the sensitivity it states, so a record-level
+    sensitivity, which the accountant would scale for a run of its own, is
+    refused for it.
     """
 
     name: str
@@ -163,7 +170,7 @@ class Mechanism:
     input_schema: Mapping[str, Any]
     accounting: tuple[str, ...]
     cost: CostFunction
-    run: RunFunction
+    run: RunFunction | None = None
     has_sensitivity: bool = True
     check_input: InputCheck | None = None
     prepare: PrepareFunction | None = None
@@ -173,3 +180,15 @@ class Mechanism:
     plugin: str = field(default="", compare=False)
     #: "plugin/name/version", set by the registry: what a replay must find again.
     implementation: str = field(default="", compare=False)
+
+    @property
+    def runs(self) -> bool:
+        """Whether the accountant can run it (an accounting-only mechanism has no ``run``)."""
+        return self.run is not None
+
+    def runner(self) -> RunFunction:
+        """Its ``run``; only mechanisms that run are ever charged, so this is never called
+        on an accounting-only one."""
+        if self.run is None:
+            raise TypeError(f"mechanism {self.name!r} is accounting-only and cannot run")
+        return self.run

@@ -129,8 +129,8 @@ def _problem_with(mechanism: Mechanism) -> str | None:
         return f"name must match {_NAME.pattern}, got {mechanism.name!r}"
     if not callable(mechanism.cost):
         return "cost is not callable"
-    if not callable(mechanism.run):
-        return "run is not callable"
+    if mechanism.run is not None and not callable(mechanism.run):
+        return "run is not callable (leave it out for an accounting-only mechanism)"
     if mechanism.prepare is not None and not callable(mechanism.prepare):
         return "prepare is not callable"
     if mechanism.accuracy is not None and not callable(mechanism.accuracy):

@@ -398,6 +398,55 @@ MUTATIONS = [
             "tests/test_zero_limits.py::test_a_budget_that_admits_nothing_is_refused_with_the_least_that_admits",
         ),
     ),
+    Mutation(
+        "a hold charges none of its scopes",
+        "accountant/services/charge_plan.py",
+        "        opening, scopes = _scope_writes(decision)\n",
+        "        opening, scopes = _scope_writes(decision) if hold is None else ([], [])\n",
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "a hold may outlast the shortest window",
+        "accountant/accounting/decide.py",
+        "        if expires_at > end_us:",
+        "        if False:",
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "an accounting-only mechanism takes a record-level sensitivity",
+        "accountant/accounting/pricing.py",
+        "    if sensitivity_unit is not None and not mechanism.runs:",
+        "    if False:",
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "the ledger's replay leaves holds out",
+        "accountant/services/ledger.py",
+        '    return kind == "hold" or (kind == "charge" and hold_id is None)',
+        '    return kind == "charge" and hold_id is None',
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "the sampled Gaussian's Renyi interval gives its lower end",
+        "plugins/_sampled_gaussian.py",
+        "PRECISION_BITS)[1]",
+        "PRECISION_BITS)[0]",
+        ("tests/test_sampled_gaussian.py",),
+    ),
+    Mutation(
+        "a fractional Renyi order is priced at the integer order below",
+        "plugins/_sampled_gaussian.py",
+        "    alpha = math.ceil(order)\n",
+        "    alpha = max(2, math.floor(order))\n",
+        ("tests/test_sampled_gaussian.py",),
+    ),
+    Mutation(
+        "the sampling rate is rounded to the nearest double",
+        "plugins/_sampled_gaussian.py",
+        "    if Fraction(result) < value:\n        result = math.nextafter(result, math.inf)\n",
+        "",
+        ("tests/test_sampled_gaussian.py",),
+    ),
 ]
 
 #: Where each source folder lives as an importable package in the copy.

@@ -30,6 +30,13 @@ def _charge_id(api: Api) -> str:
     return str(api.charge().get_json()["charge_id"])
 
 
+HOLD = {"partitions": ["p"], "amount": {"epsilon": 0.1}, "expires_in": 60}
+
+
+def _hold_id(api: Api) -> str:
+    return str(api.post("/v1/holds", {"dataset": "clicks", **HOLD}).get_json()["hold_id"])
+
+
 ROUTES: dict[str, tuple[Setup, dict[str, int]]] = {
     "mechanisms": (
         _route("GET", "/v1/mechanisms"),
@@ -111,6 +118,18 @@ ROUTES: dict[str, tuple[Setup, dict[str, int]]] = {
         lambda api: ("GET", f"/v1/charges/{_charge_id(api)}", None),
         {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
     ),
+    "hold": (
+        _route("POST", "/v1/holds", {"dataset": "clicks", **HOLD}),
+        {"admin": 201, "auditor": 403, "service": 201, "outsider": 403},
+    ),
+    "list holds": (
+        _route("GET", "/v1/holds"),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 200},
+    ),
+    "show hold": (
+        lambda api: ("GET", f"/v1/holds/{_hold_id(api)}", None),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
     "ledger": (
         _route("GET", "/v1/ledger"),
         {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
@@ -151,6 +170,8 @@ def test_the_matrix_covers_every_v1_route() -> None:
         "/v1/charges",
         "/v1/charges/preview",
         "/v1/charges/{charge_id}",
+        "/v1/holds",
+        "/v1/holds/{hold_id}",
         "/v1/ledger",
         "/v1/ledger/export",
         "/v1/ledger/verify",

@@ -34,6 +34,13 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], str]] = {
     "exponential": ("pure", {"epsilon": 0.5, "sensitivity": 1}, {"utilities": [1, 5, 2]}, "index"),
     "randomized_response": ("pure", {"epsilon": 0.5}, {"values": [True, False]}, "values"),
 }
+#: Accounting-only mechanisms (no run; they price holds): name -> (dataset accounting, params).
+ACCOUNTING_ONLY: dict[str, tuple[str, dict[str, Any]]] = {
+    "subsampled_gaussian": (
+        "rdp",
+        {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 100, "sensitivity": 1},
+    ),
+}
 
 
 def test_every_builtin_mechanism_has_a_case() -> None:
@@ -43,7 +50,25 @@ def test_every_builtin_mechanism_has_a_case() -> None:
         if ep.value.startswith("accountant_plugins.")
     }
     registry = MechanismRegistry(*make_plugin_manager())
-    assert {m.name for m in registry.all() if m.plugin in builtins} == set(CASES)
+    listed = {m.name: m.runs for m in registry.all() if m.plugin in builtins}
+    assert listed == {name: True for name in CASES} | {name: False for name in ACCOUNTING_ONLY}
+
+
+@pytest.mark.parametrize("name", sorted(ACCOUNTING_ONLY))
+def test_an_accounting_only_mechanism_is_listed_as_such_and_never_charged(
+    api: Api, name: str
+) -> None:
+    accounting, params = ACCOUNTING_ONLY[name]
+    api.make_dataset(accounting=accounting, budget={"epsilon": 10, "delta": 1e-5})
+    listed = {m["name"]: m for m in api.get("/v1/mechanisms").get_json()["mechanisms"]}
+    assert listed[name]["runs"] is False and listed["laplace"]["runs"] is True
+    body = {"dataset": "clicks", "partitions": ["p1"], "mechanism": name, "params": params}
+    for path in ("/v1/charges", "/v1/charges/preview", "/v1/charges/plan"):
+        response = api.post(path, {**body, "input": {}})
+        assert response.status_code == 400, (path, response.get_json())
+        [error] = response.get_json()["errors"]
+        assert error["field"] == "mechanism" and "accounting-only" in error["message"]
+    assert api.ledger() == []
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

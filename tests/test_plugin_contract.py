@@ -19,7 +19,7 @@ from accountant.noise import from_bytes
 from accountant.plugins import MechanismRegistry, make_plugin_manager
 from accountant.services import charge_responses
 from tests.conftest import ADMIN_KEY, Api
-from tests.test_mechanisms import CASES
+from tests.test_mechanisms import ACCOUNTING_ONLY, CASES
 
 #: Every registered mechanism needs a valid request here: (mode, params, input).
 REQUESTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -35,7 +35,23 @@ def _decimals(value: Any) -> Any:
 
 
 def test_every_registered_mechanism_has_a_request_here() -> None:
-    assert {m.name for m in REGISTRY.all()} == set(REQUESTS)
+    assert {m.name for m in REGISTRY.all()} == set(REQUESTS) | set(ACCOUNTING_ONLY)
+
+
+@pytest.mark.parametrize("name", sorted(ACCOUNTING_ONLY))
+def test_every_accounting_only_mechanism_keeps_the_contract(name: str) -> None:
+    """A cost that is pure, deterministic and positive in each mode it lists, and no run."""
+    mechanism = REGISTRY.get(name)
+    assert isinstance(mechanism, Mechanism) and not mechanism.runs and mechanism.run is None
+    _mode, params = ACCOUNTING_ONLY[name]
+    params = _decimals(params)
+    Draft202012Validator(dict(mechanism.params_schema)).validate(params)
+    context = PrivacyContext("record", "rdp", Decimal(8))
+    cost = mechanism.cost(params, context)
+    assert isinstance(cost, Cost) and cost == mechanism.cost(params, context)
+    assert cost.rdp is not None and cost.rdp > 0
+    with pytest.raises(TypeError, match="accounting-only"):
+        mechanism.runner()
 
 
 @pytest.mark.parametrize("name", sorted(REQUESTS))
@@ -70,8 +86,8 @@ def test_every_mechanism_keeps_the_contract(name: str) -> None:
     # run: the same output for the same charge's random words (what a replay relies on),
     # plain JSON without NaN or infinities
     noise = from_bytes(b"k" * 32)
-    first = mechanism.run(params, data, noise.source_for("charge-1"))
-    again = mechanism.run(params, data, noise.source_for("charge-1"))
+    first = mechanism.runner()(params, data, noise.source_for("charge-1"))
+    again = mechanism.runner()(params, data, noise.source_for("charge-1"))
     text = json.dumps(first, sort_keys=True, allow_nan=False)
     assert text == json.dumps(again, sort_keys=True, allow_nan=False)
     assert isinstance(first, dict)

@@ -162,7 +162,7 @@ def test_a_changed_sampler_without_a_new_version_is_caught_by_the_output_hash(
     def shifted(
         params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
     ) -> dict[str, Any]:
-        out = LAPLACE.run(params, data, source)
+        out = LAPLACE.runner()(params, data, source)
         return {"values": [v + 1.0 for v in out["values"]]}
 
     changed = _upgraded(database_url, tmp_path, replace(LAPLACE, run=shifted))
@@ -253,7 +253,7 @@ def test_each_builtin_version_reproduces_its_outputs(name: str) -> None:
     params, data, version = GOLDEN[name]
     assert mechanism.version == version, "a new version: update GOLDEN and GOLDEN_SHA256"
     secret = noise.from_bytes(bytes(range(32)))
-    output = mechanism.run(
+    output = mechanism.runner()(
         {k: Decimal(v) for k, v in params.items()},
         data,
         secret.source_for("00000000-0000-4000-8000-000000000000"),

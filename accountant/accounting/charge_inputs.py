@@ -98,6 +98,26 @@ class Caller(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class HoldTerms:
+    """What makes a request a hold (DESIGN.md, "Jobs that run elsewhere: holds"): budget
+    charged at once for a job that runs elsewhere, nothing run.
+
+    Args:
+        hold_id: the new hold's id.
+        expires_in_s: how long the hold lasts, in seconds (1 to 7 days, and never past the
+            end of the current window of the dataset's shortest window budget).
+        purpose: what the job is, as the caller states it.
+        amount: the per-release cost stated in the dataset's measure (``epsilon`` and
+            ``delta``, ``rho``, ``rdp`` or ``mu``), when no mechanism prices it.
+    """
+
+    hold_id: str
+    expires_in_s: int
+    purpose: str | None = None
+    amount: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChargeRequest:
     """A charge as the caller asked for it, validated as far as it can be without the
     database.
@@ -106,7 +126,8 @@ class ChargeRequest:
         dataset: the charged dataset's name.
         partitions: the charged partitions' keys, or ``"*"`` for every one.
         release: ``joint`` or ``parallel``.
-        mechanism: the mechanism that runs the release.
+        mechanism: the mechanism that runs the release (or prices a hold; None for a hold
+            with a stated amount).
         params: its parameters, as sent.
         sensitivity_unit: ``record`` for a record-level sensitivity (None: the dataset's
             unit).
@@ -116,12 +137,13 @@ class ChargeRequest:
             grant).
         key: the idempotency key, if any.
         fingerprint: the SHA-256 of the body (``idempotency.fingerprint``).
+        hold: for a hold, its terms (None: a charge).
     """
 
     dataset: str
     partitions: list[str] | str
     release: str
-    mechanism: Mechanism
+    mechanism: Mechanism | None
     params: Mapping[str, Any]
     sensitivity_unit: str | None
     principal: Caller
@@ -129,6 +151,14 @@ class ChargeRequest:
     noise_secret: str | None = None
     key: str | None = None
     fingerprint: str = ""
+    hold: HoldTerms | None = None
+
+    @property
+    def mechanism_to_run(self) -> Mechanism:
+        """The mechanism a charge runs (a hold runs none, and never asks)."""
+        if self.mechanism is None or self.hold is not None:
+            raise TypeError("a hold runs no mechanism")
+        return self.mechanism
 
 
 #: One part and component of a scope's spends: s(p), s_J(p) or s_P(p) in epsilon, delta or

@@ -43,7 +43,7 @@ from accountant.accounting.loss import (
     fresh,
 )
 from accountant.accounting.modes import Mode
-from accountant.accounting.windows import Window
+from accountant.accounting.windows import Window, isoformat
 from accountant.errors import Forbidden, field_error
 from accountant.exact import Amount, ComponentName
 from accountant.mechanism import Mechanism, UnusableParameters
@@ -132,6 +132,8 @@ class Decision:
     checks: tuple[rules.ScopeCheck, ...]
     checker: ScopeChecker
     now_us: int
+    #: A hold's expiry (microseconds); None for a charge.
+    expires_at: int | None = None
 
     @property
     def granted(self) -> bool:
@@ -156,21 +158,13 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
     _check_grant(dataset, request, preview)
     mode, rule = dataset.mode, dataset.rule
     ids, keys, all_partitions = _resolve(reads.partitions, dataset, request.partitions)
-    try:
-        priced = pricing.price(
-            mechanism=request.mechanism,
-            params=request.params,
-            sensitivity_unit=request.sensitivity_unit,
-            mode=mode,
-            rule=rule,
-            max_records=dataset.max_records_per_user,
-            release=request.release,
-            n=len(keys),
-        )
-    except pricing.PricingError as error:
-        raise field_error(error.field, str(error)) from None
-    prepare(request.mechanism, priced.run_params, request.data)
+    priced = _price(request, dataset, len(keys))
     windows = windows_at(dataset, reads.now_us)
+    if request.hold is None:
+        prepare(request.mechanism_to_run, priced.run_params, request.data)
+        expires_at = None
+    else:
+        expires_at = hold_expiry(dataset, windows, reads.now_us, request.hold.expires_in_s)
     consumer_id = request.principal.consumer_id
     scopes = _states(reads, rule, mode.components, consumer_id, windows, len(keys), all_partitions)
     checker = ScopeChecker(
@@ -211,7 +205,62 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
         checks=tuple(checks),
         checker=checker,
         now_us=reads.now_us,
+        expires_at=expires_at,
     )
+
+
+def _price(request: ChargeRequest, dataset: DatasetState, n: int) -> pricing.Priced:
+    """A charge priced by its mechanism; a hold by its mechanism or its stated amount."""
+    try:
+        if request.hold is not None and request.hold.amount is not None:
+            return pricing.stated(
+                amount=request.hold.amount,
+                mode=dataset.mode,
+                rule=dataset.rule,
+                release=request.release,
+                n=n,
+            )
+        assert request.mechanism is not None  # a charge names one, and so does an unstated hold
+        return pricing.price(
+            mechanism=request.mechanism,
+            params=request.params,
+            sensitivity_unit=request.sensitivity_unit,
+            mode=dataset.mode,
+            rule=dataset.rule,
+            max_records=dataset.max_records_per_user,
+            release=request.release,
+            n=n,
+        )
+    except pricing.PricingError as error:
+        raise field_error(error.field, str(error)) from None
+
+
+#: The longest a hold may last: a week.
+MAX_HOLD_S = 7 * 24 * 3600
+
+
+def hold_expiry(
+    dataset: DatasetState, windows: tuple[Window, ...], now_us: int, expires_in_s: int
+) -> int:
+    """When a hold made now for ``expires_in_s`` seconds expires (microseconds): at most a
+    week ahead, and never after the end of the current window of the dataset's shortest
+    window budget, so that a hold cannot carry one window's allowance into the next
+    (DESIGN.md). A 400 naming the latest allowed expiry otherwise."""
+    if not 1 <= expires_in_s <= MAX_HOLD_S:
+        raise field_error("expires_in", f"must be 1 to {MAX_HOLD_S} seconds (7 days)")
+    expires_at = now_us + expires_in_s * 1_000_000
+    if windows:
+        shortest = min(windows, key=lambda window: window.period)
+        end_us = shortest.end * 1_000_000
+        if expires_at > end_us:
+            raise field_error(
+                "expires_in",
+                f"a hold may not outlast the current {shortest.name} window of dataset "
+                f"{dataset.name!r}, which ends at {isoformat(shortest.end)}: the latest "
+                f"allowed expiry is {isoformat(shortest.end)}, expires_in "
+                f"{(end_us - now_us) // 1_000_000} or less",
+            )
+    return expires_at
 
 
 def _check_grant(dataset: DatasetState, request: ChargeRequest, preview: bool) -> None:

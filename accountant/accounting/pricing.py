@@ -96,6 +96,13 @@ def price(
             f"{list(mechanism.accounting)}, not {mode.name!r}",
             "mechanism",
         )
+    if sensitivity_unit is not None and not mechanism.runs:
+        raise PricingError(
+            f"mechanism {mechanism.name!r} is accounting-only: its job adds the noise for the "
+            "sensitivity it states, so state it at the dataset's unit (the accountant scales a "
+            "record-level sensitivity only for the mechanisms it runs)",
+            "params.sensitivity_unit",
+        )
     factor = (
         1
         if sensitivity_unit is None
@@ -128,6 +135,60 @@ def price(
             f"mechanism {mechanism.name!r} declared a zero cost; every release must cost something"
         )
     return Priced(cost, rule.multiplicity(release, n), run_params)
+
+
+#: The components of an amount stated in each mode's measure (a hold's ``amount``), and
+#: which of them must be there.
+MEASURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "pure": (("epsilon",), ("epsilon",)),
+    "approx": (("epsilon", "delta"), ("epsilon",)),
+    "zcdp": (("rho",), ("rho",)),
+    "rdp": (("rdp",), ("rdp",)),
+    "gdp": (("mu",), ("mu",)),
+}
+
+
+def stated(
+    *, amount: Mapping[str, Any], mode: Mode, rule: LossRule, release: str, n: int
+) -> Priced:
+    """A per-release cost stated in the dataset's measure (a hold's ``amount``), as an
+    exact amount, every component rounded up like a declared cost.
+
+    Args:
+        amount: the stated components (``epsilon`` and ``delta`` on pure and approx,
+            ``rho`` on zcdp, ``rdp`` at the dataset's order on rdp, ``mu`` on gdp).
+        mode: the dataset's mode.
+        rule: the dataset's loss rule.
+        release: ``joint`` or ``parallel``.
+        n: |P|, the number of charged partitions.
+
+    Raises:
+        PricingError: a component the mode does not measure, or a missing or zero one.
+    """
+    allowed, required = MEASURES[mode.name]
+    for name in amount:
+        if name not in allowed:
+            raise PricingError(
+                f"a {mode.name} dataset measures amounts in {', '.join(allowed)}; "
+                f"{name} is not one of them",
+                f"amount.{name}",
+            )
+    for name in required:
+        if name not in amount:
+            raise PricingError(f"state {name}, the {mode.name} dataset's measure", "amount")
+    values = {name: Fraction(value) for name, value in amount.items()}
+    cost = mode.amount_of(
+        StatedCost(
+            epsilon=values.get("epsilon", Fraction(0)),
+            delta=values.get("delta", Fraction(0)),
+            rho=values.get("rho"),
+            rdp=values.get("rdp"),
+            mu=values.get("mu"),
+        )
+    )
+    if cost == Amount():
+        raise PricingError("a hold must reserve something: state a positive amount", "amount")
+    return Priced(cost, rule.multiplicity(release, n), {})
 
 
 def _stated(declared: object, name: str) -> StatedCost:

@@ -27,12 +27,20 @@ bp = Blueprint("charges", __name__)
 
 
 def _mechanism(body: dict[str, Any]) -> Mechanism:
-    mechanism = runtime().registry.get(body["mechanism"])
+    """The mechanism a charge, preview or plan names: one the accountant runs."""
+    registry = runtime().registry
+    mechanism = registry.get(body["mechanism"])
     if mechanism is None:
-        known = ", ".join(m.name for m in runtime().registry.all())
+        known = ", ".join(m.name for m in registry.all() if m.runs)
         raise field_error(
             "mechanism",
             f'no mechanism named "{body["mechanism"]}"; use one of {known} (GET /v1/mechanisms)',
+        )
+    if not mechanism.runs:
+        raise field_error(
+            "mechanism",
+            f"{mechanism.name!r} is accounting-only: the accountant cannot run it, so it prices "
+            "holds for jobs that run elsewhere (POST /v1/holds), never a charge",
         )
     return mechanism
 
@@ -56,18 +64,9 @@ def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
                 mechanism.check_input(data)
             except ValueError as error:
                 raise field_error("input", str(error)) from None
-    partitions = body["partitions"]
-    limit = runtime().settings.max_partitions_per_charge
-    if isinstance(partitions, list) and len(partitions) > limit:
-        raise field_error(
-            "partitions",
-            f"at most {limit} partition keys per charge; charge '*' or split the release",
-        )
-    if isinstance(partitions, list):
-        schemas.check_partition_keys(partitions, "partitions")
     return ChargeRequest(
         dataset=body["dataset"],
-        partitions=partitions,
+        partitions=checked_partitions(body["partitions"]),
         release=body.get("release", "joint"),
         mechanism=mechanism,
         params=params,
@@ -76,6 +75,19 @@ def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
         data=data,
         noise_secret=runtime().charging.noise.id,
     )
+
+
+def checked_partitions(partitions: list[str] | str) -> list[str] | str:
+    """A request's partitions, within the configured count and each a valid key."""
+    limit = runtime().settings.max_partitions_per_charge
+    if isinstance(partitions, list) and len(partitions) > limit:
+        raise field_error(
+            "partitions",
+            f"at most {limit} partition keys per charge; charge '*' or split the release",
+        )
+    if isinstance(partitions, list):
+        schemas.check_partition_keys(partitions, "partitions")
+    return partitions
 
 
 def _check_vector_limits(data: dict[str, Any]) -> None:
@@ -134,7 +146,16 @@ _GRANT_HEAD = (
 
 def _denial(facts: dict[str, Any]) -> BudgetExhausted:
     """A denial's domain error: a 429 with Retry-After while waiting will help."""
-    facts_named = ("scope", "limit", "spent", "requested", "charge_id", "partition", "resets_at")
+    facts_named = (
+        "scope",
+        "limit",
+        "spent",
+        "requested",
+        "charge_id",
+        "hold_id",
+        "partition",
+        "resets_at",
+    )
     extra = {k: facts[k] for k in facts_named if k in facts}
     wait = facts.get("fits_again_in_s")
     if wait is None:

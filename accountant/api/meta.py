@@ -62,6 +62,7 @@ def mechanisms() -> Any:
                 "input_schema": dict(m.input_schema),
                 "accounting": list(m.accounting),
                 "plugin": m.plugin,
+                "runs": m.runs,
             }
             for m in runtime().registry.all()
         ]

@@ -110,6 +110,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         200,
         [400, 401, 403, 404],
     ),
+    ("POST", "/v1/holds"): (
+        "Reserve budget for a job that runs elsewhere, charged at once (idempotent)",
+        schemas.HOLD,
+        201,
+        [400, 401, 403, 404, 409, 422, 429, 503],
+    ),
+    ("GET", "/v1/holds"): ("Holds visible to the caller", None, 200, [400, 401, 404]),
+    ("GET", "/v1/holds/{hold_id}"): ("One hold", None, 200, [401, 403, 404]),
     ("GET", "/v1/ledger/verify"): ("Recompute the hash chains", None, 200, [401, 403]),
     ("GET", "/v1/receipts/public-key"): ("Receipt verification keys (JWK set)", None, 200, []),
     ("POST", "/v1/receipts/verify"): ("Verify a receipt", VERIFY, 200, [400, 401]),
@@ -139,6 +147,9 @@ ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("POST", "/v1/charges/preview"): ("previewCharge", "Preview"),
     ("POST", "/v1/charges/plan"): ("planCharges", "Plan"),
     ("GET", "/v1/charges/{charge_id}"): ("getCharge", "ChargeRecord"),
+    ("POST", "/v1/holds"): ("createHold", "Hold"),
+    ("GET", "/v1/holds"): ("listHolds", "HoldList"),
+    ("GET", "/v1/holds/{hold_id}"): ("getHold", "Hold"),
     ("GET", "/v1/ledger"): ("listLedgerEntries", "LedgerPage"),
     ("GET", "/v1/ledger/export"): ("exportLedger", None),
     ("GET", "/v1/ledger/verify"): ("verifyLedger", "LedgerVerification"),
@@ -151,6 +162,7 @@ _TAGS = [
     ("/v1/datasets", "datasets"),
     ("/v1/consumers", "consumers"),
     ("/v1/keys", "consumers"),
+    ("/v1/holds", "holds"),
     ("/v1/ledger", "ledger"),
     ("/v1/receipts", "receipts"),
     ("/v1/mechanisms", "mechanisms"),
@@ -190,6 +202,7 @@ _QUERY: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("cursor", _CURSOR),
     ],
     "/v1/ledger/export": [("format", {"enum": ["csv", "jsonl"]}), *_FILTERS],
+    "/v1/holds": [("dataset", _SLUG_QUERY), ("state", {"enum": ["open", "settled", "expired"]})],
     "/v1/datasets/{name}/partitions": [
         ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
         ("cursor", {"type": "string", "pattern": "^[0-9]{1,9}$"}),
@@ -204,7 +217,12 @@ _CONTENT: dict[str, list[str]] = {
 def flask_path(path: str) -> str:
     if path == "/v1/consumers/{name}":
         return "/v1/consumers/<consumer_name:name>"
-    return path.replace("{charge_id}", "<uuid:charge_uuid>").replace("{", "<").replace("}", ">")
+    return (
+        path.replace("{charge_id}", "<uuid:charge_uuid>")
+        .replace("{hold_id}", "<uuid:hold_uuid>")
+        .replace("{", "<")
+        .replace("}", ">")
+    )
 
 
 def _problem(description: str = "problem") -> dict[str, Any]:
@@ -252,7 +270,7 @@ def document(server: str | None = None, settings: Settings | None = None) -> dic
             for name, schema in _QUERY.get(path, [])
             if method == "GET"
         ]
-        if (method, path) == ("POST", "/v1/charges"):
+        if (method, path) in (("POST", "/v1/charges"), ("POST", "/v1/holds")):
             parameters.append(copy.deepcopy(_IDEMPOTENCY_KEY))
         if parameters:
             operation["parameters"] = parameters

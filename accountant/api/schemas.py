@@ -182,6 +182,32 @@ PLAN: dict[str, Any] = {
     },
 }
 
+#: A hold: a charge's dataset, partitions and release, and an amount in the dataset's
+#: measure or a mechanism and its parameters to price it (DESIGN.md, holds).
+HOLD: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **{name: CHARGE["properties"][name] for name in ("dataset", "partitions", "release")},
+        "amount": {
+            "type": "object",
+            "properties": {"epsilon": EPSILON, "delta": DELTA, "rho": RHO, "rdp": RHO, "mu": RHO},
+            "additionalProperties": False,
+            "minProperties": 1,
+        },
+        "mechanism": CHARGE["properties"]["mechanism"],
+        "params": {"type": "object"},
+        "expires_in": {"type": "integer", "minimum": 1, "maximum": 7 * 24 * 3600},
+        "purpose": {"type": "string", "maxLength": 500},
+        "idempotency_key": CHARGE["properties"]["idempotency_key"],
+    },
+    "required": ["dataset", "partitions", "expires_in"],
+    "oneOf": [
+        {"required": ["amount"], "not": {"anyOf": [{"required": ["mechanism"]}]}},
+        {"required": ["mechanism", "params"], "not": {"required": ["amount"]}},
+    ],
+    "additionalProperties": False,
+}
+
 #: Compiled validators by schema object. The entry keeps its schema alive and is used only
 #: for that very object, so an id can never be reused by another schema.
 _VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator, Check | None]] = {}

@@ -7,6 +7,7 @@ from accountant.models.charge_count import ChargeCount
 from accountant.models.consumer import ApiKey, Consumer, Grant
 from accountant.models.dashboard_session import DashboardSession
 from accountant.models.dataset import Dataset, WindowBudget
+from accountant.models.hold import Hold
 from accountant.models.idempotency import IdempotencyKey
 from accountant.models.key_hash_secret import KeyHashSecret
 from accountant.models.ledger import LedgerEntry
@@ -23,6 +24,7 @@ __all__ = [
     "DashboardSession",
     "Dataset",
     "Grant",
+    "Hold",
     "IdempotencyKey",
     "KeyHashSecret",
     "LedgerEntry",

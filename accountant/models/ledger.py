@@ -51,6 +51,8 @@ class LedgerEntry(Base):
     loss_after_epsilon: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     loss_after_delta: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     loss_after_rho: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: The hold an entry of kind ``hold`` made, or a draw (a charge) or ``settle`` used.
+    hold_id: Mapped[str | None] = mapped_column(String(36), nullable=True, index=True)
     created_at: Mapped[Microseconds]
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))

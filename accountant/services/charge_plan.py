@@ -27,6 +27,7 @@ found it.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -53,7 +54,7 @@ from accountant.accounting.loss import Part, ScopeKey, ScopeState, holds, max_af
 from accountant.accounting.windows import PERIODS
 from accountant.exact import COMPONENTS, Amount
 from accountant.key_hashing import KeyHasher
-from accountant.models import ChargeCount, Partition, Tally, TallySpend
+from accountant.models import ChargeCount, Hold, Partition, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import charge_responses, idempotency, ledger, receipts
 from accountant.statements import Block, Statement, Write, WritePlan, statement, upsert
@@ -95,21 +96,31 @@ def plan(
         output_sha256: a grant's output's digest (None for a denial).
         signing: the receipt key and the key-hash secret.
     """
-    now = decision.now_us
+    now, hold = decision.now_us, request.hold
     entry = _entry(decision, request, charge_id, signing.hasher)
-    main = [*entry.writes, _count(decision, request)]
+    main = [*entry.writes]
+    if hold is None:  # /metrics counts charges
+        main.append(_count(decision, request))
     opening: list[Block] = []
     if decision.granted:
-        assert output_sha256 is not None
         opening, scopes = _scope_writes(decision)
         main += scopes
         if signing.publish:
             main.append(receipts.published(signing.signer, now))
-        facts = charge_responses.granted(
-            decision, request, charge_id, now, output_sha256, entry.head, signing.signer
-        )
+        if hold is None:
+            assert output_sha256 is not None
+            facts = charge_responses.granted(
+                decision, request, charge_id, now, output_sha256, entry.head, signing.signer
+            )
+        else:
+            main.append(_hold_row(decision, request))
+            facts = charge_responses.held(decision, request, now, entry.head, signing.signer)
     else:
         facts = charge_responses.denied(decision, charge_id, now)
+        if hold is not None:
+            del facts["charge_id"]
+            facts["hold_id"] = hold.hold_id
+            facts["reason"] = facts["reason"].replace("this charge", "this hold", 1)
     if request.key is not None:
         consumer = request.principal.consumer_id
         main.append(idempotency.remembered(consumer, request.key, request.fingerprint, facts, now))
@@ -122,25 +133,32 @@ def _entry(
     """The charge's ledger entry; a grant records what produced its output. Every charge
     records the digest of the terms it was checked against, so that limits edited in the
     database show even before their first limit change."""
-    granted = decision.granted
+    granted, hold = decision.granted, request.hold
     detail = {} if granted else _denial_detail(decision)
     detail["terms_sha256"] = decision.dataset.terms_sha256
+    if hold is not None:
+        detail["expires_at"] = decision.expires_at
+        if hold.purpose is not None:
+            detail["purpose"] = hold.purpose
     return ledger.entry(
         decision.dataset,
         ledger.Actor(request.principal.consumer_id, request.principal.name),
-        kind="charge",
+        kind="charge" if hold is None else "hold",
         status="granted" if granted else "denied",
         created_at=decision.now_us,
-        charge_id=charge_id,
-        mechanism=request.mechanism.name,
+        charge_id=charge_id if hold is None else None,
+        hold_id=None if hold is None else hold.hold_id,
+        mechanism=None if request.mechanism is None else request.mechanism.name,
         release=request.release,
         partitions=decision.partitions,
         params=_plain_params(request),
         cost=decision.priced.cost,
         multiplicity=decision.priced.multiplicity,
         detail=detail,
-        noise_secret=request.noise_secret if granted else None,
-        implementation=request.mechanism.implementation if granted else None,
+        noise_secret=request.noise_secret if granted and hold is None else None,
+        implementation=request.mechanism_to_run.implementation
+        if granted and hold is None
+        else None,
         loss_after=decision.lifetime_after if granted else decision.lifetime_now,
         hasher=hasher,
     )
@@ -150,8 +168,47 @@ def _count(decision: Decision, request: ChargeRequest) -> Write:
     """One more charge of its mechanism and outcome on its dataset, for /metrics."""
     outcome = "granted" if decision.granted else "denied"
     return Write(
-        _COUNT_CHARGE, {"d": decision.dataset.id, "m": request.mechanism.name, "o": outcome}
+        _COUNT_CHARGE,
+        {"d": decision.dataset.id, "m": request.mechanism_to_run.name, "o": outcome},
     )
+
+
+def _hold_row(decision: Decision, request: ChargeRequest) -> Write:
+    """A granted hold's row: what it charged (its amount, multiplicity m times) and to which
+    scopes, so that a settle can give back what its job did not use."""
+    hold = request.hold
+    assert hold is not None and decision.expires_at is not None
+    cost = decision.priced.cost
+    return Write(
+        _INSERT_HOLD,
+        {
+            "id": hold.hold_id,
+            "dataset_id": decision.dataset.id,
+            "consumer_id": request.principal.consumer_id,
+            "release": request.release,
+            "partitions": json.dumps(decision.partitions),
+            "mechanism": None if request.mechanism is None else request.mechanism.name,
+            "params": json.dumps(_plain_params(request)),
+            "amount_epsilon": cost.epsilon,
+            "amount_delta": cost.delta,
+            "amount_rho": cost.rho,
+            "multiplicity": decision.priced.multiplicity,
+            "drawn_epsilon": 0,
+            "drawn_delta": 0,
+            "drawn_rho": 0,
+            "scopes": json.dumps([list(scope.key) for scope in decision.scopes]),
+            "state": "open",
+            "purpose": hold.purpose,
+            "created_at": decision.now_us,
+            "expires_at": decision.expires_at,
+            "settled_at": None,
+        },
+    )
+
+
+_INSERT_HOLD = statement(
+    insert(Hold).values({c.name: bindparam(c.name) for c in Hold.__table__.columns})
+)
 
 
 _ONE: ColumnClause[Any] = literal_column("1")

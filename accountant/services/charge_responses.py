@@ -52,7 +52,7 @@ def granted(
             "kind": "granted",
             "charge_id": charge_id,
             "dataset": evaluation.dataset.name,
-            "mechanism": request.mechanism.name,
+            "mechanism": request.mechanism_to_run.name,
             "release": request.release,
             "partitions": evaluation.partitions,
             "cost": report_cost(evaluation, priced.cost),
@@ -63,7 +63,7 @@ def granted(
             "run_params": idempotency.encode_params(priced.run_params),
             "output_sha256": output_sha256,
             "ledger": {"seq": head.seq, "hash": head.hash},
-            "accuracy": accuracy(request.mechanism, priced.run_params, request.data),
+            "accuracy": accuracy(request.mechanism_to_run, priced.run_params, request.data),
         }
     )
     body["receipt"] = receipts.receipt(
@@ -76,6 +76,54 @@ def granted(
         multiplicity=body["multiplicity"],
         charged=_figures(body["charged"]),
         output_sha256=output_sha256,
+        ledger=body["ledger"],
+        issued_at=created_at // 1_000_000,
+    )
+    return body
+
+
+def held(
+    evaluation: Evaluation,
+    request: ChargeRequest,
+    created_at: int,
+    head: ledger.ChainHead,
+    signer: Ed25519PrivateKey,
+) -> dict[str, Any]:
+    """A granted hold's facts, with its signed receipt (``kind`` ``hold``): its amount,
+    charged in full at once, nothing drawn yet, and its expiry."""
+    assert request.hold is not None and evaluation.expires_at is not None
+    priced = evaluation.priced
+    body: dict[str, Any] = idempotency.decimals_as_floats(
+        {
+            "kind": "hold",
+            "hold_id": request.hold.hold_id,
+            "dataset": evaluation.dataset.name,
+            "partitions": evaluation.partitions,
+            "release": request.release,
+            "mechanism": None if request.mechanism is None else request.mechanism.name,
+            "amount": report_cost(evaluation, priced.cost),
+            "multiplicity": priced.multiplicity,
+            "charged": report_cost(evaluation, evaluation.charged),
+            "drawn": report_cost(evaluation, Amount()),
+            "state": "open",
+            "expires_at": isoformat(evaluation.expires_at / 1e6),
+            "purpose": request.hold.purpose,
+            "remaining": report(evaluation, evaluation.remaining),
+            "created_at": isoformat(created_at / 1e6),
+            "ledger": {"seq": head.seq, "hash": head.hash},
+        }
+    )
+    body["receipt"] = receipts.hold_receipt(
+        signer,
+        hold_id=body["hold_id"],
+        dataset=body["dataset"],
+        partitions=body["partitions"],
+        release=body["release"],
+        mechanism=body["mechanism"],
+        amount=_figures(body["amount"]),
+        multiplicity=body["multiplicity"],
+        charged=_figures(body["charged"]),
+        expires_at=body["expires_at"],
         ledger=body["ledger"],
         issued_at=created_at // 1_000_000,
     )

@@ -75,7 +75,7 @@ class ChargeContext:
 class Granted:
     decision: Decision
     facts: dict[str, Any]  # what its answer states, but the output
-    output: dict[str, Any]
+    output: dict[str, Any] | None  # None for a hold, which runs nothing
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
                 charge_id = str(uuid.uuid4())
                 output, digest = (
                     _run(request, decision, charge_id, context.noise)
-                    if decision.granted
+                    if decision.granted and request.hold is None  # a hold runs nothing
                     else (None, None)
                 )
                 signing = charge_plan.Signing(
@@ -121,9 +121,9 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
                 )
                 tx.apply(planned.writes)
                 done = (
-                    Denied(decision, planned.facts)
-                    if output is None
-                    else Granted(decision, planned.facts, output)
+                    Granted(decision, planned.facts, output)
+                    if decision.granted
+                    else Denied(decision, planned.facts)
                 )
     if isinstance(done, idempotency.Remembered):  # outside the lock; no new alerts
         return Replayed(done.facts, idempotency.output_of(done, request, context.noise))
@@ -134,7 +134,7 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
             done.decision.mode.components,
             dataset=request.dataset,
             consumer=request.principal.name,
-            charge_id=done.facts["charge_id"],
+            charge_id=done.facts.get("charge_id") or done.facts["hold_id"],
             at=context.clock.now_us() / 1e6,
         )
     return done
@@ -157,9 +157,9 @@ def _run(
 ) -> tuple[dict[str, Any], str]:
     """Run the mechanism inside the charge's transaction: if it fails, nothing is charged.
     The output and its SHA-256."""
-    mechanism = request.mechanism
+    mechanism = request.mechanism_to_run
     try:
-        output: dict[str, Any] = mechanism.run(
+        output: dict[str, Any] = mechanism.runner()(
             decision.priced.run_params, request.data or {}, noise.source_for(charge_id)
         )
         return output, receipts.output_sha256(output)

@@ -52,8 +52,7 @@ def activity(
         select(day, func.sum(cost * LedgerEntry.multiplicity))
         .where(
             LedgerEntry.dataset_id == dataset.id,
-            LedgerEntry.kind == "charge",
-            LedgerEntry.status == "granted",
+            ledger.ADDS_TO_TOTALS,
         )
         .group_by(day)
         .order_by(day)

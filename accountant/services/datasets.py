@@ -23,7 +23,7 @@ from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
 from accountant.key_hashing import KeyHasher
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
 from accountant.models.tally import PART_PREFIXES
-from accountant.services import ledger, limit_notes, terms
+from accountant.services import holds, ledger, limit_notes, terms
 
 
 def all_datasets(session: Session) -> list[Dataset]:
@@ -503,8 +503,7 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
     entries = session.execute(
         select(LedgerEntry).where(
             LedgerEntry.dataset_id == dataset.id,
-            LedgerEntry.kind == "charge",
-            LedgerEntry.status == "granted",
+            ledger.ADDS_TO_TOTALS,
             LedgerEntry.created_at >= window.start * 1_000_000,
         )
     ).scalars()
@@ -712,6 +711,8 @@ def budget_report(
         "limit": _stated(mode, dataset.limit.bounds(), dataset),
         "remaining": _stated(mode, remaining(dataset.limit, loss, names), dataset),
         "at_limit": at_limit(dataset.limit, loss, names),
+        # what open holds charged: part of the loss, reserved for jobs not yet settled
+        "held": _stated(mode, holds.held(session, dataset.id, int(now * 1_000_000)), dataset),
         "windows": windows,
         "partitions": {
             "count": count,

@@ -114,7 +114,8 @@ def remembered(
             "consumer_id": consumer_id,
             "key": key,
             "request_hash": request_hash,
-            "charge_id": facts["charge_id"],
+            # the id of what the key made: a charge, or a hold (whose facts name no charge)
+            "charge_id": facts.get("charge_id") or facts["hold_id"],
             "facts": json.dumps(facts),
             "created_at": now,
         },
@@ -138,7 +139,7 @@ def output_of(
     if not first.granted:
         return None
     stored = first.facts
-    mechanism = request.mechanism
+    mechanism = request.mechanism_to_run
     why = None
     if "output_sha256" not in stored:
         why = "it was recorded before this service kept what a replay needs"
@@ -155,7 +156,7 @@ def output_of(
     output = None
     if why is None:
         try:
-            output = mechanism.run(
+            output = mechanism.runner()(
                 decode_params(stored["run_params"]),
                 request.data or {},
                 noise.source_for(first.charge_id),

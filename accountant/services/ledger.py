@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, bindparam, func, insert, select, update
+from sqlalchemy import Select, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -61,12 +61,32 @@ def _canonical(values: dict[str, Any], dataset_name: str, consumer_name: str | N
         "detail": values["detail"],
         "created_at": values["created_at"],
     }
-    # Replay provenance, recorded with granted charges since revision 0004; hashed when present,
-    # so entries written before it keep their hashes.
-    for name in ("noise_secret", "implementation"):
+    # Replay provenance, recorded with granted charges since revision 0004, and the hold an
+    # entry made, drew on or settled, since revision 0018; hashed when present, so entries
+    # written before them keep their hashes.
+    for name in ("noise_secret", "implementation", "hold_id"):
         if values.get(name) is not None:
             content[name] = values[name]
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def adds_to_totals(kind: str, status: str, hold_id: str | None) -> bool:
+    """Whether an entry's cost x multiplicity went into its scopes' running totals: a
+    granted hold (charged in full when granted), or a granted charge that drew on no hold
+    (a draw was charged by its hold already)."""
+    if status != "granted":
+        return False
+    return kind == "hold" or (kind == "charge" and hold_id is None)
+
+
+#: ``adds_to_totals`` as a condition on ledger rows, for the reads that replay the totals.
+ADDS_TO_TOTALS = and_(
+    LedgerEntry.status == "granted",
+    or_(
+        LedgerEntry.kind == "hold",
+        and_(LedgerEntry.kind == "charge", LedgerEntry.hold_id.is_(None)),
+    ),
+)
 
 
 def chain_hash(prev_hash: str, content: bytes) -> str:
@@ -112,6 +132,7 @@ def entry(
     noise_secret: str | None = None,
     implementation: str | None = None,
     loss_after: Amount | None = None,
+    hold_id: str | None = None,
     hasher: KeyHasher | None,
 ) -> Entry:
     """The writes that add one entry at the end of ``dataset``'s chain, as it stands in
@@ -144,6 +165,7 @@ def entry(
         "loss_after_epsilon": None if loss_after is None else loss_after.epsilon,
         "loss_after_delta": None if loss_after is None else loss_after.delta,
         "loss_after_rho": None if loss_after is None else loss_after.rho,
+        "hold_id": hold_id,
         "prev_hash": dataset.ledger_head or GENESIS,
     }
     values["hash"] = chain_hash(

@@ -24,9 +24,10 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
     """One entry as the API, the export and the dashboard state it (docs/ledger.md)."""
     mode, delta = dataset.mode, dataset.limit_delta or 0
     charged = None  # what the running total grew by: cost x multiplicity, when granted
-    if entry.kind == "charge":
+    if entry.kind in ("charge", "hold"):
         grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)
-        grew = grew.scaled(entry.multiplicity) if entry.status == "granted" else Amount()
+        added = ledger.adds_to_totals(entry.kind, entry.status, entry.hold_id)
+        grew = grew.scaled(entry.multiplicity) if added else Amount()
         charged = mode.labelled(mode.report_cost(grew, delta), grew)
     return {
         "id": entry.id,
@@ -49,6 +50,7 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "created_at": isoformat(entry.created_at / 1e6),
         "noise_secret": entry.noise_secret,
         "implementation": entry.implementation,
+        "hold_id": entry.hold_id,
         "prev_hash": entry.prev_hash,
         "hash": entry.hash,
         # what the hash covers, in the form it covers it (docs/ledger.md)

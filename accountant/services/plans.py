@@ -81,7 +81,7 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int, now_us:
     def fits(value: Decimal) -> bool:
         try:
             priced = pricing.price(
-                mechanism=request.mechanism,
+                mechanism=request.mechanism_to_run,
                 params={**request.params, name: value},
                 sensitivity_unit=request.sensitivity_unit,
                 mode=mode,

@@ -55,7 +55,7 @@ def in_ledger(session: Session, claims: dict[str, Any]) -> bool | None:
     if not isinstance(entry, dict):
         return None
     found = session.execute(
-        select(LedgerEntry.hash, LedgerEntry.charge_id)
+        select(LedgerEntry.hash, LedgerEntry.charge_id, LedgerEntry.hold_id)
         .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
         .where(Dataset.name == claims.get("dataset"), LedgerEntry.seq == entry.get("seq"))
     ).first()
@@ -63,6 +63,7 @@ def in_ledger(session: Session, claims: dict[str, Any]) -> bool | None:
         found is not None
         and found.hash == entry.get("hash")
         and found.charge_id == claims.get("charge_id")
+        and (claims.get("kind") != "hold" or found.hold_id == claims.get("hold_id"))
     )
 
 
@@ -92,6 +93,7 @@ def receipt(
     ``multiplicity``, what the dataset's running total grew by; ``ledger``, the seq and hash
     of the charge's ledger entry (the chain's head right after it)."""
     claims = {
+        "kind": "charge",
         "charge_id": charge_id,
         "dataset": dataset,
         "partitions": partitions,
@@ -100,6 +102,41 @@ def receipt(
         "multiplicity": multiplicity,
         "charged": {k: float(v) for k, v in charged.items()},
         "output_sha256": output_sha256,
+        "ledger": ledger,
+        "iat": issued_at,
+    }
+    return sign(private, claims)
+
+
+def hold_receipt(
+    private: Ed25519PrivateKey,
+    *,
+    hold_id: str,
+    dataset: str,
+    partitions: list[str],
+    release: str,
+    mechanism: str | None,
+    amount: dict[str, Decimal],
+    multiplicity: int,
+    charged: dict[str, Decimal],
+    expires_at: str,
+    ledger: dict[str, Any],
+    issued_at: int,
+) -> str:
+    """The signed claims of a granted hold (``kind`` ``hold``, so that it cannot pass for a
+    charge's or a settled cost's receipt): its per-release ``amount``, and ``charged`` =
+    amount x ``multiplicity``, charged at once; ``ledger``, its entry's seq and hash."""
+    claims = {
+        "kind": "hold",
+        "hold_id": hold_id,
+        "dataset": dataset,
+        "partitions": partitions,
+        "release": release,
+        "mechanism": mechanism,
+        "amount": {k: float(v) for k, v in amount.items()},
+        "multiplicity": multiplicity,
+        "charged": {k: float(v) for k, v in charged.items()},
+        "expires_at": expires_at,
         "ledger": ledger,
         "iat": issued_at,
     }

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from accountant.accounting.loss import PARTS, Books, LossRule, Part, ScopeBooks, ScopeKey
 from accountant.exact import Amount
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend
+from accountant.services.ledger import ADDS_TO_TOTALS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,8 +62,7 @@ def check(session: Session) -> tuple[int, list[Difference]]:
             select(LedgerEntry)
             .where(
                 LedgerEntry.dataset_id == dataset.id,
-                LedgerEntry.kind == "charge",
-                LedgerEntry.status == "granted",
+                ADDS_TO_TOTALS,
             )
             .order_by(LedgerEntry.seq)
         ).scalars():

@@ -25,7 +25,7 @@ from accountant.exact import COMPONENTS, Amount, ComponentName
 from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry
 from accountant.services import terms
-from accountant.services.ledger import GENESIS, canonical, chain_hash
+from accountant.services.ledger import GENESIS, adds_to_totals, canonical, chain_hash
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,7 +197,7 @@ class _Walk:
 
     def _check_loss(self, entry: LedgerEntry) -> None:
         assert self.loss is not None
-        if entry.kind == "charge" and entry.status == "granted":
+        if adds_to_totals(entry.kind, entry.status, entry.hold_id):
             self.loss.add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
         recorded = entry.loss_after
         if recorded is None:  # entries from before migration 0007 have none

@@ -1,0 +1,103 @@
+"""/v1/holds: budget reserved, and charged at once, for jobs that run elsewhere."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from flask import Blueprint, Response, request
+
+from accountant.accounting.charge_inputs import ChargeRequest, HoldTerms
+from accountant.api import schemas
+from accountant.api.auth import confirmed_on_failure, principal
+from accountant.api.charges import answer as charge_answer
+from accountant.api.charges import checked_partitions
+from accountant.api.common import json_body
+from accountant.errors import field_error
+from accountant.jsonio import dumps
+from accountant.services import charges, holds, idempotency, ledger_reads
+from accountant.services.api_keys import Principal
+from accountant.web import db, driver, runtime
+
+bp = Blueprint("holds", __name__)
+
+
+@bp.post("/v1/holds")
+def create() -> Any:
+    caller = principal("admin", "service", remembered=True)  # its key is read under the lock
+    with confirmed_on_failure():
+        body = json_body(schemas.HOLD)
+        key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
+        hold_request = replace(
+            _request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
+        )
+        done = charges.submit(driver(), hold_request, runtime().charging)
+    return answer(done.facts)
+
+
+def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
+    """A hold as a charge request that runs nothing: priced by its stated amount, or by a
+    mechanism (an accounting-only one too) and its parameters."""
+    mechanism, params, unit = None, {}, None
+    if "mechanism" in body:
+        mechanism = runtime().registry.get(body["mechanism"])
+        if mechanism is None:
+            known = ", ".join(m.name for m in runtime().registry.all())
+            raise field_error(
+                "mechanism",
+                f"no mechanism named {body['mechanism']!r}; use one of {known} "
+                "(GET /v1/mechanisms), or state an amount",
+            )
+        params = dict(body["params"])
+        unit = params.pop("sensitivity_unit", None)
+        if unit not in (None, "record"):
+            raise field_error(
+                "params.sensitivity_unit", f'must be "record" when given; got {dumps(unit)}'
+            )
+        schemas.validate(mechanism.params_schema, params, "params")
+    return ChargeRequest(
+        dataset=body["dataset"],
+        partitions=checked_partitions(body["partitions"]),
+        release=body.get("release", "joint"),
+        mechanism=mechanism,
+        params=params,
+        sensitivity_unit=unit,
+        principal=caller,
+        hold=HoldTerms(
+            hold_id=str(uuid.uuid4()),
+            expires_in_s=body["expires_in"],
+            purpose=body.get("purpose"),
+            amount=body.get("amount"),
+        ),
+    )
+
+
+def answer(facts: dict[str, Any]) -> Response:
+    """A hold's answer from its facts, the first time and on every replay: 201 with the
+    hold, or a denial as a charge's."""
+    if facts["kind"] != "hold":
+        return charge_answer(facts, None)
+    body = {k: v for k, v in facts.items() if k != "kind"}
+    return Response(dumps(body), status=201, mimetype="application/json")
+
+
+@bp.get("/v1/holds")
+def list_holds() -> Any:
+    caller = principal("admin", "service", "auditor")
+    state = request.args.get("state")
+    if state is not None and state not in holds.STATES:
+        raise field_error("state", f"must be one of {', '.join(holds.STATES)}")
+    dataset_id = None
+    if (name := request.args.get("dataset")) is not None:
+        dataset_id, _ = ledger_reads.ids_of(db(), name, None)
+    listed = holds.listing(
+        db(), caller, runtime().clock.now_us(), dataset_id=dataset_id, state=state
+    )
+    return {"holds": listed}
+
+
+@bp.get("/v1/holds/<uuid:hold_uuid>")
+def show(hold_uuid: uuid.UUID) -> Any:
+    caller = principal("admin", "service", "auditor")
+    return holds.show(db(), str(hold_uuid), caller, runtime().clock.now_us())

@@ -1,0 +1,114 @@
+"""Holds as the API and the budget report show them: read, never written here (a hold is
+made by the charge's own transaction, ``services.charges.submit``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session
+
+from accountant.accounting.windows import isoformat
+from accountant.errors import Forbidden, NotFound
+from accountant.exact import COMPONENTS, Amount
+from accountant.models import Consumer, Dataset, Hold
+from accountant.services.api_keys import Principal
+
+#: The states a hold reads as. ``expired`` is an open hold whose expiry has come: it keeps
+#: its amount charged and can be neither drawn on nor settled.
+STATES = ("open", "settled", "expired")
+
+
+def state_of(hold: Hold, now_us: int) -> str:
+    """A hold's state at ``now_us``: expired from ``expires_at`` inclusive."""
+    if hold.state == "open" and now_us >= hold.expires_at:
+        return "expired"
+    return hold.state
+
+
+def describe(hold: Hold, dataset: Dataset, consumer: str | None, now_us: int) -> dict[str, Any]:
+    """One hold as the API shows it."""
+    mode, delta = dataset.mode, dataset.limit_delta or 0
+
+    def stated(amount: Amount) -> dict[str, Any]:
+        return mode.labelled(mode.report_cost(amount, delta), amount)
+
+    return {
+        "hold_id": hold.id,
+        "dataset": dataset.name,
+        "consumer": consumer,
+        "partitions": hold.partitions,
+        "release": hold.release,
+        "mechanism": hold.mechanism,
+        "params": hold.params,
+        "amount": stated(hold.amount),
+        "multiplicity": hold.multiplicity,
+        "charged": stated(hold.amount.scaled(hold.multiplicity)),
+        "drawn": stated(hold.drawn),
+        "state": state_of(hold, now_us),
+        "purpose": hold.purpose,
+        "created_at": isoformat(hold.created_at / 1e6),
+        "expires_at": isoformat(hold.expires_at / 1e6),
+        "settled_at": None if hold.settled_at is None else isoformat(hold.settled_at / 1e6),
+    }
+
+
+def _visible(caller: Principal) -> Select[Hold, Dataset, str]:
+    query = (
+        select(Hold, Dataset, Consumer.name)
+        .join(Dataset, Dataset.id == Hold.dataset_id)
+        .outerjoin(Consumer, Consumer.id == Hold.consumer_id)
+    )
+    if caller.role == "service":  # its own holds, on the datasets granted to it
+        query = query.where(
+            Hold.consumer_id == caller.consumer_id, Hold.dataset_id.in_(caller.granted)
+        )
+    return query
+
+
+def show(session: Session, hold_id: str, caller: Principal, now_us: int) -> dict[str, Any]:
+    """The hold ``hold_id``: 404 if there is none, 403 for a service that does not hold it."""
+    row = session.execute(_visible(caller).where(Hold.id == hold_id)).first()
+    if row is None:
+        exists = session.execute(select(Hold.id).where(Hold.id == hold_id)).first()
+        if exists is not None:
+            raise Forbidden("a service may read only its own holds")
+        raise NotFound(f"no hold with id {hold_id!r}")
+    hold, dataset, consumer = row
+    return describe(hold, dataset, consumer, now_us)
+
+
+def listing(
+    session: Session,
+    caller: Principal,
+    now_us: int,
+    *,
+    dataset_id: int | None = None,
+    state: str | None = None,
+) -> list[dict[str, Any]]:
+    """The holds ``caller`` may read, newest first, of one dataset and state if named."""
+    query = _visible(caller).order_by(Hold.created_at.desc(), Hold.id)
+    if dataset_id is not None:
+        query = query.where(Hold.dataset_id == dataset_id)
+    if state == "settled":
+        query = query.where(Hold.state == "settled")
+    elif state == "open":
+        query = query.where(Hold.state == "open", Hold.expires_at > now_us)
+    elif state == "expired":
+        query = query.where(Hold.state == "open", Hold.expires_at <= now_us)
+    rows = session.execute(query.limit(1000)).all()
+    return [describe(hold, dataset, consumer, now_us) for hold, dataset, consumer in rows]
+
+
+def held(session: Session, dataset_id: int, now_us: int) -> Amount:
+    """What the open holds of a dataset charged (their amounts x multiplicity): part of its
+    loss, shown apart from what releases spent."""
+    sums = session.execute(
+        select(
+            *(
+                func.coalesce(func.sum(getattr(Hold, f"amount_{name}") * Hold.multiplicity), 0)
+                for name in COMPONENTS
+            )
+        ).where(Hold.dataset_id == dataset_id, Hold.state == "open", Hold.expires_at > now_us)
+    ).one()
+    return Amount(*(int(value) for value in sums))

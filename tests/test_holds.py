@@ -1,0 +1,259 @@
+"""Holds: budget charged at once for a job that runs elsewhere (DESIGN.md, holds)."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from accountant.clock import FrozenClock
+from accountant.services import totals
+from accountant_plugins._sampled_gaussian import rdp_cost
+from tests.conftest import Api
+from tests.test_ledger_export import _verifiers
+
+
+def _hold(api: Api, **fields: Any) -> Any:
+    headers = fields.pop("headers", None)
+    body = {
+        "dataset": "clicks",
+        "partitions": ["p1"],
+        "expires_in": 600,
+        **fields,
+    }
+    if "mechanism" not in body and "amount" not in body:
+        body["amount"] = {"epsilon": 0.4}
+    return api.post("/v1/holds", body, headers=headers)
+
+
+def _reconciles(app: Any) -> None:
+    """The running totals equal the ledger replayed, and the chains verify."""
+    engine = app.extensions["accountant_engine"]
+    with Session(engine) as session:
+        replayed, differences = totals.check(session)
+    assert differences == []
+    assert replayed > 0
+
+
+def test_a_hold_is_charged_at_once_and_shown_apart_as_held(api: Api, app: Any) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    response = _hold(api, purpose="nightly report")
+    assert response.status_code == 201, response.get_json()
+    hold = response.get_json()
+    assert hold["state"] == "open" and hold["release"] == "joint"
+    assert hold["amount"]["epsilon"] == 0.4 and hold["drawn"]["epsilon"] == 0
+    assert hold["remaining"]["epsilon"] == 0.6 and hold["purpose"] == "nightly report"
+    budget = api.budget()
+    assert budget["loss"]["epsilon"] == 0.4 and budget["held"]["epsilon"] == 0.4
+    # what the hold charged is gone for everyone: 0.7 more does not fit
+    assert api.charge(epsilon=0.7).status_code == 409
+    assert api.charge(epsilon=0.6).status_code == 201
+    [entry] = [e for e in api.ledger() if e["kind"] == "hold"]
+    assert entry["hold_id"] == hold["hold_id"] and entry["status"] == "granted"
+    assert entry["charged"]["epsilon"] == 0.4 and entry["charge_id"] is None
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    _reconciles(app)
+
+
+def test_a_hold_receipt_says_hold_and_is_in_the_ledger(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold = _hold(api).get_json()
+    verified = api.post("/v1/receipts/verify", {"receipt": hold["receipt"]}).get_json()
+    assert verified["valid"] is True and verified["in_ledger"] is True
+    claims = verified["claims"]
+    assert claims["kind"] == "hold" and claims["hold_id"] == hold["hold_id"]
+    assert claims["amount"]["epsilon"] == 0.4 and "output_sha256" not in claims
+    charge = api.charge(epsilon=0.1).get_json()
+    claims = api.post("/v1/receipts/verify", {"receipt": charge["receipt"]}).get_json()["claims"]
+    assert claims["kind"] == "charge"
+
+
+def test_a_parallel_hold_charges_amount_times_multiplicity(api: Api) -> None:
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 1.0})
+    response = _hold(api, partitions=["a", "b", "c"], release="parallel")
+    assert response.status_code == 201, response.get_json()
+    hold = response.get_json()
+    assert hold["multiplicity"] == 2 and hold["charged"]["epsilon"] == 0.8
+    assert api.budget()["loss"]["epsilon"] == 0.8
+
+
+def test_a_hold_that_does_not_fit_is_denied_like_a_charge_and_ledgered(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    assert api.charge(epsilon=0.8).status_code == 201
+    response = _hold(api)
+    assert response.status_code == 409
+    body = response.get_json()
+    assert body["scope"] == "dataset" and body["requested"]["epsilon"] == 0.4
+    assert body["spent"]["epsilon"] == 0.8 and "this hold would exceed" in body["detail"]
+    denied = [e for e in api.ledger() if e["kind"] == "hold"]
+    assert [e["status"] for e in denied] == ["denied"]
+    assert api.budget()["loss"]["epsilon"] == 0.8 and api.budget()["held"]["epsilon"] == 0
+
+
+@pytest.mark.frozen_clock  # 10:30 UTC: the hour window ends at 11:00
+def test_a_hold_over_a_window_is_429_and_may_not_outlast_the_shortest_window(
+    api: Api,
+) -> None:
+    api.make_dataset(
+        budget={"epsilon": 10},
+        windows=[{"period": "1h", "epsilon": 0.5}, {"period": "1d", "epsilon": 1}],
+    )
+    response = _hold(api, amount={"epsilon": 0.6})
+    assert response.status_code == 409  # its cost alone exceeds the hour's limit
+    assert _hold(api, amount={"epsilon": 0.3}, expires_in=1800).status_code == 201
+    response = _hold(api, amount={"epsilon": 0.3}, expires_in=1800)
+    assert response.status_code == 429 and response.headers["Retry-After"] == "1800"
+    response = _hold(api, amount={"epsilon": 0.1}, expires_in=1801)
+    assert response.status_code == 400
+    [error] = response.get_json()["errors"]
+    assert error["field"] == "expires_in"
+    assert "2026-03-02T11:00:00Z" in error["message"] and "1800" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"expires_in": 0}, "expires_in"),
+        ({"expires_in": 604801}, "expires_in"),
+        ({"amount": {"rho": 0.1}}, "amount.rho"),
+        ({"amount": {"epsilon": -1}}, "amount.epsilon"),
+        ({"amount": {"epsilon": 0.1, "delta": 1e-9}}, "amount.delta"),
+        ({"amount": {}}, "amount"),
+        ({"mechanism": "nonesuch", "params": {}}, "mechanism"),
+        ({"mechanism": "laplace", "params": {"epsilon": 0}}, "params.epsilon"),
+        ({"partitions": []}, "partitions"),
+    ],
+)
+def test_bad_holds_are_400_naming_the_field_and_change_nothing(
+    api: Api, fields: dict[str, Any], field: str
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    response = _hold(api, **fields)
+    assert response.status_code == 400, response.get_json()
+    assert field in {error["field"] for error in response.get_json()["errors"]}
+    assert api.ledger() == [] and api.budget()["loss"]["epsilon"] == 0
+
+
+def test_a_hold_is_idempotent_under_its_key(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    first = _hold(api, headers={"Idempotency-Key": "job-7"})
+    again = _hold(api, headers={"Idempotency-Key": "job-7"})
+    assert first.status_code == again.status_code == 201
+    assert first.text == again.text
+    assert api.budget()["loss"]["epsilon"] == 0.4
+    other = _hold(api, amount={"epsilon": 0.2}, headers={"Idempotency-Key": "job-7"})
+    assert other.status_code == 422
+
+
+def test_a_hold_priced_by_the_subsampled_gaussian_on_rdp(api: Api) -> None:
+    api.make_dataset(accounting="rdp", rdp_order=8, budget={"epsilon": 10, "delta": 1e-6})
+    params = {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 1000, "sensitivity": 1}
+    response = _hold(api, mechanism="subsampled_gaussian", params=params)
+    assert response.status_code == 201, response.get_json()
+    hold = response.get_json()
+    expected = rdp_cost(
+        sampling_rate=Fraction(1, 100),
+        noise_multiplier=Fraction(11, 10),
+        steps=1000,
+        order=Fraction(8),
+    )
+    # rounded up to the stored resolution of 10^-12
+    assert 0 <= hold["amount"]["rdp"] - float(expected) <= 2e-12
+    assert hold["mechanism"] == "subsampled_gaussian"
+    assert abs(hold["amount"]["rdp"] - 0.584070335521) < 1e-11
+
+
+def test_an_accounting_only_mechanism_takes_no_record_level_sensitivity(api: Api) -> None:
+    """The job adds the noise for the clipping norm it states: the accountant cannot scale
+    it by the contribution bounds as it does for a mechanism it runs."""
+    api.make_dataset(
+        privacy_unit="user",
+        max_partitions_per_user=2,
+        max_records_per_user=3,
+        accounting="rdp",
+        rdp_order=8,
+        budget={"epsilon": 10, "delta": 1e-6},
+    )
+    params = {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 10, "sensitivity": 1}
+    response = _hold(
+        api, mechanism="subsampled_gaussian", params={**params, "sensitivity_unit": "record"}
+    )
+    assert response.status_code == 400, response.get_json()
+    [error] = response.get_json()["errors"]
+    assert error["field"] == "params.sensitivity_unit" and "accounting-only" in error["message"]
+    assert _hold(api, mechanism="subsampled_gaussian", params=params).status_code == 201
+
+
+def test_a_hold_priced_by_the_subsampled_gaussian_on_approx_needs_a_delta(api: Api) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 10, "delta": 1e-5})
+    params = {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 1000}
+    response = _hold(api, mechanism="subsampled_gaussian", params=params)
+    assert response.status_code == 400
+    assert "delta" in response.get_json()["detail"]
+    response = _hold(api, mechanism="subsampled_gaussian", params={**params, "delta": 1e-6})
+    assert response.status_code == 201, response.get_json()
+    amount = response.get_json()["amount"]
+    assert amount["delta"] == 1e-6 and 1.75 < amount["epsilon"] < 1.76
+
+
+@pytest.mark.frozen_clock
+def test_an_expired_hold_reads_expired_everywhere_and_keeps_its_charge(
+    api: Api, clock: FrozenClock
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold = _hold(api, expires_in=60).get_json()
+    path = f"/v1/holds/{hold['hold_id']}"
+    assert api.get(path).get_json()["state"] == "open"
+    clock.advance(59.999)
+    assert api.get(path).get_json()["state"] == "open"
+    clock.advance(0.001)  # expired from expires_at inclusive
+    assert api.get(path).get_json()["state"] == "expired"
+    assert [h["hold_id"] for h in api.get("/v1/holds?state=expired").get_json()["holds"]] == [
+        hold["hold_id"]
+    ]
+    assert api.get("/v1/holds?state=open").get_json()["holds"] == []
+    budget = api.budget()
+    assert budget["loss"]["epsilon"] == 0.4 and budget["held"]["epsilon"] == 0
+
+
+def test_who_may_hold_and_read_holds(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    service = api.make_consumer("svc", datasets=["clicks"])
+    other = api.make_consumer("other", datasets=["clicks"])
+    auditor = api.make_consumer("audit", role="auditor")
+    hold = _hold(api, headers={"Authorization": f"Bearer {service}"}).get_json()
+    assert _hold(api, headers={"Authorization": f"Bearer {auditor}"}).status_code == 403
+    path = f"/v1/holds/{hold['hold_id']}"
+    assert api.get(path, headers={"Authorization": f"Bearer {other}"}).status_code == 403
+    assert api.get(path, headers={"Authorization": f"Bearer {auditor}"}).status_code == 200
+    listed = api.get("/v1/holds", headers={"Authorization": f"Bearer {other}"}).get_json()
+    assert listed["holds"] == []
+    mine = api.get("/v1/holds?dataset=clicks", headers={"Authorization": f"Bearer {service}"})
+    assert [h["hold_id"] for h in mine.get_json()["holds"]] == [hold["hold_id"]]
+    assert api.get("/v1/holds/00000000-0000-4000-8000-000000000000").status_code == 404
+    assert api.get("/v1/holds?state=nonesuch").status_code == 400
+
+
+def test_an_export_with_holds_verifies_offline_and_an_edited_hold_id_shows(
+    api: Api, tmp_path: Path
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    assert api.charge(epsilon=0.1).status_code == 201
+    assert _hold(api).status_code == 201
+    assert _hold(api, amount={"epsilon": 0.9}).status_code == 409
+    lines = [line for line in api.get("/v1/ledger/export?format=jsonl").text.splitlines() if line]
+    assert [json.loads(line)["kind"] for line in lines] == ["charge", "hold", "hold"]
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for name, verify in _verifiers(tmp_path).items():
+        result = verify(path)
+        assert result.returncode == 0, (name, result.stdout, result.stderr)
+    edited = json.loads(lines[1])
+    edited["hold_id"] = "00000000-0000-4000-8000-000000000000"
+    path.write_text("\n".join([lines[0], json.dumps(edited), lines[2]]) + "\n", encoding="utf-8")
+    for name, verify in _verifiers(tmp_path).items():
+        assert verify(path).returncode != 0, name
