@@ -447,6 +447,27 @@ MUTATIONS = [
         "",
         ("tests/test_sampled_gaussian.py",),
     ),
+    Mutation(
+        "a draw charges the scopes again",
+        "accountant/services/charge_plan.py",
+        "        if decision.drawn_from is not None:\n",
+        "        if False:\n",
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "a draw may exceed its hold's remainder",
+        "accountant/accounting/holds.py",
+        '    if state == "open" and not any(after[name] > hold.amount[name] for name in names):',
+        '    if state == "open":',
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "an expired hold may be drawn on",
+        "accountant/accounting/holds.py",
+        '        if self.state == "open" and now_us >= self.expires_at:',
+        "        if False:",
+        ("tests/test_holds.py",),
+    ),
 ]
 
 #: Where each source folder lives as an importable package in the copy.

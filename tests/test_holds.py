@@ -257,3 +257,114 @@ def test_an_export_with_holds_verifies_offline_and_an_edited_hold_id_shows(
     path.write_text("\n".join([lines[0], json.dumps(edited), lines[2]]) + "\n", encoding="utf-8")
     for name, verify in _verifiers(tmp_path).items():
         assert verify(path).returncode != 0, name
+
+
+def _draw(api: Api, hold_id: str, **fields: Any) -> Any:
+    return api.charge(hold=hold_id, **fields)
+
+
+def test_a_draw_runs_its_mechanism_and_takes_its_cost_from_the_hold_alone(
+    api: Api, app: Any
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold = _hold(api, amount={"epsilon": 0.5}).get_json()
+    assert api.charge(epsilon=0.5).status_code == 201  # the lifetime is now full
+    assert api.charge(epsilon=0.1).status_code == 409
+    response = _draw(api, hold["hold_id"], epsilon=0.2)
+    assert response.status_code == 201, response.get_json()
+    drawn = response.get_json()
+    assert drawn["hold_id"] == hold["hold_id"] and len(drawn["output"]["values"]) == 1
+    assert drawn["cost"]["epsilon"] == 0.2 and drawn["charged"]["epsilon"] == 0
+    assert api.budget()["loss"]["epsilon"] == 1.0  # nothing charged twice
+    shown = api.get(f"/v1/holds/{hold['hold_id']}").get_json()
+    assert shown["drawn"]["epsilon"] == 0.2 and shown["amount"]["epsilon"] == 0.5
+    entry = api.ledger()[-1]
+    assert entry["kind"] == "charge" and entry["hold_id"] == hold["hold_id"]
+    assert entry["charged"]["epsilon"] == 0 and entry["cost"]["epsilon"] == 0.2
+    verified = api.post("/v1/receipts/verify", {"receipt": drawn["receipt"]}).get_json()
+    assert verified["in_ledger"] is True and verified["claims"]["hold_id"] == hold["hold_id"]
+    assert verified["claims"]["charged"]["epsilon"] == 0
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    _reconciles(app)
+
+
+def test_a_draw_over_the_remainder_is_409_naming_the_hold(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold_id = _hold(api, amount={"epsilon": 0.5}).get_json()["hold_id"]
+    assert _draw(api, hold_id, epsilon=0.2).status_code == 201
+    assert _draw(api, hold_id, epsilon=0.2).status_code == 201
+    response = _draw(api, hold_id, epsilon=0.2)
+    assert response.status_code == 409
+    body = response.get_json()
+    assert body["scope"] == "hold" and body["limit"]["epsilon"] == 0.5
+    assert body["spent"]["epsilon"] == 0.4 and body["requested"]["epsilon"] == 0.2
+    assert _draw(api, hold_id, epsilon=0.1).status_code == 201  # exactly the remainder
+    denied = [e for e in api.ledger() if e["status"] == "denied"]
+    assert [(e["hold_id"], e["detail"]["scope"]) for e in denied] == [(hold_id, "hold")]
+    assert api.budget()["loss"]["epsilon"] == 0.5
+
+
+@pytest.mark.frozen_clock
+def test_an_expired_hold_cannot_be_drawn_on(api: Api, clock: FrozenClock) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold_id = _hold(api, expires_in=60).get_json()["hold_id"]
+    clock.advance(60)
+    response = _draw(api, hold_id, epsilon=0.1)
+    assert response.status_code == 409
+    assert response.get_json()["scope"] == "hold" and "expired" in response.get_json()["detail"]
+
+
+def test_a_draw_names_its_holds_partitions_and_release(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold_id = _hold(api, partitions=["a", "b"]).get_json()["hold_id"]
+    for fields, field in (
+        ({"partitions": ["a"]}, "partitions"),
+        ({"partitions": ["a", "b"], "release": "parallel"}, "release"),
+    ):
+        response = _draw(api, hold_id, epsilon=0.1, **fields)
+        assert response.status_code == 400, response.get_json()
+        assert response.get_json()["errors"][0]["field"] == field
+    assert _draw(api, hold_id, partitions=["b", "a"], epsilon=0.1).status_code == 201
+    response = _draw(api, hold_id, partitions="*", epsilon=0.1)
+    assert response.status_code == 201 and response.get_json()["partitions"] == ["a", "b"]
+    missing = "00000000-0000-4000-8000-000000000000"
+    assert _draw(api, missing, partitions=["a", "b"]).status_code == 404
+    assert [e["status"] for e in api.ledger() if e["kind"] == "charge"] == ["granted"] * 2
+
+
+def test_only_its_holder_or_an_admin_draws_on_a_hold(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    holder = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    other = api.as_key(api.make_consumer("other", datasets=["clicks"]))
+    hold_id = _hold(holder).get_json()["hold_id"]
+    assert _draw(other, hold_id).status_code == 403
+    assert _draw(holder, hold_id).status_code == 201
+    assert _draw(api, hold_id).status_code == 201  # an admin may draw on any
+
+
+def test_preview_and_plan_check_a_draw_against_its_hold(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold_id = _hold(api, amount={"epsilon": 0.5}).get_json()["hold_id"]
+    body = {
+        "dataset": "clicks",
+        "partitions": ["p1"],
+        "mechanism": "laplace",
+        "params": {"epsilon": 0.2, "sensitivity": 1},
+        "hold": hold_id,
+    }
+    preview = api.post("/v1/charges/preview", body).get_json()
+    assert preview["granted"] is True
+    planned = api.post("/v1/charges/plan", body).get_json()
+    assert planned["fits"] == 2 and planned["limited_by"]["scope"] == "hold"
+    too_much = {**body, "params": {"epsilon": 0.6, "sensitivity": 1}}
+    refused = api.post("/v1/charges/preview", too_much).get_json()
+    assert refused["granted"] is False and refused["scope"] == "hold"
+
+
+def test_a_draw_is_idempotent_under_its_key(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold_id = _hold(api).get_json()["hold_id"]
+    first = _draw(api, hold_id, epsilon=0.1, headers={"Idempotency-Key": "d1"})
+    again = _draw(api, hold_id, epsilon=0.1, headers={"Idempotency-Key": "d1"})
+    assert first.status_code == again.status_code == 201 and first.text == again.text
+    assert api.get(f"/v1/holds/{hold_id}").get_json()["drawn"]["epsilon"] == 0.1

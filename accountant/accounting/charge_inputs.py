@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from accountant.accounting.holds import HoldState
 from accountant.accounting.loss import LossRule, Part, ScopeKey
 from accountant.accounting.modes import Mode, mode_of
 from accountant.exact import Amount, ComponentName, Limit
@@ -138,6 +139,7 @@ class ChargeRequest:
         key: the idempotency key, if any.
         fingerprint: the SHA-256 of the body (``idempotency.fingerprint``).
         hold: for a hold, its terms (None: a charge).
+        draw: the id of the hold a charge draws on (None: it charges the scopes).
     """
 
     dataset: str
@@ -152,6 +154,7 @@ class ChargeRequest:
     key: str | None = None
     fingerprint: str = ""
     hold: HoldTerms | None = None
+    draw: str | None = None
 
     @property
     def mechanism_to_run(self) -> Mechanism:
@@ -203,3 +206,5 @@ class ChargeReads:
     #: s(p) in the lifetime scope of the charged partitions that have spent, when the
     #: dataset has a per-partition limit (read only then).
     spends: Mapping[str, Amount]
+    #: The hold a charge draws on, as it stands (None: none asked, or no such hold).
+    hold: HoldState | None = None

@@ -51,6 +51,7 @@ class Denial:
         requested: the charge's per-release cost.
         partition: the partition a per-partition denial names.
         window: the window of a window denial.
+        hold_state: the state of the hold a draw was refused on (scope ``hold``).
     """
 
     scope: str
@@ -59,6 +60,7 @@ class Denial:
     requested: Amount
     partition: str | None = None
     window: Window | None = None
+    hold_state: str | None = None
 
 
 def scope_check(

@@ -31,8 +31,9 @@ from functools import partial
 from typing import Any
 
 from accountant.accounting import checks as rules
-from accountant.accounting import pricing
+from accountant.accounting import holds, pricing
 from accountant.accounting.charge_inputs import ChargeReads, ChargeRequest, Column, DatasetState
+from accountant.accounting.holds import HoldState
 from accountant.accounting.loss import (
     PARTS,
     LossRule,
@@ -134,6 +135,8 @@ class Decision:
     now_us: int
     #: A hold's expiry (microseconds); None for a charge.
     expires_at: int | None = None
+    #: The hold a charge draws on (None: it charges the scopes).
+    drawn_from: HoldState | None = None
 
     @property
     def granted(self) -> bool:
@@ -144,8 +147,20 @@ class Decision:
         loss = self.lifetime_after if self.granted else self.lifetime_now
         return rules.remaining(self.dataset.limit, loss, self.mode.components)
 
+    def refusal(self, cost: Amount, m: int) -> rules.Denial | None:
+        """The denial of a charge of per-release ``cost`` and multiplicity ``m`` on the same
+        reads (n identical charges are one of cost x n): the first scope it would break, or,
+        drawing on a hold, the hold's remainder. None: it would be granted."""
+        if self.drawn_from is not None:
+            return holds.draw_denial(self.drawn_from, cost, self.now_us, self.mode.components)
+        return rules.first_denial(self.checker.checks(cost, m), cost, self.mode.components)
+
     @property
     def charged(self) -> Amount:
+        """What the running totals grow by: cost x multiplicity, nothing for a draw (its
+        hold charged it)."""
+        if self.drawn_from is not None:
+            return Amount()
         return charged(self.priced.cost, self.priced.multiplicity)
 
 
@@ -157,7 +172,19 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
     dataset = reads.dataset
     _check_grant(dataset, request, preview)
     mode, rule = dataset.mode, dataset.rule
-    ids, keys, all_partitions = _resolve(reads.partitions, dataset, request.partitions)
+    if request.draw is None:
+        ids, keys, all_partitions = _resolve(reads.partitions, dataset, request.partitions)
+    else:
+        keys = holds.drawn_partitions(
+            reads.hold,
+            hold_id=request.draw,
+            dataset_id=dataset.id,
+            requested=request.partitions,
+            release=request.release,
+            consumer_id=request.principal.consumer_id,
+            role=dataset.role,
+        )
+        ids, all_partitions = dict(reads.partitions), False
     priced = _price(request, dataset, len(keys))
     windows = windows_at(dataset, reads.now_us)
     if request.hold is None:
@@ -179,6 +206,27 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
         spends=reads.spends,
     )
     cost, m = priced.cost, priced.multiplicity
+    if reads.hold is not None and request.draw is not None:
+        # the hold charged every scope already: the draw changes none, and fits its remainder
+        checks = checker.checks(Amount(), 0)
+        denial = holds.draw_denial(reads.hold, cost, reads.now_us, mode.components)
+        return Decision(
+            dataset=dataset,
+            mode=mode,
+            partitions=keys,
+            priced=priced,
+            denial=denial,
+            lifetime_after=checks[0].after,
+            lifetime_now=checks[0].spent,
+            scopes=scopes,
+            partition_ids=ids,
+            all_partitions=all_partitions,
+            never_fits=False,
+            checks=tuple(checks),
+            checker=checker,
+            now_us=reads.now_us,
+            drawn_from=reads.hold,
+        )
     checks = checker.checks(cost, m)
     denial = rules.first_denial(checks, cost, mode.components)
     never = denial is not None and rules.never_fits(

@@ -74,6 +74,7 @@ def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
         principal=caller,
         data=data,
         noise_secret=runtime().charging.noise.id,
+        draw=body.get("hold"),
     )
 
 
@@ -128,7 +129,7 @@ def answer(facts: dict[str, Any], output: dict[str, Any] | None) -> Response:
             "created_at": facts["created_at"],
         }
     )
-    body.update({k: facts[k] for k in ("ledger", "accuracy") if k in facts})
+    body.update({k: facts[k] for k in ("ledger", "accuracy", "hold_id") if k in facts})
     return Response(dumps(body), status=201, mimetype="application/json")
 
 

@@ -169,6 +169,12 @@ CHARGE: dict[str, Any] = {
         "params": {"type": "object"},
         "input": {"type": "object"},
         "idempotency_key": {"type": "string", "minLength": 1, "maxLength": 255},
+        "hold": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 36,
+            "description": "the id of a hold to draw on (POST /v1/holds): its remainder pays",
+        },
     },
     "required": ["dataset", "partitions", "mechanism", "params", "input"],
     "additionalProperties": False,

@@ -103,8 +103,11 @@ def plan(
         main.append(_count(decision, request))
     opening: list[Block] = []
     if decision.granted:
-        opening, scopes = _scope_writes(decision)
-        main += scopes
+        if decision.drawn_from is not None:
+            main.append(_draw(decision))  # its hold charged every scope already
+        else:
+            opening, scopes = _scope_writes(decision)
+            main += scopes
         if signing.publish:
             main.append(receipts.published(signing.signer, now))
         if hold is None:
@@ -147,7 +150,7 @@ def _entry(
         status="granted" if granted else "denied",
         created_at=decision.now_us,
         charge_id=charge_id if hold is None else None,
-        hold_id=None if hold is None else hold.hold_id,
+        hold_id=request.draw if hold is None else hold.hold_id,
         mechanism=None if request.mechanism is None else request.mechanism.name,
         release=request.release,
         partitions=decision.partitions,
@@ -205,6 +208,23 @@ def _hold_row(decision: Decision, request: ChargeRequest) -> Write:
         },
     )
 
+
+def _draw(decision: Decision) -> Write:
+    """A draw's cost taken from its hold's remainder (the dataset's lock serialises every
+    write to a hold, so the new figure is computed here)."""
+    hold = decision.drawn_from
+    assert hold is not None
+    drawn = hold.drawn.plus(decision.priced.cost)
+    return Write(
+        _UPDATE_DRAWN, {"id": hold.id, "e": drawn.epsilon, "d": drawn.delta, "r": drawn.rho}
+    )
+
+
+_UPDATE_DRAWN = statement(
+    update(Hold)
+    .where(Hold.id == bindparam("id"))
+    .values(drawn_epsilon=bindparam("e"), drawn_delta=bindparam("d"), drawn_rho=bindparam("r"))
+)
 
 _INSERT_HOLD = statement(
     insert(Hold).values({c.name: bindparam(c.name) for c in Hold.__table__.columns})

@@ -14,7 +14,9 @@
    statement itself, so that no other charge reads them);
 3. every scope row the charge may touch, each with the largest old s(p)
    among the charged partitions: a bounded read whatever the history;
-4. with an idempotency key, the response remembered for it.
+4. with an idempotency key, the response remembered for it;
+5. for a charge that draws on a hold, the hold's row. Every write to a hold
+   happens under its dataset's lock, so this read is as good as its own lock.
 
 They name the dataset by name, not id, so none waits for another's
 result: on PostgreSQL all of them come back in one round trip and, being
@@ -27,6 +29,7 @@ round trip.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +53,7 @@ from accountant.accounting.charge_inputs import (
     WindowLimit,
 )
 from accountant.accounting.decide import scope_keys, windows_at
+from accountant.accounting.holds import HoldState
 from accountant.accounting.windows import PERIODS, Window
 from accountant.clock import Clock
 from accountant.driver import Driver, Pending, Rows
@@ -60,6 +64,7 @@ from accountant.models import (
     Consumer,
     Dataset,
     Grant,
+    Hold,
     Partition,
     Tally,
     TallySpend,
@@ -104,6 +109,7 @@ class _Sent:
     scopes: Pending[Rows]
     keys: list[str] | None  # the charged partitions' keys (None: "*")
     at: float  # the clock's reading they were sent at (seconds)
+    hold: Pending[HoldState | None] | None = None  # the hold a charge draws on
 
 
 def _send(driver: Driver, request: ChargeRequest, now: float, *, lock: bool) -> _Sent:
@@ -121,7 +127,8 @@ def _send(driver: Driver, request: ChargeRequest, now: float, *, lock: bool) -> 
     params = {"name": name} | ({} if keys is None else {"keys": keys})
     partitions = driver.send(_PARTITIONS[keys is not None], params, list)
     scopes = _send_scopes(driver, name, caller.consumer_id, keys, now)
-    return _Sent(dataset, partitions, scopes, keys, now)
+    hold = None if request.draw is None else driver.send(_HOLD, {"id": request.draw}, _hold)
+    return _Sent(dataset, partitions, scopes, keys, now, hold)
 
 
 def _complete(
@@ -167,7 +174,35 @@ def _complete(
                 inside=inside,
                 outside=outside,
             )
-    return ChargeReads(dataset=dataset, now_us=now_us, partitions=ids, scopes=scopes, spends=spends)
+    return ChargeReads(
+        dataset=dataset,
+        now_us=now_us,
+        partitions=ids,
+        scopes=scopes,
+        spends=spends,
+        hold=None if sent.hold is None else sent.hold.result(),
+    )
+
+
+_HOLD = statement(select(Hold).where(Hold.id == bindparam("id")))
+
+
+def _hold(rows: Rows) -> HoldState | None:
+    if not rows:
+        return None
+    row = rows[0]
+    partitions = json.loads(row.partitions) if isinstance(row.partitions, str) else row.partitions
+    return HoldState(
+        id=row.id,
+        dataset_id=row.dataset_id,
+        consumer_id=row.consumer_id,
+        release=row.release,
+        partitions=tuple(partitions),
+        amount=Amount(row.amount_epsilon, row.amount_delta, row.amount_rho),
+        drawn=Amount(row.drawn_epsilon, row.drawn_delta, row.drawn_rho),
+        state=row.state,
+        expires_at=row.expires_at,
+    )
 
 
 def _state(name: str, rows: Rows) -> DatasetState:

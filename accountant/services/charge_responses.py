@@ -66,6 +66,8 @@ def granted(
             "accuracy": accuracy(request.mechanism_to_run, priced.run_params, request.data),
         }
     )
+    if request.draw is not None:
+        body["hold_id"] = request.draw
     body["receipt"] = receipts.receipt(
         signer,
         charge_id=charge_id,
@@ -78,6 +80,7 @@ def granted(
         output_sha256=output_sha256,
         ledger=body["ledger"],
         issued_at=created_at // 1_000_000,
+        hold_id=request.draw,
     )
     return body
 
@@ -177,7 +180,13 @@ def _figures(amount: dict[str, Any]) -> dict[str, Any]:
 
 def reason(evaluation: Evaluation, denial: Denial) -> str:
     """One sentence: which scope, its limit, what is spent and what was asked for."""
+    if denial.scope == "hold" and denial.hold_state != "open":
+        return (
+            f"the hold is {denial.hold_state}: nothing more can be drawn on it; make a new "
+            "hold (POST /v1/holds) or charge without one"
+        )
     where = {
+        "hold": "the hold's remainder (its amount less what charges drew from it)",
         "dataset": "the dataset's lifetime budget",
         "partition": f"the budget of partition {denial.partition!r}",
         "consumer": "your quota on this dataset",

@@ -36,11 +36,9 @@ def most_that_fit(evaluation: Evaluation) -> tuple[int, rules.Denial]:
     """(n, the denial of the (n+1)-th): every amount saturates below 2^62 units, far above
     any limit, so the doubling ends."""
     cost, m = evaluation.priced.cost, evaluation.priced.multiplicity
-    names = evaluation.mode.components
 
     def denial(n: int) -> rules.Denial | None:
-        scaled = cost.scaled(n)
-        return rules.first_denial(evaluation.checker.checks(scaled, m), scaled, names)
+        return evaluation.refusal(cost.scaled(n), m)
 
     first = denial(1)
     if first is not None:
@@ -92,13 +90,7 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int, now_us:
             )
         except pricing.PricingError:
             return False
-        scaled = priced.cost.scaled(count)
-        return (
-            rules.first_denial(
-                evaluation.checker.checks(scaled, priced.multiplicity), scaled, mode.components
-            )
-            is None
-        )
+        return evaluation.refusal(priced.cost.scaled(count), priced.multiplicity) is None
 
     # bisection on the logarithm between the schema's bounds, toward more noise
     low, high = math.log(_LOW), math.log(_HIGH)

@@ -63,7 +63,7 @@ def in_ledger(session: Session, claims: dict[str, Any]) -> bool | None:
         found is not None
         and found.hash == entry.get("hash")
         and found.charge_id == claims.get("charge_id")
-        and (claims.get("kind") != "hold" or found.hold_id == claims.get("hold_id"))
+        and found.hold_id == claims.get("hold_id")
     )
 
 
@@ -88,10 +88,12 @@ def receipt(
     output_sha256: str,
     ledger: dict[str, Any],
     issued_at: int,
+    hold_id: str | None = None,
 ) -> str:
     """The signed claims of a grant: ``cost`` per release, and ``charged`` = cost x
-    ``multiplicity``, what the dataset's running total grew by; ``ledger``, the seq and hash
-    of the charge's ledger entry (the chain's head right after it)."""
+    ``multiplicity``, what the dataset's running total grew by (nothing for a draw on hold
+    ``hold_id``, which its hold charged); ``ledger``, the seq and hash of the charge's
+    ledger entry (the chain's head right after it)."""
     claims = {
         "kind": "charge",
         "charge_id": charge_id,
@@ -105,6 +107,8 @@ def receipt(
         "ledger": ledger,
         "iat": issued_at,
     }
+    if hold_id is not None:
+        claims["hold_id"] = hold_id
     return sign(private, claims)
 
 
