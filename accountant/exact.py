@@ -121,6 +121,15 @@ class Amount:
             min(self.rho + other.rho, SATURATION),
         )
 
+    def minus(self, other: Amount) -> Amount:
+        """What is left of this amount once ``other``, a part of it, is taken away (a
+        settle gives back part of what its hold added): exact, and never below zero, which
+        would mean ``other`` was not part of it."""
+        left = Amount(self.epsilon - other.epsilon, self.delta - other.delta, self.rho - other.rho)
+        if min(left.epsilon, left.delta, left.rho) < 0:
+            raise ValueError(f"{other} is not part of {self}")
+        return left
+
     def scaled(self, m: int) -> Amount:
         return Amount(
             min(self.epsilon * m, SATURATION),

@@ -468,6 +468,34 @@ MUTATIONS = [
         "        if False:",
         ("tests/test_holds.py",),
     ),
+    Mutation(
+        "a settle may go below what its charges drew",
+        "accountant/accounting/holds.py",
+        "        if used[name] < hold.drawn[name]:",
+        "        if False:",
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "a plan composed tightly on approx settles at fewer steps",
+        "accountant/accounting/holds.py",
+        "    if whole_only and used not in (hold.amount, hold.drawn):",
+        "    if False:",
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "a settle leaves the scopes' largest s(p) as it was",
+        "accountant/services/settles.py",
+        '        values[getattr(Tally, f"max_{name}")] = largest',
+        "        pass",
+        ("tests/test_holds.py",),
+    ),
+    Mutation(
+        "the ledger's verifier does not replay settles",
+        "accountant/services/verification.py",
+        "        elif gives_back(entry.kind, entry.status):",
+        "        elif False:",
+        ("tests/test_holds.py",),
+    ),
 ]
 
 #: Where each source folder lives as an importable package in the copy.

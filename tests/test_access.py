@@ -122,6 +122,14 @@ ROUTES: dict[str, tuple[Setup, dict[str, int]]] = {
         _route("POST", "/v1/holds", {"dataset": "clicks", **HOLD}),
         {"admin": 201, "auditor": 403, "service": 201, "outsider": 403},
     ),
+    "settle hold": (
+        lambda api: ("POST", f"/v1/holds/{_hold_id(api)}/settle", {"used": {"epsilon": 0.1}}),
+        {"admin": 200, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "release hold": (
+        lambda api: ("POST", f"/v1/holds/{_hold_id(api)}/release", {}),
+        {"admin": 200, "auditor": 403, "service": 403, "outsider": 403},
+    ),
     "list holds": (
         _route("GET", "/v1/holds"),
         {"admin": 200, "auditor": 200, "service": 200, "outsider": 200},
@@ -172,6 +180,8 @@ def test_the_matrix_covers_every_v1_route() -> None:
         "/v1/charges/{charge_id}",
         "/v1/holds",
         "/v1/holds/{hold_id}",
+        "/v1/holds/{hold_id}/settle",
+        "/v1/holds/{hold_id}/release",
         "/v1/ledger",
         "/v1/ledger/export",
         "/v1/ledger/verify",

@@ -368,3 +368,159 @@ def test_a_draw_is_idempotent_under_its_key(api: Api) -> None:
     again = _draw(api, hold_id, epsilon=0.1, headers={"Idempotency-Key": "d1"})
     assert first.status_code == again.status_code == 201 and first.text == again.text
     assert api.get(f"/v1/holds/{hold_id}").get_json()["drawn"]["epsilon"] == 0.1
+
+
+def _settle(api: Api, hold_id: str, body: Any, **kw: Any) -> Any:
+    return api.post(f"/v1/holds/{hold_id}/settle", body, **kw)
+
+
+def test_a_settle_returns_what_the_job_did_not_use_to_every_scope(api: Api, app: Any) -> None:
+    api.make_dataset(budget={"epsilon": 1.0}, partition_budget={"epsilon": 0.6})
+    hold = _hold(api, amount={"epsilon": 0.5}).get_json()
+    assert _draw(api, hold["hold_id"], epsilon=0.1).status_code == 201
+    assert api.charge(epsilon=0.2).status_code == 409  # p1: 0.5 of 0.6 spent
+    response = _settle(api, hold["hold_id"], {"used": {"epsilon": 0.3}})
+    assert response.status_code == 200, response.get_json()
+    settled = response.get_json()
+    assert settled["state"] == "settled" and settled["used"]["epsilon"] == 0.3
+    assert settled["returned"]["epsilon"] == 0.2 and settled["drawn"]["epsilon"] == 0.1
+    budget = api.budget()
+    assert budget["loss"]["epsilon"] == 0.3 and budget["held"]["epsilon"] == 0
+    assert budget["partitions"]["max_spent"]["epsilon"] == 0.3
+    assert api.charge(epsilon=0.3).status_code == 201  # p1: 0.6 of 0.6
+    [entry] = [e for e in api.ledger() if e["kind"] == "settle"]
+    assert entry["charged"]["epsilon"] == -0.2 and entry["hold_id"] == hold["hold_id"]
+    verified = api.post("/v1/receipts/verify", {"receipt": settled["receipt"]}).get_json()
+    assert verified["valid"] is True and verified["in_ledger"] is True
+    assert verified["claims"]["kind"] == "settle" and verified["claims"]["used"]["epsilon"] == 0.3
+    shown = api.get(f"/v1/holds/{hold['hold_id']}").get_json()
+    assert shown["state"] == "settled" and shown["returned"]["epsilon"] == 0.2
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    _reconciles(app)
+    # settled once: neither a second settle nor a draw
+    assert _settle(api, hold["hold_id"], {"used": {"epsilon": 0.3}}).status_code == 409
+    response = _draw(api, hold["hold_id"], epsilon=0.1)
+    assert response.status_code == 409 and "settled" in response.get_json()["detail"]
+
+
+def test_a_release_settles_at_what_charges_drew(api: Api, app: Any) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold_id = _hold(api, amount={"epsilon": 0.5}).get_json()["hold_id"]
+    assert _draw(api, hold_id, epsilon=0.15).status_code == 201
+    response = api.post(f"/v1/holds/{hold_id}/release")
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["used"]["epsilon"] == 0.15
+    assert response.get_json()["returned"]["epsilon"] == 0.35
+    assert api.budget()["loss"]["epsilon"] == 0.15
+    assert api.post(f"/v1/holds/{hold_id}/release").status_code == 409
+    _reconciles(app)
+
+
+@pytest.mark.parametrize(
+    ("used", "field"),
+    [
+        ({"epsilon": 0.05}, "used"),  # below what charges drew
+        ({"epsilon": 0.6}, "used"),  # above the amount
+        ({"rho": 0.1}, "used.rho"),
+        ({"epsilon": -0.1}, "used.epsilon"),
+    ],
+)
+def test_a_settle_outside_drawn_and_amount_is_400_and_changes_nothing(
+    api: Api, used: dict[str, Any], field: str
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold_id = _hold(api, amount={"epsilon": 0.5}).get_json()["hold_id"]
+    assert _draw(api, hold_id, epsilon=0.1).status_code == 201
+    response = _settle(api, hold_id, {"used": used})
+    assert response.status_code == 400, response.get_json()
+    assert response.get_json()["errors"][0]["field"] == field
+    assert api.budget()["loss"]["epsilon"] == 0.5
+    assert api.get(f"/v1/holds/{hold_id}").get_json()["state"] == "open"
+
+
+def test_a_job_on_rdp_that_stopped_early_settles_at_the_steps_it_ran(api: Api, app: Any) -> None:
+    api.make_dataset(accounting="rdp", rdp_order=8, budget={"epsilon": 10, "delta": 1e-6})
+    params = {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 1000}
+    hold = _hold(api, mechanism="subsampled_gaussian", params=params).get_json()
+    response = _settle(api, hold["hold_id"], {"params": {"steps": 600}})
+    assert response.status_code == 200, response.get_json()
+    ran = rdp_cost(
+        sampling_rate=Fraction(1, 100),
+        noise_multiplier=Fraction(11, 10),
+        steps=600,
+        order=Fraction(8),
+    )
+    used = response.get_json()["used"]["rdp"]
+    assert 0 <= used - float(ran) <= 2e-12
+    assert api.budget()["loss"]["rdp"] == used
+    _reconciles(app)
+
+
+def test_a_plan_composed_tightly_on_approx_settles_whole_or_is_released(api: Api) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 10, "delta": 1e-5})
+    params = {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 1000, "delta": 1e-6}
+    first = _hold(api, mechanism="subsampled_gaussian", params=params).get_json()["hold_id"]
+    response = _settle(api, first, {"params": {"steps": 600}})
+    assert response.status_code == 400
+    assert response.get_json()["errors"][0]["field"] == "params"
+    response = _settle(api, first, {"used": {"epsilon": 1.0, "delta": 1e-6}})
+    assert response.status_code == 400
+    response = _settle(api, first, {"params": {"steps": 1000}})
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["returned"]["epsilon"] == 0
+    second = _hold(api, mechanism="subsampled_gaussian", params=params).get_json()["hold_id"]
+    assert api.post(f"/v1/holds/{second}/release").status_code == 200
+
+
+@pytest.mark.frozen_clock
+def test_a_settle_gives_back_to_the_window_the_hold_was_charged_to(
+    api: Api, app: Any, clock: FrozenClock
+) -> None:
+    api.make_dataset(budget={"epsilon": 10}, windows=[{"period": "1d", "epsilon": 0.5}])
+    hold_id = _hold(api, amount={"epsilon": 0.4}).get_json()["hold_id"]
+    assert api.charge(epsilon=0.2).status_code == 429
+    assert _settle(api, hold_id, {"used": {"epsilon": 0.1}}).status_code == 200
+    assert api.budget()["windows"][0]["loss"]["epsilon"] == 0.1
+    assert api.charge(epsilon=0.2).status_code == 201
+    _reconciles(app)
+
+
+def test_a_parallel_hold_on_a_user_dataset_settles_exactly(api: Api, app: Any) -> None:
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 2.0})
+    assert api.charge(partitions=["a"], epsilon=0.3).status_code == 201
+    hold = _hold(api, partitions=["a", "b", "c"], release="parallel").get_json()
+    assert api.budget()["loss"]["epsilon"] == 1.1  # min(T 0.3 + 0.8, top-2 0.7 + 0.4)
+    response = _settle(api, hold["hold_id"], {"used": {"epsilon": 0.1}})
+    assert response.status_code == 200, response.get_json()
+    assert api.budget()["loss"]["epsilon"] == 0.5  # min(0.3 + 0.2, 0.4 + 0.1)
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    _reconciles(app)
+
+
+@pytest.mark.frozen_clock
+def test_an_expired_hold_cannot_be_settled_and_keeps_its_charge(
+    api: Api, clock: FrozenClock
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    hold_id = _hold(api, expires_in=60).get_json()["hold_id"]
+    clock.advance(60)
+    assert _settle(api, hold_id, {"used": {"epsilon": 0.1}}).status_code == 409
+    assert api.post(f"/v1/holds/{hold_id}/release").status_code == 409
+    assert api.budget()["loss"]["epsilon"] == 0.4
+
+
+def test_who_may_settle_and_a_settle_is_idempotent(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    holder = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    other = api.as_key(api.make_consumer("other", datasets=["clicks"]))
+    hold_id = _hold(holder).get_json()["hold_id"]
+    assert _settle(other, hold_id, {"used": {"epsilon": 0.1}}).status_code == 403
+    key = {"Idempotency-Key": "settle-1"}
+    first = _settle(holder, hold_id, {"used": {"epsilon": 0.1}}, headers=key)
+    again = _settle(holder, hold_id, {"used": {"epsilon": 0.1}}, headers=key)
+    assert first.status_code == again.status_code == 200 and first.text == again.text
+    assert _settle(holder, hold_id, {"used": {"epsilon": 0.2}}, headers=key).status_code == 422
+    admin_held = _hold(api).get_json()["hold_id"]
+    assert api.post(f"/v1/holds/{admin_held}/release", headers=key).status_code == 200
+    missing = "00000000-0000-4000-8000-000000000000"
+    assert _settle(api, missing, {"used": {"epsilon": 0.1}}).status_code == 404

@@ -9,10 +9,13 @@ kind), by the consumer that holds it or an admin, while the hold is open.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from accountant.accounting.checks import Denial
-from accountant.errors import Forbidden, NotFound, field_error
+from accountant.accounting.loss import LossRule, ScopeBooks, ScopeKey, loss_now
+from accountant.errors import Conflict, Forbidden, NotFound, field_error
 from accountant.exact import Amount, ComponentName, Limit
 
 
@@ -30,6 +33,10 @@ class HoldState:
         drawn: what charges have drawn from it so far (per release).
         state: as stored: ``open`` or ``settled``.
         expires_at: its expiry (microseconds).
+        multiplicity: m, how many times its amount counted in the running totals.
+        mechanism: the mechanism that priced it (None: a stated amount).
+        params: that mechanism's parameters, as stored.
+        scopes: the keys of the scopes it charged.
     """
 
     id: str
@@ -41,6 +48,10 @@ class HoldState:
     drawn: Amount
     state: str
     expires_at: int
+    multiplicity: int = 1
+    mechanism: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    scopes: tuple[ScopeKey, ...] = ()
 
     def state_at(self, now_us: int) -> str:
         """``open``, ``settled``, or ``expired`` from ``expires_at`` inclusive."""
@@ -99,3 +110,76 @@ def draw_denial(
         requested=cost,
         hold_state=state,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settlement:
+    """A hold settled: what its job used in all (per release, what charges drew included),
+    what goes back to every scope it charged (its amount less that, per release; times its
+    multiplicity in the running totals), and the dataset's lifetime loss after."""
+
+    hold: HoldState
+    used: Amount
+    returned: Amount
+    lifetime_after: Amount
+
+
+def settle(
+    hold: HoldState | None,
+    *,
+    hold_id: str,
+    used: Amount,
+    consumer_id: int,
+    role: str | None,
+    now_us: int,
+    names: tuple[ComponentName, ...],
+    rule: LossRule,
+    lifetime: ScopeBooks,
+    whole_only: bool,
+    field_name: str,
+) -> Settlement:
+    """Settle ``hold`` at ``used``: its holder or an admin, while it is open, at no less
+    than what its charges drew and no more than its amount in any component. What it did
+    not use goes back; ``lifetime`` (the dataset's lifetime books, every s(p)) gives the
+    loss after. ``whole_only``: the hold was priced by composing a fixed plan tightly
+    (``subsampled_gaussian`` on approx), valid only for that plan, so it settles at its
+    full amount or is released (at what was drawn), never in between. ``field_name`` names
+    what stated ``used`` in a 400. A 404, 403, 409 (settled or expired) or 400 otherwise.
+    """
+    if hold is None:
+        raise NotFound(f"no hold with id {hold_id!r}; list holds with GET /v1/holds")
+    if role != "admin" and hold.consumer_id != consumer_id:
+        raise Forbidden(f"hold {hold_id!r} is another consumer's; only it or an admin may settle")
+    state = hold.state_at(now_us)
+    if state != "open":
+        raise Conflict(
+            f"hold {hold_id!r} is {state}: it can be settled or released only once, "
+            "while it is open; an expired hold keeps its amount charged"
+        )
+    for name in names:
+        if used[name] < hold.drawn[name]:
+            raise field_error(
+                field_name,
+                f"the job used at least what its charges drew ({name} units "
+                f"{hold.drawn[name]}, in units of the ledger); state the total, draws included",
+            )
+        if used[name] > hold.amount[name]:
+            raise field_error(
+                field_name,
+                f"more than the hold's amount ({name} units {hold.amount[name]}); a job may "
+                "not use more than it held: charge the rest",
+            )
+    if whole_only and used not in (hold.amount, hold.drawn):
+        raise field_error(
+            field_name,
+            f"hold {hold_id!r} was priced by composing its steps as a plan fixed in advance, "
+            "which is valid only for the whole plan: settle it at its full amount (the same "
+            "steps) or release it if nothing ran outside the accountant",
+        )
+    returned = hold.amount.minus(used)
+    lifetime.remove(
+        returned, hold.multiplicity, list(hold.partitions), hold.release, kept=rule.parts
+    )
+    k = rule.max_partitions_per_user if rule.uses_top_k else None
+    after = loss_now(rule, lifetime.state(k), names)
+    return Settlement(hold=hold, used=used, returned=returned, lifetime_after=after)

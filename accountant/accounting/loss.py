@@ -233,6 +233,23 @@ class ScopeBooks:
                 for key in partitions:
                     books.spends[key] = books.spends.get(key, Amount()).plus(cost)
 
+    def remove(
+        self,
+        cost: Amount,
+        m: int,
+        partitions: list[str],
+        release: str | None,
+        kept: tuple[Part, ...] = PARTS,
+    ) -> None:
+        """Take back per-release ``cost`` of a hold of multiplicity ``m`` and kind
+        ``release`` that a settle returns: exactly what ``add`` added for that part of it, in
+        the ``kept`` parts (books read from a dataset's rows hold only its rule's parts)."""
+        for part, books in self.parts.items():
+            if part in kept and holds(part, release):
+                books.total = books.total.minus(charged(cost, m))
+                for key in partitions:
+                    books.spends[key] = books.spends[key].minus(cost)
+
     @property
     def max_spend(self) -> Amount:
         """The largest s(p) per component (each may come from another partition)."""
@@ -297,6 +314,20 @@ class RunningLoss:
                     if value > top[smallest]:
                         del top[smallest]
                         top[key] = value
+
+    def remove(self, cost: Amount, m: int, partitions: list[str], release: str | None) -> None:
+        """Record a settle that returns per-release ``cost`` of a hold of multiplicity ``m``
+        and kind ``release``. Spends fall, so each k largest s(p) is found again from every
+        s(p) (settles are rare; charges keep the incremental ``add``)."""
+        self.books.remove(cost, m, partitions, release)
+        k = 1 if self.rule.privacy_unit != "user" else self.rule.max_partitions_per_user
+        if k is None:
+            return
+        for part in self.rule.parts:
+            spends = self.books.parts[part].spends
+            for name in self.names:
+                largest = sorted(spends, key=lambda key: spends[key][name], reverse=True)[:k]
+                self.top[part, name] = {key: spends[key][name] for key in largest}
 
     @property
     def loss(self) -> Amount:

@@ -149,7 +149,14 @@ MEASURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 def stated(
-    *, amount: Mapping[str, Any], mode: Mode, rule: LossRule, release: str, n: int
+    *,
+    amount: Mapping[str, Any],
+    mode: Mode,
+    rule: LossRule,
+    release: str,
+    n: int,
+    field: str = "amount",
+    zero_ok: bool = False,
 ) -> Priced:
     """A per-release cost stated in the dataset's measure (a hold's ``amount``), as an
     exact amount, every component rounded up like a declared cost.
@@ -161,6 +168,8 @@ def stated(
         rule: the dataset's loss rule.
         release: ``joint`` or ``parallel``.
         n: |P|, the number of charged partitions.
+        field: the request field that states it (``amount``, or a settle's ``used``).
+        zero_ok: whether nothing at all may be stated (a settle's ``used``).
 
     Raises:
         PricingError: a component the mode does not measure, or a missing or zero one.
@@ -171,11 +180,11 @@ def stated(
             raise PricingError(
                 f"a {mode.name} dataset measures amounts in {', '.join(allowed)}; "
                 f"{name} is not one of them",
-                f"amount.{name}",
+                f"{field}.{name}",
             )
     for name in required:
         if name not in amount:
-            raise PricingError(f"state {name}, the {mode.name} dataset's measure", "amount")
+            raise PricingError(f"state {name}, the {mode.name} dataset's measure", field)
     values = {name: Fraction(value) for name, value in amount.items()}
     cost = mode.amount_of(
         StatedCost(
@@ -186,8 +195,8 @@ def stated(
             mu=values.get("mu"),
         )
     )
-    if cost == Amount():
-        raise PricingError("a hold must reserve something: state a positive amount", "amount")
+    if cost == Amount() and not zero_ok:
+        raise PricingError("a hold must reserve something: state a positive amount", field)
     return Priced(cost, rule.multiplicity(release, n), {})
 
 

@@ -16,7 +16,7 @@ from accountant.api.charges import checked_partitions
 from accountant.api.common import json_body
 from accountant.errors import field_error
 from accountant.jsonio import dumps
-from accountant.services import charges, holds, idempotency, ledger_reads
+from accountant.services import charges, holds, idempotency, ledger_reads, settles
 from accountant.services.api_keys import Principal
 from accountant.web import db, driver, runtime
 
@@ -80,6 +80,54 @@ def answer(facts: dict[str, Any]) -> Response:
         return charge_answer(facts, None)
     body = {k: v for k, v in facts.items() if k != "kind"}
     return Response(dumps(body), status=201, mimetype="application/json")
+
+
+@bp.post("/v1/holds/<uuid:hold_uuid>/settle")
+def settle(hold_uuid: uuid.UUID) -> Any:
+    return _settle(str(hold_uuid), release=False)
+
+
+@bp.post("/v1/holds/<uuid:hold_uuid>/release")
+def release(hold_uuid: uuid.UUID) -> Any:
+    """Settle at what charges drew: the job published nothing of its own."""
+    return _settle(str(hold_uuid), release=True)
+
+
+def _settle(hold_id: str, *, release: bool) -> Response:
+    caller = principal("admin", "service", remembered=True)  # its key is read under the lock
+    with confirmed_on_failure():
+        body = json_body(schemas.RELEASE if release else schemas.SETTLE, empty_ok=release)
+        key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
+        dataset, mechanism_name, held_params = settles.locate(driver(), hold_id)
+        mechanism = None if mechanism_name is None else runtime().registry.get(mechanism_name)
+        params = body.get("params")
+        if params is not None:
+            if mechanism is None:
+                raise field_error(
+                    "params",
+                    "this hold was not priced by a mechanism: settle it with used, the "
+                    "amount the job used in all",
+                )
+            merged = {**held_params, **params}
+            merged.pop("sensitivity_unit", None)
+            schemas.validate(mechanism.params_schema, merged, "params")
+        done = settles.settle(
+            driver(),
+            settles.SettleRequest(
+                hold_id=hold_id,
+                dataset=dataset,
+                principal=caller,
+                used=body.get("used"),
+                params=params,
+                mechanism=mechanism,
+                key=key,
+                # the same key on another hold, or to settle and then release, is a reuse
+                fingerprint=idempotency.fingerprint({**body, "hold": hold_id, "release": release}),
+            ),
+            runtime().charging,
+        )
+    body = {k: v for k, v in done.facts.items() if k != "kind"}
+    return Response(dumps(body), status=200, mimetype="application/json")
 
 
 @bp.get("/v1/holds")

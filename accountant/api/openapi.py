@@ -116,6 +116,18 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         201,
         [400, 401, 403, 404, 409, 422, 429, 503],
     ),
+    ("POST", "/v1/holds/{hold_id}/settle"): (
+        "Settle a hold at what its job used; the rest goes back (idempotent)",
+        schemas.SETTLE,
+        200,
+        [400, 401, 403, 404, 409, 422, 503],
+    ),
+    ("POST", "/v1/holds/{hold_id}/release"): (
+        "Settle a hold at what its charges drew (idempotent)",
+        schemas.RELEASE,
+        200,
+        [400, 401, 403, 404, 409, 422, 503],
+    ),
     ("GET", "/v1/holds"): ("Holds visible to the caller", None, 200, [400, 401, 404]),
     ("GET", "/v1/holds/{hold_id}"): ("One hold", None, 200, [401, 403, 404]),
     ("GET", "/v1/ledger/verify"): ("Recompute the hash chains", None, 200, [401, 403]),
@@ -148,6 +160,8 @@ ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("POST", "/v1/charges/plan"): ("planCharges", "Plan"),
     ("GET", "/v1/charges/{charge_id}"): ("getCharge", "ChargeRecord"),
     ("POST", "/v1/holds"): ("createHold", "Hold"),
+    ("POST", "/v1/holds/{hold_id}/settle"): ("settleHold", "Settlement"),
+    ("POST", "/v1/holds/{hold_id}/release"): ("releaseHold", "Settlement"),
     ("GET", "/v1/holds"): ("listHolds", "HoldList"),
     ("GET", "/v1/holds/{hold_id}"): ("getHold", "Hold"),
     ("GET", "/v1/ledger"): ("listLedgerEntries", "LedgerPage"),
@@ -270,7 +284,7 @@ def document(server: str | None = None, settings: Settings | None = None) -> dic
             for name, schema in _QUERY.get(path, [])
             if method == "GET"
         ]
-        if (method, path) in (("POST", "/v1/charges"), ("POST", "/v1/holds")):
+        if method == "POST" and (path == "/v1/charges" or path.startswith("/v1/holds")):
             parameters.append(copy.deepcopy(_IDEMPOTENCY_KEY))
         if parameters:
             operation["parameters"] = parameters

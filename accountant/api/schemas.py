@@ -214,6 +214,32 @@ HOLD: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+#: A settle: what the job used in all (draws included), in the dataset's measure, or the
+#: parameters of what ran outside the accountant, merged into the hold's mechanism's.
+_USED_PART: dict[str, Any] = {"type": "number", "minimum": 0, "maximum": int(MAX_EPSILON)}
+SETTLE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "used": {
+            "type": "object",
+            "properties": {name: _USED_PART for name in ("epsilon", "rho", "rdp", "mu")}
+            | {"delta": DELTA},
+            "additionalProperties": False,
+            "minProperties": 1,
+        },
+        "params": {"type": "object", "minProperties": 1},
+        "idempotency_key": CHARGE["properties"]["idempotency_key"],
+    },
+    "oneOf": [{"required": ["used"]}, {"required": ["params"]}],
+    "additionalProperties": False,
+}
+#: A release: settling at what charges drew (the body may be empty).
+RELEASE: dict[str, Any] = {
+    "type": "object",
+    "properties": {"idempotency_key": CHARGE["properties"]["idempotency_key"]},
+    "additionalProperties": False,
+}
+
 #: Compiled validators by schema object. The entry keeps its schema alive and is used only
 #: for that very object, so an id can never be reused by another schema.
 _VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator, Check | None]] = {}

@@ -44,6 +44,13 @@ class Hold(Base):
     created_at: Mapped[Microseconds]
     expires_at: Mapped[Microseconds]
     settled_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: Who settled or released it, and what its job used in all (per release).
+    settled_by: Mapped[int | None] = mapped_column(
+        ForeignKey("consumers.id", ondelete="SET NULL"), nullable=True
+    )
+    used_epsilon: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    used_delta: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    used_rho: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
     @property
     def amount(self) -> Amount:
@@ -52,3 +59,9 @@ class Hold(Base):
     @property
     def drawn(self) -> Amount:
         return Amount(self.drawn_epsilon, self.drawn_delta, self.drawn_rho)
+
+    @property
+    def used(self) -> Amount | None:
+        if self.used_epsilon is None:
+            return None
+        return Amount(self.used_epsilon, self.used_delta or 0, self.used_rho or 0)

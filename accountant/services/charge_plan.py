@@ -191,7 +191,8 @@ def _hold_row(decision: Decision, request: ChargeRequest) -> Write:
             "release": request.release,
             "partitions": json.dumps(decision.partitions),
             "mechanism": None if request.mechanism is None else request.mechanism.name,
-            "params": json.dumps(_plain_params(request)),
+            # exact, as a settle merges its parameters into them and prices them again
+            "params": json.dumps(idempotency.encode_params(_with_unit(request))),
             "amount_epsilon": cost.epsilon,
             "amount_delta": cost.delta,
             "amount_rho": cost.rho,
@@ -205,6 +206,10 @@ def _hold_row(decision: Decision, request: ChargeRequest) -> Write:
             "created_at": decision.now_us,
             "expires_at": decision.expires_at,
             "settled_at": None,
+            "settled_by": None,
+            "used_epsilon": None,
+            "used_delta": None,
+            "used_rho": None,
         },
     )
 
@@ -248,11 +253,16 @@ _COUNT_CHARGE = upsert(
 )
 
 
-def _plain_params(request: ChargeRequest) -> dict[str, Any]:
-    params = {k: str(v) if isinstance(v, Decimal) else v for k, v in request.params.items()}
+def _with_unit(request: ChargeRequest) -> dict[str, Any]:
+    """The request's parameters as sent, ``sensitivity_unit`` included."""
+    params = dict(request.params)
     if request.sensitivity_unit is not None:
         params["sensitivity_unit"] = request.sensitivity_unit
     return params
+
+
+def _plain_params(request: ChargeRequest) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Decimal) else v for k, v in _with_unit(request).items()}
 
 
 def _denial_detail(decision: Decision) -> dict[str, Any]:

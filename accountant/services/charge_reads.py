@@ -46,6 +46,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import aliased
 
 from accountant.accounting.charge_inputs import (
+    Caller,
     ChargeReads,
     ChargeRequest,
     DatasetState,
@@ -118,17 +119,29 @@ def _send(driver: Driver, request: ChargeRequest, now: float, *, lock: bool) -> 
     containing ``now`` and the next ones, of every window length: the dataset's window
     budgets are not known yet, and the charge's own clock is read after the lock."""
     caller, name = request.principal, request.dataset
-    dataset = driver.send(
-        _DATASET[lock],
-        {"name": name, "consumer": caller.consumer_id, "key": caller.key_id},
-        lambda rows: _state(name, rows),
-    )
+    dataset = send_dataset(driver, name, caller, lock=lock)
     keys = None if request.partitions == "*" else list(request.partitions)
     params = {"name": name} | ({} if keys is None else {"keys": keys})
     partitions = driver.send(_PARTITIONS[keys is not None], params, list)
     scopes = _send_scopes(driver, name, caller.consumer_id, keys, now)
-    hold = None if request.draw is None else driver.send(_HOLD, {"id": request.draw}, _hold)
+    hold = None if request.draw is None else send_hold(driver, request.draw)
     return _Sent(dataset, partitions, scopes, keys, now, hold)
+
+
+def send_dataset(driver: Driver, name: str, caller: Caller, *, lock: bool) -> Pending[DatasetState]:
+    """Send the statement that reads dataset ``name`` with ``caller``'s role, grant, quota
+    and key (``lock``: and takes the dataset's lock); a 404 when read, if there is none."""
+    return driver.send(
+        _DATASET[lock],
+        {"name": name, "consumer": caller.consumer_id, "key": caller.key_id},
+        lambda rows: _state(name, rows),
+    )
+
+
+def send_hold(driver: Driver, hold_id: str) -> Pending[HoldState | None]:
+    """Send the read of hold ``hold_id`` (None when read, if there is none). Every write to
+    a hold happens under its dataset's lock, so under that lock this read is current."""
+    return driver.send(_HOLD, {"id": hold_id}, _hold)
 
 
 def _complete(
@@ -202,6 +215,17 @@ def _hold(rows: Rows) -> HoldState | None:
         drawn=Amount(row.drawn_epsilon, row.drawn_delta, row.drawn_rho),
         state=row.state,
         expires_at=row.expires_at,
+        multiplicity=row.multiplicity,
+        mechanism=row.mechanism,
+        params=idempotency.decode_params(
+            json.loads(row.params) if isinstance(row.params, str) else row.params
+        ),
+        scopes=tuple(
+            (kind, consumer, period, start)
+            for kind, consumer, period, start in (
+                json.loads(row.scopes) if isinstance(row.scopes, str) else row.scopes
+            )
+        ),
     )
 
 

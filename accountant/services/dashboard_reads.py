@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import case, func, or_, select
 from sqlalchemy.orm import Session
 
 from accountant.accounting import checks as rules
@@ -49,10 +49,18 @@ def activity(
     cost = getattr(LedgerEntry, f"cost_{measure}")
     day = LedgerEntry.created_at // DAY_US
     per_day = session.execute(
-        select(day, func.sum(cost * LedgerEntry.multiplicity))
+        select(
+            day,
+            func.sum(
+                case(
+                    (LedgerEntry.kind == "settle", -cost * LedgerEntry.multiplicity),
+                    else_=cost * LedgerEntry.multiplicity,
+                )
+            ),
+        )
         .where(
             LedgerEntry.dataset_id == dataset.id,
-            ledger.ADDS_TO_TOTALS,
+            ledger.CHANGES_TOTALS,
         )
         .group_by(day)
         .order_by(day)

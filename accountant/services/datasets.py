@@ -501,14 +501,23 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
         .execution_options(synchronize_session=False)
     )
     entries = session.execute(
-        select(LedgerEntry).where(
+        select(LedgerEntry)
+        .where(
             LedgerEntry.dataset_id == dataset.id,
-            ledger.ADDS_TO_TOTALS,
+            ledger.CHANGES_TOTALS,
             LedgerEntry.created_at >= window.start * 1_000_000,
         )
+        .order_by(LedgerEntry.seq)
     ).scalars()
     books = ScopeBooks()
+    held: set[str] = set()  # the holds charged to this window, which their settles return to
     for entry in entries:
+        if entry.kind == "settle":
+            if entry.hold_id in held:
+                books.remove(entry.cost, entry.multiplicity, entry.partitions, entry.release)
+            continue
+        if entry.kind == "hold" and entry.hold_id is not None:
+            held.add(entry.hold_id)
         books.add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
     kept = {part: books.parts[part] for part in rule_of(dataset).parts}
     tally = Tally(

@@ -12,6 +12,7 @@ from accountant.accounting.windows import isoformat
 from accountant.errors import Forbidden, NotFound
 from accountant.exact import COMPONENTS, Amount
 from accountant.models import Consumer, Dataset, Hold
+from accountant.services import idempotency
 from accountant.services.api_keys import Principal
 
 #: The states a hold reads as. ``expired`` is an open hold whose expiry has come: it keeps
@@ -40,7 +41,7 @@ def describe(hold: Hold, dataset: Dataset, consumer: str | None, now_us: int) ->
         "partitions": hold.partitions,
         "release": hold.release,
         "mechanism": hold.mechanism,
-        "params": hold.params,
+        "params": idempotency.decimals_as_floats(idempotency.decode_params(hold.params)),
         "amount": stated(hold.amount),
         "multiplicity": hold.multiplicity,
         "charged": stated(hold.amount.scaled(hold.multiplicity)),
@@ -50,6 +51,9 @@ def describe(hold: Hold, dataset: Dataset, consumer: str | None, now_us: int) ->
         "created_at": isoformat(hold.created_at / 1e6),
         "expires_at": isoformat(hold.expires_at / 1e6),
         "settled_at": None if hold.settled_at is None else isoformat(hold.settled_at / 1e6),
+        # once settled: what its job used in all, and what went back to its scopes
+        "used": None if (used := hold.used) is None else stated(used),
+        "returned": None if used is None else stated(hold.amount.minus(used)),
     }
 
 

@@ -79,11 +79,18 @@ def adds_to_totals(kind: str, status: str, hold_id: str | None) -> bool:
     return kind == "hold" or (kind == "charge" and hold_id is None)
 
 
-#: ``adds_to_totals`` as a condition on ledger rows, for the reads that replay the totals.
-ADDS_TO_TOTALS = and_(
+def gives_back(kind: str, status: str) -> bool:
+    """Whether an entry took its cost x multiplicity off its scopes' running totals: a
+    settle, which returns what its hold's job did not use to the scopes the hold charged."""
+    return kind == "settle" and status == "granted"
+
+
+#: ``adds_to_totals`` or ``gives_back`` as a condition on ledger rows, for the reads that
+#: replay the totals.
+CHANGES_TOTALS = and_(
     LedgerEntry.status == "granted",
     or_(
-        LedgerEntry.kind == "hold",
+        LedgerEntry.kind.in_(("hold", "settle")),
         and_(LedgerEntry.kind == "charge", LedgerEntry.hold_id.is_(None)),
     ),
 )

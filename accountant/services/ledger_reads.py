@@ -24,11 +24,16 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
     """One entry as the API, the export and the dashboard state it (docs/ledger.md)."""
     mode, delta = dataset.mode, dataset.limit_delta or 0
     charged = None  # what the running total grew by: cost x multiplicity, when granted
-    if entry.kind in ("charge", "hold"):
+    if entry.kind in ("charge", "hold", "settle"):
         grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)
         added = ledger.adds_to_totals(entry.kind, entry.status, entry.hold_id)
-        grew = grew.scaled(entry.multiplicity) if added else Amount()
+        back = ledger.gives_back(entry.kind, entry.status)
+        grew = grew.scaled(entry.multiplicity) if added or back else Amount()
         charged = mode.labelled(mode.report_cost(grew, delta), grew)
+        if back:  # a settle's charged is what it returned, negative
+            charged = {
+                k: -v if k in charged["additive"] or k == "mu2" else v for k, v in charged.items()
+            }
     return {
         "id": entry.id,
         "seq": entry.seq,

@@ -145,3 +145,35 @@ def hold_receipt(
         "iat": issued_at,
     }
     return sign(private, claims)
+
+
+def settle_receipt(
+    private: Ed25519PrivateKey,
+    *,
+    hold_id: str,
+    dataset: str,
+    partitions: list[str],
+    amount: dict[str, Decimal],
+    used: dict[str, Decimal],
+    returned: dict[str, Decimal],
+    multiplicity: int,
+    ledger: dict[str, Any],
+    issued_at: int,
+) -> str:
+    """The signed claims of a settled hold (``kind`` ``settle``): the settled cost ``used``
+    per release, which the job publishes with its output, what the hold had reserved
+    (``amount``) and what went back (``returned``, times ``multiplicity`` in the totals);
+    ``ledger``, the settle entry's seq and hash."""
+    claims = {
+        "kind": "settle",
+        "hold_id": hold_id,
+        "dataset": dataset,
+        "partitions": partitions,
+        "amount": {k: float(v) for k, v in amount.items()},
+        "used": {k: float(v) for k, v in used.items()},
+        "returned": {k: float(v) for k, v in returned.items()},
+        "multiplicity": multiplicity,
+        "ledger": ledger,
+        "iat": issued_at,
+    }
+    return sign(private, claims)

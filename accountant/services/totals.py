@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from accountant.accounting.loss import PARTS, Books, LossRule, Part, ScopeBooks, ScopeKey
 from accountant.exact import Amount
 from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend
-from accountant.services.ledger import ADDS_TO_TOTALS
+from accountant.services.ledger import CHANGES_TOTALS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,15 +58,22 @@ def check(session: Session) -> tuple[int, list[Difference]]:
             ).all()
         )
         books: dict[ScopeKey, ScopeBooks] = defaultdict(ScopeBooks)
+        held: dict[str, list[ScopeKey]] = {}  # the scopes each hold charged
         for entry in session.execute(
             select(LedgerEntry)
             .where(
                 LedgerEntry.dataset_id == dataset.id,
-                ADDS_TO_TOTALS,
+                CHANGES_TOTALS,
             )
             .order_by(LedgerEntry.seq)
         ).scalars():
             replayed += 1
+            if entry.kind == "settle":  # back to the scopes its hold charged
+                for key in held.get(entry.hold_id or "", []):
+                    books[key].remove(
+                        entry.cost, entry.multiplicity, entry.partitions, entry.release
+                    )
+                continue
             scopes: list[ScopeKey] = [
                 ("lifetime", 0, 0, 0),
                 ("consumer", entry.consumer_id or 0, 0, 0),
@@ -75,6 +82,8 @@ def check(session: Session) -> tuple[int, list[Difference]]:
             scopes += [
                 key for key in tallies if key[0] == "window" and key[3] <= moment < key[3] + key[2]
             ]
+            if entry.kind == "hold" and entry.hold_id is not None:
+                held[entry.hold_id] = scopes
             for key in scopes:
                 books[key].add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
         for key in set(tallies) | set(books):

@@ -25,7 +25,13 @@ from accountant.exact import COMPONENTS, Amount, ComponentName
 from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry
 from accountant.services import terms
-from accountant.services.ledger import GENESIS, adds_to_totals, canonical, chain_hash
+from accountant.services.ledger import (
+    GENESIS,
+    adds_to_totals,
+    canonical,
+    chain_hash,
+    gives_back,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,6 +205,8 @@ class _Walk:
         assert self.loss is not None
         if adds_to_totals(entry.kind, entry.status, entry.hold_id):
             self.loss.add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
+        elif gives_back(entry.kind, entry.status):
+            self.loss.remove(entry.cost, entry.multiplicity, entry.partitions, entry.release)
         recorded = entry.loss_after
         if recorded is None:  # entries from before migration 0007 have none
             if self.loss_recorded:

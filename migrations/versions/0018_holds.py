@@ -45,10 +45,20 @@ def upgrade() -> None:
         sa.Column("created_at", sa.BigInteger(), nullable=False),
         sa.Column("expires_at", sa.BigInteger(), nullable=False),
         sa.Column("settled_at", sa.BigInteger(), nullable=True),
+        sa.Column("settled_by", sa.Integer(), nullable=True),
+        sa.Column("used_epsilon", sa.BigInteger(), nullable=True),
+        sa.Column("used_delta", sa.BigInteger(), nullable=True),
+        sa.Column("used_rho", sa.BigInteger(), nullable=True),
         sa.ForeignKeyConstraint(
             ["consumer_id"],
             ["consumers.id"],
             name=op.f("fk_holds_consumer_id_consumers"),
+            ondelete="SET NULL",
+        ),
+        sa.ForeignKeyConstraint(
+            ["settled_by"],
+            ["consumers.id"],
+            name=op.f("fk_holds_settled_by_consumers"),
             ondelete="SET NULL",
         ),
         sa.ForeignKeyConstraint(
