@@ -8,6 +8,12 @@ charges/s, p50 and p99 latency, and the service/ceiling ratio. For reference it 
 prints the rate of the ceiling's transaction run in a loop in one process on one
 connection (the raw driver, no HTTP).
 
+With --hold, each of the 1000 partitions gets a hold when the service's database is
+prepared, and a third kind of slice, draw, sends the same charges to the service, each
+naming its partition's hold: a draw's cost comes out of the hold, not the scopes. Its
+ratio to the ceiling, in the same run, says what drawing on a hold costs against a plain
+charge.
+
 Both servers run side by side, and the clients drive them in turn in short slices
 (--slice seconds, ceiling then service, again and again): on a shared machine whose
 speed drifts from one second to the next, a slow spell falls on both alike. A round is
@@ -17,7 +23,7 @@ round's, and p50/p99 are over every request of every round. The first slice of e
 server warms up and is not counted.
 
     python bench/charges.py [--seconds 10] [--rounds 3] [--slice 1] [--clients 6]
-                            [--workers 2] [--threads 4] [--accounting pure|rdp|gdp]
+                            [--workers 2] [--threads 4] [--accounting pure|rdp|gdp] [--hold]
                             [--postgres-url postgresql+psycopg://postgres@127.0.0.1/postgres]
 """
 
@@ -91,17 +97,31 @@ def _setup() -> tuple[dict[str, Any], str, dict[str, Any]]:
     return SETUPS[os.environ.get("BENCH_ACCOUNTING", "pure")]
 
 
-def _body(kind: str, number: int, index: int) -> dict[str, Any]:
+def kinds() -> tuple[str, ...]:
+    """The kinds of slice the clients take in turn: with --hold, draws on holds too."""
+    return ("ceiling", "service", "draw") if os.environ.get("BENCH_HOLD") else KINDS
+
+
+def _holds() -> dict[str, str]:
+    """The hold of each partition (--hold), as the set-up wrote them."""
+    path = Path(os.environ.get("BENCH_FOLDER", "."), "holds.json")
+    return dict(json.loads(path.read_text())) if path.exists() else {}
+
+
+def _body(kind: str, number: int, index: int, holds: dict[str, str]) -> dict[str, Any]:
     partition = (number * 7919 + index) % 1000
-    if kind == "service":
+    if kind in ("service", "draw"):
         _, mechanism, params = _setup()
-        return {
+        body = {
             "dataset": "bench",
             "partitions": [f"p{partition}"],
             "mechanism": mechanism,
             "params": params,
             "input": {"values": [1.0]},
         }
+        if kind == "draw":
+            body["hold"] = holds[f"p{partition}"]
+        return body
     return {"partition": partition + 1}
 
 
@@ -114,18 +134,20 @@ def client(
     out: Any,
 ) -> None:
     """Charge from ``start`` on for ``slices`` slices of ``slice_seconds``, each slice to the
-    server of kind KINDS[slice % 2]; put (slice, latencies, statuses) for every slice."""
+    server of the kind ``kinds()`` names in turn; put (slice, latencies, statuses) for every
+    slice."""
     connections = {
         kind: http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         for kind, (port, _) in targets.items()
     }
+    turns, holds = kinds(), _holds()
     results: list[tuple[list[float], dict[int, int]]] = [([], {}) for _ in range(slices)]
     index = 0
     while time.monotonic() < start:
         time.sleep(0.001)
     while (current := int((time.monotonic() - start) / slice_seconds)) < slices:
-        kind = KINDS[current % 2]
-        payload = json.dumps(_body(kind, number, index))
+        kind = turns[current % len(turns)]
+        payload = json.dumps(_body(kind, number, index, holds))
         started = time.perf_counter()
         try:
             connections[kind].request(
@@ -155,7 +177,9 @@ def drive(
     """Every round's results by kind: both servers driven in alternating slices, so a spell
     of a slow machine falls on both alike."""
     per_kind = max(1, round(args.seconds / args.slice))
-    slices = 2 * (1 + args.rounds * per_kind)  # the first pair warms up and is not counted
+    turns = kinds()
+    n = len(turns)
+    slices = n * (1 + args.rounds * per_kind)  # the first turn of each warms up, not counted
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     start = time.monotonic() + 3  # spawned clients need a moment to start
@@ -168,16 +192,16 @@ def drive(
     counted: list[list[tuple[list[float], dict[int, int]]]] = []
     for _ in procs:
         _, results = out.get(timeout=slices * args.slice + 120)
-        counted.append(results[2:])
+        counted.append(results[n:])
     for proc in procs:
         proc.join()
     rounds = []
     for number in range(args.rounds):
-        chosen = range(number * 2 * per_kind, (number + 1) * 2 * per_kind)
+        chosen = range(number * n * per_kind, (number + 1) * n * per_kind)
         rounds.append(
             {
-                kind: _rate([r[i] for r in counted for i in chosen if i % 2 == k], args.clients)
-                for k, kind in enumerate(KINDS)
+                kind: _rate([r[i] for r in counted for i in chosen if i % n == k], args.clients)
+                for k, kind in enumerate(turns)
             }
         )
     return rounds
@@ -193,8 +217,9 @@ def _rate(parts: list[tuple[list[float], dict[int, int]]], clients: int) -> dict
     return {"rate": len(latencies) / busy, "latencies": latencies, "statuses": statuses}
 
 
-def prepare(url: str, folder: str) -> None:
-    """Migrate, and create the admin, the dataset, 1000 partitions and both scope rows."""
+def prepare(url: str, folder: str, *, holds: bool = False) -> None:
+    """Migrate, and create the admin, the dataset, 1000 partitions and both scope rows;
+    ``holds``: and a hold on each partition, whose ids go to ``folder``/holds.json."""
     env = {
         **os.environ,
         "ACCOUNTANT_DATABASE_URL": url,
@@ -224,7 +249,28 @@ def prepare(url: str, folder: str) -> None:
         f"r = c.post('/v1/charges', headers=h, json={charge!r})\n"
         "assert r.status_code == 201, r.get_data()\n"
     )
+    if holds:  # 100 000 draws of 0.01 fit each
+        code += (
+            "import json\n"
+            "made = {}\n"
+            "for i in range(1000):\n"
+            "    r = c.post('/v1/holds', headers=h, json={'dataset': 'bench', 'partitions':"
+            " [f'p{i}'], 'amount': "
+            + repr(HOLD_AMOUNTS[os.environ.get("BENCH_ACCOUNTING", "pure")])
+            + ", 'expires_in': 604800})\n"
+            "    assert r.status_code == 201, r.get_data()\n"
+            "    made[f'p{i}'] = r.get_json()['hold_id']\n"
+            f"open({str(Path(folder) / 'holds.json')!r}, 'w').write(json.dumps(made))\n"
+        )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+
+
+#: What each partition's hold reserves (--hold), in each mode's measure.
+HOLD_AMOUNTS: dict[str, dict[str, float]] = {
+    "pure": {"epsilon": 1000},
+    "rdp": {"rdp": 100},
+    "gdp": {"mu": 100},
+}
 
 
 def serve(command: list[str], env: dict[str, str], port: int, path: str) -> subprocess.Popen[bytes]:
@@ -243,7 +289,7 @@ def start(
     kind: str, url: str, args: argparse.Namespace
 ) -> tuple[subprocess.Popen[bytes], int, str]:
     """A running server of ``kind`` on a prepared database: (process, port, charge path)."""
-    prepare(url, args.folder)
+    prepare(url, args.folder, holds=kind == "service" and args.hold)
     port = free_port()
     env = {
         **os.environ,
@@ -294,12 +340,18 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
             f"server in alternating {args.slice} s slices ...",
             file=sys.stderr,
         )
-        rounds = drive({kind: (port, path) for kind, (_, port, path) in servers.items()}, args)
+        targets = {kind: (port, path) for kind, (_, port, path) in servers.items()}
+        if "draw" in kinds():
+            targets["draw"] = targets["service"]  # the same server, charges naming holds
+        rounds = drive(targets, args)
         for number, got in enumerate(rounds, 1):
             print(
                 f"  {label} round {number}: ceiling {got['ceiling']['rate']:.0f}/s, "
-                f"service {got['service']['rate']:.0f}/s, "
-                f"ratio {got['service']['rate'] / got['ceiling']['rate']:.2f}",
+                + ", ".join(
+                    f"{kind} {got[kind]['rate']:.0f}/s "
+                    f"(ratio {got[kind]['rate'] / got['ceiling']['rate']:.2f})"
+                    for kind in kinds()[1:]
+                ),
                 file=sys.stderr,
             )
     finally:
@@ -319,7 +371,10 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "ratios": [r["service"]["rate"] / r["ceiling"]["rate"] for r in rounds]
     }
-    for kind in KINDS:
+    if "draw" in kinds():
+        result["draw_ratios"] = [r["draw"]["rate"] / r["ceiling"]["rate"] for r in rounds]
+        result["draw_ratio"] = statistics.median(result["draw_ratios"])
+    for kind in kinds():
         latencies = sorted(x for r in rounds for x in r[kind]["latencies"])
         statuses: dict[int, int] = {}
         for r in rounds:
@@ -383,17 +438,25 @@ def main() -> None:
         default="pure",
         help="the dataset's mode: pure (laplace), rdp (laplace at order 10) or gdp (gaussian)",
     )
+    parser.add_argument(
+        "--hold",
+        action="store_true",
+        help="also draw on holds (one per partition), in slices of their own",
+    )
     args = parser.parse_args()
     os.environ["BENCH_ACCOUNTING"] = args.accounting  # read by the clients and the set-up
+    if args.hold:
+        os.environ["BENCH_HOLD"] = "1"
     with tempfile.TemporaryDirectory() as folder, dropped_afterwards(args.postgres_url):
         args.folder = folder
+        os.environ["BENCH_FOLDER"] = folder  # where the clients find the holds' ids
         backends = {"sqlite": lambda kind: f"sqlite:///{folder}/{kind}.db"}
         if args.postgres_url:
             backends["postgresql"] = lambda kind: _postgres_database(args.postgres_url, kind)
         print(f"{'backend':11} {'':8} {'charges/s':>10} {'p50 ms':>8} {'p99 ms':>8}  statuses")
         for label, make_url in backends.items():
             results = run_backend(label, make_url, args)
-            for kind in KINDS:
+            for kind in kinds():
                 r = results[kind]
                 print(
                     f"{label:11} {kind:8} {r['rate']:10.0f} {r['p50']:8.2f} {r['p99']:8.2f}"
@@ -404,6 +467,12 @@ def main() -> None:
                 f"{label:11} ratio service/ceiling: {results['ratio']:.2f} "
                 f"(median of rounds: {rounds})"
             )
+            if "draw_ratio" in results:
+                draws = ", ".join(f"{ratio:.2f}" for ratio in results["draw_ratios"])
+                print(
+                    f"{label:11} ratio draw/ceiling: {results['draw_ratio']:.2f} "
+                    f"(median of rounds: {draws})"
+                )
             print(
                 f"{label:11} raw driver, in process, 1 connection: "
                 f"{raw_rate(make_url('raw'), min(args.seconds, 5), args.folder):.0f} charges/s"

@@ -16,7 +16,7 @@ from accountant.api.charges import checked_partitions
 from accountant.api.common import json_body
 from accountant.errors import field_error
 from accountant.jsonio import dumps
-from accountant.services import charges, holds, idempotency, ledger_reads, settles
+from accountant.services import charges, evaluation, holds, idempotency, ledger_reads, settles
 from accountant.services.api_keys import Principal
 from accountant.web import db, driver, runtime
 
@@ -32,6 +32,11 @@ def create() -> Any:
         hold_request = replace(
             _request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
         )
+        if hold_request.mechanism is not None and not hold_request.mechanism.runs:
+            # an accounting-only mechanism may take a second to price (a privacy-loss
+            # distribution): price it once before the lock, so that the charge's own
+            # pricing under the lock finds it in the mechanism's cache
+            evaluation.preview(driver(), hold_request, runtime().clock.now_us())
         done = charges.submit(driver(), hold_request, runtime().charging)
     return answer(done.facts)
 
