@@ -157,9 +157,10 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
     ).json()["api_key"]
     _wide_ledger_entries(server)
     _gaussian_dp_dataset(server)
+    _held_dataset(server)
     budgets = {
         name: _api(server, "GET", f"/v1/datasets/{name}/budget").json()
-        for name in ("clicks", "used-up", "by-day", "gauss")
+        for name in ("clicks", "used-up", "by-day", "gauss", "training")
     }
     SHOTS.mkdir(parents=True, exist_ok=True)
     requests_seen: list[str] = []
@@ -185,6 +186,9 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         assert exhausted.locator(".badge.exhausted").count() == 1
         full = page.locator('tr[data-dataset="by-day"] .badge.exhausted')
         assert full.inner_text() == "1 partition at limit"  # its lifetime use is only 6%
+        held = page.locator('tr[data-dataset="training"] .held-amount')
+        assert float(held.inner_text()) == budgets["training"]["held"]["epsilon"]
+        assert page.locator('tr[data-dataset="clicks"] .held').count() == 0
         page.screenshot(path=str(SHOTS / "overview.png"), full_page=True)
         page.click("text=clicks")
         page.wait_for_load_state()
@@ -198,6 +202,7 @@ def test_the_dashboard_in_a_browser(server: str) -> None:
         assert "monday" in marked.inner_text() and "at limit" in marked.inner_text()
         page.screenshot(path=str(SHOTS / "dataset-partition-at-limit.png"), full_page=True)
         _check_one_measure(page, server, budgets["gauss"])
+        _check_holds(page, server, budgets["training"])
         missing = page.goto(server + "/dashboard/datasets/no-such-dataset")
         assert missing is not None and missing.status == 404
         assert "no dataset named" in page.inner_text("#not-found")
@@ -294,6 +299,41 @@ def _gaussian_dp_dataset(server: str) -> None:
     charge |= {"params": {"sigma": 10, "sensitivity": 1}, "input": {"values": [1.0]}}
     for _ in range(3):
         assert _api(server, "POST", "/v1/charges", charge).status_code == 201
+
+
+def _held_dataset(server: str) -> None:
+    """A dataset with a release, an open hold a job drew on, and a hold settled below its
+    amount: held is the open hold's 1, spent the release's 0.2 and the settled job's 0.2."""
+    created = {"name": "training", "privacy_unit": "record", "budget": {"epsilon": 3}}
+    assert _api(server, "POST", "/v1/datasets", created).status_code == 201
+    charge: dict[str, Any] = {"dataset": "training", "partitions": ["2026-11"]}
+    charge |= {"mechanism": "laplace", "input": {"values": [1.0]}}
+    charge["params"] = {"epsilon": 0.2, "sensitivity": 1}
+    assert _api(server, "POST", "/v1/charges", charge).status_code == 201
+    ids = []
+    for amount, purpose in ((0.5, "weekly report"), (1.0, "ranker v7, DP-SGD")):
+        hold = {"dataset": "training", "partitions": ["2026-11"], "expires_in": 86400}
+        hold |= {"amount": {"epsilon": amount}, "purpose": purpose}
+        response = _api(server, "POST", "/v1/holds", hold)
+        assert response.status_code == 201, response.text
+        ids.append(response.json()["hold_id"])
+    settle = {"used": {"epsilon": 0.2}}
+    assert _api(server, "POST", f"/v1/holds/{ids[0]}/settle", settle).status_code == 200
+    charge["params"] = {"epsilon": 0.25, "sensitivity": 1}
+    assert _api(server, "POST", "/v1/charges", {**charge, "hold": ids[1]}).status_code == 201
+
+
+def _check_holds(page: Any, server: str, budget: dict[str, Any]) -> None:
+    """The page of a dataset with an open hold shows held apart from spent (the loss less
+    held) and its holds, the open one first."""
+    loss, held = budget["loss"]["epsilon"], budget["held"]["epsilon"]
+    page.goto(server + "/dashboard/datasets/training")
+    assert float(page.inner_text("#held")) == held == 1.0
+    assert float(page.inner_text("#spent")) == pytest.approx(loss - held) == 0.4
+    states = page.locator("#holds tbody td.state .badge").all_inner_texts()
+    assert states == ["open", "settled"]
+    assert float(page.inner_text("#holds tbody tr.open td.drawn")) == 0.25
+    page.screenshot(path=str(SHOTS / "dataset-hold.png"), full_page=True)
 
 
 def _check_one_measure(page: Any, server: str, budget: dict[str, Any]) -> None:

@@ -455,3 +455,89 @@ def test_pages_show_one_measure_and_the_epsilon_of_loss_and_limit_beside_it(
                 assert not re.search(rf"(?<![\d.]){re.escape(_shown(figure))}(?!\d)", words), figure
         if mode == "gdp":
             assert not re.search(r"\bmu\b", _text(html)), html  # mu², never mu
+
+
+def _row_of(html: str, table: str, marker: str) -> str:
+    """The row of table ``table`` that carries ``marker`` (an attribute or a text)."""
+    body = re.search(rf'<table id="{table}">.*?</table>', html, re.S)
+    assert body, html
+    rows = [row for row in re.findall(r"<tr.*?</tr>", body.group(0), re.S) if marker in row]
+    assert len(rows) == 1, (marker, rows)
+    return str(rows[0])
+
+
+@pytest.mark.frozen_clock  # a hold expires as the clock is moved, without waiting
+def test_holds_show_as_held_apart_from_spent_with_their_draws_and_settles(
+    api: Api, client: FlaskClient, clock: FrozenClock
+) -> None:
+    """An open hold is part of the loss, shown apart as held on the dataset page and the
+    overview; an expired one keeps its amount, as spent; the ledger names holds, draws and
+    settles, a settle with what it gave back as a negative charged amount."""
+    api.make_dataset(budget={"epsilon": 1})
+    api.make_dataset("plain", budget={"epsilon": 1})
+    assert api.charge(epsilon=0.1).status_code == 201
+    assert api.charge("plain", epsilon=0.1).status_code == 201
+
+    def hold(amount: float, expires_in: int, purpose: str) -> str:
+        body = {"dataset": "clicks", "partitions": ["p1"], "amount": {"epsilon": amount}}
+        response = api.post("/v1/holds", {**body, "expires_in": expires_in, "purpose": purpose})
+        assert response.status_code == 201, response.get_json()
+        return str(response.get_json()["hold_id"])
+
+    lapsing = hold(0.05, 60, "a job that never came back")
+    clock.advance(60)  # expired: still charged, no longer held
+    nightly = hold(0.4, 3600, "nightly report")
+    drew = api.charge(hold=nightly, epsilon=0.1)
+    assert drew.status_code == 201 and drew.get_json()["charged"]["epsilon"] == 0
+    training = hold(0.3, 3600, "ranker v7")
+    settle = api.post(f"/v1/holds/{training}/settle", {"used": {"epsilon": 0.1}})
+    assert settle.status_code == 200
+    budget = api.budget()
+    loss, held = budget["loss"]["epsilon"], budget["held"]["epsilon"]
+    assert (loss, held) == (0.65, 0.4)  # 0.1 + 0.05 expired + 0.4 open + 0.1 used
+    shown = {h: api.get(f"/v1/holds/{h}").get_json() for h in (lapsing, nightly, training)}
+    _sign_in(client, ADMIN_KEY)
+
+    page = client.get("/dashboard/datasets/clicks").get_data(as_text=True)
+    assert f'<span id="loss">{_shown(loss)}</span>' in page
+    assert f'<span id="held">{_shown(held)}</span> epsilon is <strong>held</strong>' in page
+    assert f'<span id="spent">{_shown(loss - held)}</span>' in page
+    words = _text(page)
+    assert "Held is part of the loss" in words and "an expired hold keeps its whole amount" in words
+    chart = re.search(r'<svg class="chart loss-chart".*?</svg>', page, re.S)
+    assert chart and f"loss {_shown(loss)}<" in chart.group(0)  # after the settle gave back
+    listed = re.findall(r'<tr class="(\w+)" data-hold="([^"]+)"', page)
+    assert listed == [("open", nightly), ("expired", lapsing), ("settled", training)]
+    for hold_id, facts in shown.items():
+        row = _text(_row_of(page, "holds", f'data-hold="{hold_id}"'))
+        amount, drawn = facts["amount"]["epsilon"], facts["drawn"]["epsilon"]
+        cells = f"{hold_id[:8]} admin p1 {_shown(amount)} {_shown(drawn)} {facts['state']}"
+        assert cells in row and facts["purpose"] in row
+    used, returned = shown[training]["used"]["epsilon"], shown[training]["returned"]["epsilon"]
+    assert f"used {_shown(used)}, returned {_shown(returned)}" in _text(
+        _row_of(page, "holds", f'data-hold="{training}"')
+    )
+
+    overview = client.get("/dashboard").get_data(as_text=True)
+    clicks = _dataset_row(overview, "clicks")
+    assert f'<span class="loss">{_shown(loss)}</span>' in clicks
+    assert f'<span class="held-amount">{_shown(held)}</span> held' in clicks
+    assert "held" not in _dataset_row(overview, "plain")
+
+    ledger = client.get("/dashboard/ledger?dataset=clicks").get_data(as_text=True)
+    kinds = dict(re.findall(r'data-id="(\d+)" data-kind="(\w+)"', ledger))
+    assert sorted(kinds.values()) == ["charge", "charge", "hold", "hold", "hold", "settle"]
+    for entry in api.ledger(dataset="clicks"):
+        assert kinds[str(entry["id"])] == entry["kind"]
+        row = _text(_row_of(ledger, "entries", f'data-id="{entry["id"]}"'))
+        short, charged = (entry["hold_id"] or "")[:8], _shown(entry["charged"]["epsilon"])
+        if entry["kind"] == "hold":
+            assert f"hold {short}" in row and f" {charged} " in row
+        elif entry["kind"] == "settle":
+            assert entry["charged"]["epsilon"] == -returned
+            assert f"settle of hold {short}" in row and f" {charged} given back" in row
+        elif entry["hold_id"]:
+            assert f"draw on hold {short}" in row and charged == "0"
+            assert f" 0 drew on hold {short}, charged nothing" in row
+        else:
+            assert "hold" not in row

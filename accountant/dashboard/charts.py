@@ -33,7 +33,9 @@ def bars(points: list[tuple[str, float]], title: str) -> Markup:
             f'text-anchor="end">{value:g}</text>'
         )
     for i, (label, value) in enumerate(points):
-        y = _scale(value, top)
+        # a day whose settles gave back more than it charged is below 0: no bar, its title
+        # still says the figure (an SVG height may not be negative)
+        y = _scale(max(value, 0.0), top)
         parts.append(
             f'<rect class="bar" x="{left + i * width + 1:.1f}" y="{y:.1f}" '
             f'width="{max(1.0, width - 2):.1f}" height="{HEIGHT - PAD - y:.1f}">'

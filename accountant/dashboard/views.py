@@ -239,6 +239,7 @@ def overview(who: Principal) -> Any:
             if "period" in s
         ]
         marks = _marks(scopes)
+        held = report["held"][measure] if _holding(report["held"]) else None
         rows.append(
             {
                 "name": dataset.name,
@@ -247,6 +248,8 @@ def overview(who: Principal) -> Any:
                 "loss": _figure(report["loss"][measure]),
                 "limit": _figure(report["limit"][measure]),
                 "measure": _name(measure),
+                # what open holds charged, part of that loss: only while one is open
+                "held": None if held is None else _figure(held),
                 # the epsilon of the loss and of the limit, where epsilon is not the measure
                 "epsilon": None
                 if "epsilon_alone" not in report["loss"]
@@ -261,6 +264,60 @@ def overview(who: Principal) -> Any:
 
 
 _STATES = ["ok", "warn", "exhausted"]
+
+
+def _holding(held: dict[str, Any]) -> bool:
+    """Whether open holds charged anything: a figure of ``held`` that adds up is above 0."""
+    return any(held[name] > 0 for name in held["additive"])
+
+
+def _split(report: dict[str, Any], measure: str) -> tuple[Decimal, Decimal]:
+    """The lifetime loss in the measure as (held, spent): what open holds charged, and the
+    rest, the loss less held, which releases spent (an expired hold's amount among them:
+    expiry never refunds). Both figures add up in the measure, so the subtraction is exact;
+    it stops at 0 where holds on disjoint partitions compose in parallel, each counted in
+    held but only the largest in the loss (docs/dashboard.md)."""
+    held: Decimal = report["held"][measure]
+    return held, max(report["loss"][measure] - held, Decimal(0))
+
+
+def _hold(hold: dict[str, Any]) -> dict[str, Any]:
+    """A hold as a row of a dataset page: its id's first 8 characters, its partitions (the
+    first 3 named), its amount per release and (times its multiplicity) what it charged,
+    what charges drew from it, its state and, once settled, what its job used and what went
+    back; every amount in the dataset's measure."""
+    partitions = hold["partitions"]
+    shown = ", ".join(partitions[:3])
+    if len(partitions) > 3:
+        shown += f" and {len(partitions) - 3} more"
+    amount = _figure(_measured(hold["amount"]))
+    if hold["multiplicity"] > 1:
+        amount += f" × {hold['multiplicity']} = {_figure(_measured(hold['charged']))}"
+    settled = ""
+    if hold["state"] == "settled":
+        settled = (
+            f"on {_when(hold['settled_at'])}: used {_figure(_measured(hold['used']))}, "
+            f"returned {_figure(_measured(hold['returned']))}"
+        )
+    return {
+        "id": hold["hold_id"],
+        "short": _short(hold["hold_id"]),
+        "consumer": hold["consumer"] or "",
+        "partitions": shown,
+        "all_partitions": ", ".join(partitions),
+        "amount": amount,
+        "drawn": _figure(_measured(hold["drawn"])),
+        "state": hold["state"],
+        "settled": settled,
+        "expires_at": _when(hold["expires_at"]),
+        "purpose": hold["purpose"] or "",
+        "mechanism": hold["mechanism"] or "",
+    }
+
+
+def _short(hold_id: str | None) -> str:
+    """A hold's id as the pages show it: its first 8 characters (the full id in a title)."""
+    return (hold_id or "")[:8]
 
 
 @bp.get("/datasets/<name>")
@@ -292,6 +349,8 @@ def dataset(who: Principal, name: str) -> Any:
     scopes = _scopes(found, report)
     whole = sum(total for _, total in seen.consumer_totals) or 1
     used = scopes[0]["used_pct"]
+    held, spent = _split(report, measure)
+    holds = [_hold(hold) for hold in dashboard_reads.dataset_holds(db(), found, now_us)]
     return _page(
         "dataset.html",
         who,
@@ -300,6 +359,10 @@ def dataset(who: Principal, name: str) -> Any:
         measure=_name(measure),
         loss=_figure(report["loss"][measure]),
         limit=_figure(report["limit"][measure]),
+        held=_figure(held),
+        spent=_figure(spent),
+        holds=holds,
+        holds_shown=dashboard_reads.HOLDS,
         used_pct=used,
         state=scopes[0]["state"],
         scopes=scopes,
@@ -412,6 +475,9 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
             "outcome": "limit change",
             "badge": "change",
             "reason": entry["reason"],
+            "what": "limit change",
+            "hold": "",
+            "note": "",
         }
     denied_by = ""
     if entry["status"] == "denied":
@@ -434,7 +500,24 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
         "denied_by": denied_by,
         "outcome": entry["status"],
         "badge": "denied" if entry["status"] == "denied" else "ok",
+        **_hold_kind(entry),
     }
+
+
+def _hold_kind(entry: dict[str, Any]) -> dict[str, str]:
+    """How an entry stands to a hold, in words (``what``), with the hold's short id
+    (``hold``) and what its charged amount means (``note``): a hold is charged in full when
+    granted; a draw took its cost from its hold and charged nothing; a settle gave back what
+    its hold's job did not use, negative in ``charged``."""
+    kind, short, granted = entry["kind"], _short(entry["hold_id"]), entry["status"] == "granted"
+    if kind == "hold":
+        return {"what": "hold", "hold": short, "note": ""}
+    if kind == "settle":
+        return {"what": "settle of hold", "hold": short, "note": "given back: unused by its job"}
+    if kind == "charge" and entry["hold_id"]:
+        note = f"drew on hold {short}, charged nothing" if granted else ""
+        return {"what": "draw on hold", "hold": short, "note": note}
+    return {"what": kind, "hold": "", "note": ""}
 
 
 def _measured(amount: dict[str, Any]) -> Decimal:

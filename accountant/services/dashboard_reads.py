@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import case, func, or_, select
+from sqlalchemy import and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
 from accountant.accounting import checks as rules
@@ -14,12 +14,13 @@ from accountant.models import (
     Consumer,
     Dataset,
     Grant,
+    Hold,
     LedgerEntry,
     Partition,
     Tally,
     TallySpend,
 )
-from accountant.services import ledger
+from accountant.services import holds, ledger
 from accountant.services.grants import quota_use
 from accountant.services.ledger_reads import describe_entry
 
@@ -118,27 +119,30 @@ LOSS_POINTS = 240
 def loss_history(session: Session, dataset: Dataset, until_us: int) -> list[tuple[int, Amount]]:
     """(time in microseconds, lifetime loss after it) from the dataset's creation to
     ``until_us``: the loss after the last entry of each of at most LOSS_POINTS equal spans.
-    The lifetime loss never decreases, so each component's largest value in a span is its
-    value after the span's last entry. Entries from before loss_after was stored are left
-    out."""
+    The last entry of a span is the one with the largest id (entries of a dataset are
+    written in order, under its lock); not the largest loss of the span, since a settle
+    lowers the loss. Entries from before loss_after was stored are left out."""
     start = dataset.created_at
     span = max(1, until_us - start)
     bucket = (LedgerEntry.created_at - start) * LOSS_POINTS // span
-    rows = session.execute(
-        select(
-            bucket,
-            func.max(LedgerEntry.created_at),
-            func.max(LedgerEntry.loss_after_epsilon),
-            func.max(LedgerEntry.loss_after_delta),
-            func.max(LedgerEntry.loss_after_rho),
-        )
+    last = (
+        select(func.max(LedgerEntry.id))
         .where(LedgerEntry.dataset_id == dataset.id, LedgerEntry.loss_after_epsilon.is_not(None))
         .group_by(bucket)
-        .order_by(bucket)
+    )
+    rows = session.execute(
+        select(
+            LedgerEntry.created_at,
+            LedgerEntry.loss_after_epsilon,
+            LedgerEntry.loss_after_delta,
+            LedgerEntry.loss_after_rho,
+        )
+        .where(LedgerEntry.id.in_(last.scalar_subquery()))
+        .order_by(LedgerEntry.id)
     ).all()
     return [
         (int(at), Amount(int(epsilon or 0), int(delta or 0), int(rho or 0)))
-        for _bucket, at, epsilon, delta, rho in rows
+        for at, epsilon, delta, rho in rows
     ]
 
 
@@ -177,6 +181,30 @@ def quotas(session: Session, dataset: Dataset) -> list[tuple[str, dict[str, Any]
         .order_by(Consumer.name)
     ).all()
     return [(name, quota_use(session, grant, dataset)) for grant, name in grants]
+
+
+#: Holds a dataset page lists at most, open ones first (GET /v1/holds has them all).
+HOLDS = 50
+
+
+def dataset_holds(session: Session, dataset: Dataset, now_us: int) -> list[dict[str, Any]]:
+    """The dataset's holds as the API describes them (``holds.describe``), at most HOLDS:
+    the open ones first, then the expired (open, past ``expires_at``: still charged), then
+    the settled, each newest first. Ordered in SQL, so that no open hold is left out behind
+    settled ones."""
+    rank = case(
+        (and_(Hold.state == "open", Hold.expires_at > now_us), 0),
+        (Hold.state == "open", 1),
+        else_=2,
+    )
+    rows = session.execute(
+        select(Hold, Consumer.name)
+        .outerjoin(Consumer, Consumer.id == Hold.consumer_id)
+        .where(Hold.dataset_id == dataset.id)
+        .order_by(rank, Hold.created_at.desc(), Hold.id)
+        .limit(HOLDS)
+    ).all()
+    return [holds.describe(hold, dataset, consumer, now_us) for hold, consumer in rows]
 
 
 @dataclass(frozen=True, kw_only=True)
