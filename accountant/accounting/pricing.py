@@ -140,7 +140,7 @@ def price(
 #: The components of an amount stated in each mode's measure (a hold's ``amount``), and
 #: which of them must be there.
 MEASURES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "pure": (("epsilon",), ("epsilon",)),
+    "pure": (("epsilon", "delta"), ("epsilon",)),  # delta 0 only
     "approx": (("epsilon", "delta"), ("epsilon",)),
     "zcdp": (("rho",), ("rho",)),
     "rdp": (("rdp",), ("rdp",)),
@@ -186,6 +186,8 @@ def stated(
         if name not in amount:
             raise PricingError(f"state {name}, the {mode.name} dataset's measure", field)
     values = {name: Fraction(value) for name, value in amount.items()}
+    if mode.name == "pure" and values.get("delta", 0) != 0:
+        raise PricingError("a pure dataset's amounts have delta 0", f"{field}.delta")
     cost = mode.amount_of(
         StatedCost(
             epsilon=values.get("epsilon", Fraction(0)),

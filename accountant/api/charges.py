@@ -154,6 +154,7 @@ def _denial(facts: dict[str, Any]) -> BudgetExhausted:
         "requested",
         "charge_id",
         "hold_id",
+        "hold_state",
         "partition",
         "resets_at",
     )

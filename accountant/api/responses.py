@@ -128,6 +128,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         created_at=TIME,
         expires_at=TIME,
         settled_at={"anyOf": [TIME, {"type": "null"}]},
+        settled_by=OPTIONAL_STRING,
         used={"anyOf": [_ref("Amount"), {"type": "null"}]},
         returned={"anyOf": [_ref("Amount"), {"type": "null"}]},
         ledger=_object(["seq", "hash"], seq=INTEGER, hash=STRING),

@@ -74,9 +74,9 @@ def granted(
         dataset=body["dataset"],
         partitions=body["partitions"],
         mechanism=body["mechanism"],
-        cost=_figures(body["cost"]),
+        cost=figures(body["cost"]),
         multiplicity=body["multiplicity"],
-        charged=_figures(body["charged"]),
+        charged=figures(body["charged"]),
         output_sha256=output_sha256,
         ledger=body["ledger"],
         issued_at=created_at // 1_000_000,
@@ -123,9 +123,9 @@ def held(
         partitions=body["partitions"],
         release=body["release"],
         mechanism=body["mechanism"],
-        amount=_figures(body["amount"]),
+        amount=figures(body["amount"]),
         multiplicity=body["multiplicity"],
-        charged=_figures(body["charged"]),
+        charged=figures(body["charged"]),
         expires_at=body["expires_at"],
         ledger=body["ledger"],
         issued_at=created_at // 1_000_000,
@@ -149,6 +149,8 @@ def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any
     }
     if denial.partition is not None and denial.scope == "partition":
         facts["partition"] = denial.partition
+    if denial.hold_state is not None:  # open (over the remainder), settled or expired
+        facts["hold_state"] = denial.hold_state
     text = reason(evaluation, denial)
     if denial.window is not None:
         facts["resets_at"] = isoformat(denial.window.end)
@@ -173,8 +175,9 @@ def report_cost(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
     return mode.labelled(mode.report_cost(amount, evaluation.dataset.limit_delta or 0), amount)
 
 
-def _figures(amount: dict[str, Any]) -> dict[str, Any]:
-    """An amount's figures as ``Mode.report`` states them, without the labels."""
+def figures(amount: dict[str, Any]) -> dict[str, Any]:
+    """An amount's figures as ``Mode.report`` states them, without the labels (what a
+    receipt signs)."""
     return {k: v for k, v in amount.items() if k not in LABELS}
 
 

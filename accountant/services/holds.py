@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Select, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from accountant.accounting.windows import isoformat
 from accountant.errors import Forbidden, NotFound
@@ -27,8 +27,14 @@ def state_of(hold: Hold, now_us: int) -> str:
     return hold.state
 
 
-def describe(hold: Hold, dataset: Dataset, consumer: str | None, now_us: int) -> dict[str, Any]:
-    """One hold as the API shows it."""
+def describe(
+    hold: Hold,
+    dataset: Dataset,
+    consumer: str | None,
+    now_us: int,
+    settled_by: str | None = None,
+) -> dict[str, Any]:
+    """One hold as the API shows it (``consumer`` holds it; ``settled_by`` settled it)."""
     mode, delta = dataset.mode, dataset.limit_delta or 0
 
     def stated(amount: Amount) -> dict[str, Any]:
@@ -52,16 +58,21 @@ def describe(hold: Hold, dataset: Dataset, consumer: str | None, now_us: int) ->
         "expires_at": isoformat(hold.expires_at / 1e6),
         "settled_at": None if hold.settled_at is None else isoformat(hold.settled_at / 1e6),
         # once settled: what its job used in all, and what went back to its scopes
+        "settled_by": settled_by,
         "used": None if (used := hold.used) is None else stated(used),
         "returned": None if used is None else stated(hold.amount.minus(used)),
     }
 
 
-def _visible(caller: Principal) -> Select[Hold, Dataset, str]:
+_SETTLER = aliased(Consumer)
+
+
+def _visible(caller: Principal) -> Select[Hold, Dataset, str, str]:
     query = (
-        select(Hold, Dataset, Consumer.name)
+        select(Hold, Dataset, Consumer.name, _SETTLER.name)
         .join(Dataset, Dataset.id == Hold.dataset_id)
         .outerjoin(Consumer, Consumer.id == Hold.consumer_id)
+        .outerjoin(_SETTLER, _SETTLER.id == Hold.settled_by)
     )
     if caller.role == "service":  # its own holds, on the datasets granted to it
         query = query.where(
@@ -78,8 +89,8 @@ def show(session: Session, hold_id: str, caller: Principal, now_us: int) -> dict
         if exists is not None:
             raise Forbidden("a service may read only its own holds")
         raise NotFound(f"no hold with id {hold_id!r}")
-    hold, dataset, consumer = row
-    return describe(hold, dataset, consumer, now_us)
+    hold, dataset, consumer, settler = row
+    return describe(hold, dataset, consumer, now_us, settler)
 
 
 def listing(
@@ -101,7 +112,10 @@ def listing(
     elif state == "expired":
         query = query.where(Hold.state == "open", Hold.expires_at <= now_us)
     rows = session.execute(query.limit(1000)).all()
-    return [describe(hold, dataset, consumer, now_us) for hold, dataset, consumer in rows]
+    return [
+        describe(hold, dataset, consumer, now_us, settler)
+        for hold, dataset, consumer, settler in rows
+    ]
 
 
 def held(session: Session, dataset_id: int, now_us: int) -> Amount:

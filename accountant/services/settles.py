@@ -40,7 +40,7 @@ from accountant.exact import COMPONENTS, Amount
 from accountant.mechanism import Mechanism
 from accountant.models import Dataset, Hold, Partition, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
-from accountant.services import charge_reads, idempotency, ledger, receipts
+from accountant.services import charge_reads, charge_responses, idempotency, ledger, receipts
 from accountant.services.api_keys import UNKNOWN_KEY
 from accountant.services.charge_plan import Signing
 from accountant.services.charges import ChargeContext
@@ -349,9 +349,7 @@ def _facts(
         }
     )
 
-    def figures(amount: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in amount.items() if k not in ("measure", "additive", "mu2")}
-
+    figures = charge_responses.figures
     body["receipt"] = receipts.settle_receipt(
         signing.signer,
         hold_id=hold.id,

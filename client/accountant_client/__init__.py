@@ -22,23 +22,31 @@
   key id (refetched once for an unknown key id, after a rotation), and the output's SHA-256
   is checked against the receipt.
 - Denials raise ``BudgetExhausted`` (scope, partition, limit, spent, requested) or
-  ``WindowExhausted`` (and ``resets_at``); invalid requests raise ``InvalidRequest`` with
-  the problem's field errors.
+  ``WindowExhausted`` (and ``resets_at``); a draw past its hold's remainder raises
+  ``HoldExhausted``; invalid requests raise ``InvalidRequest`` with the problem's field
+  errors.
+- ``hold`` reserves budget for a job that runs elsewhere, charged at once; the ``Hold``
+  draws on it (``charge``) and ends it (``settle``, ``release``). As a context manager it
+  never refunds by itself: a block that neither settled nor released it settles it at its
+  full amount on exit, as the job may have published.
 
-``AsyncClient`` makes the charging calls with the same guarantees under asyncio.
+``AsyncClient`` makes the charging calls, holds included, with the same guarantees under
+asyncio.
 
 The distribution ``privacy-accountant-client`` (the ``client/`` folder of the accountant's
 repository: ``pip install ./client``) needs only httpx and cryptography (Ed25519, for the
 receipts); it installs neither the service nor Flask nor a database driver.
 """
 
-from accountant_client._client import AsyncClient, Client
+from accountant_client._async_client import AsyncClient
+from accountant_client._client import Client
 from accountant_client._errors import (
     AccountantError,
     BudgetExhausted,
     Conflict,
     Denied,
     Forbidden,
+    HoldExhausted,
     InvalidRequest,
     NotFound,
     ReceiptInvalid,
@@ -46,22 +54,27 @@ from accountant_client._errors import (
     Unavailable,
     WindowExhausted,
 )
-from accountant_client._results import Charge, Plan, Preview
+from accountant_client._holds import AsyncHold, Hold
+from accountant_client._results import Charge, Plan, Preview, Settlement
 
 __all__ = [
     "AccountantError",
     "AsyncClient",
+    "AsyncHold",
     "BudgetExhausted",
     "Charge",
     "Client",
     "Conflict",
     "Denied",
     "Forbidden",
+    "Hold",
+    "HoldExhausted",
     "InvalidRequest",
     "NotFound",
     "Plan",
     "Preview",
     "ReceiptInvalid",
+    "Settlement",
     "Unauthorized",
     "Unavailable",
     "WindowExhausted",

@@ -1,8 +1,8 @@
-"""``Client`` and ``AsyncClient``: the API's calls with one key, retried until a deadline."""
+"""``Client``: the API's calls with one key, retried until a deadline (``_Backoff``, which
+``AsyncClient`` shares)."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 import uuid
@@ -13,15 +13,18 @@ import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from accountant_client._errors import Unavailable, _error, _retry_after, _retryable
+from accountant_client._holds import Hold, _hold_body, _hold_query
 from accountant_client._receipts import _Receipt, _remember_keys
 from accountant_client._results import (
     Charge,
     Plan,
     Preview,
+    Settlement,
     _charge_body,
     _charge_of,
     _plan_of,
     _preview_of,
+    _settlement_of,
 )
 
 
@@ -71,11 +74,13 @@ class Client:
         input: Mapping[str, Any] | None = None,
         release: str = "joint",
         idempotency_key: str | None = None,
+        hold: str | None = None,
     ) -> Charge:
         """Charge and release once. Retries reuse one idempotency key, so the answer is the
-        first one however many attempts it takes."""
+        first one however many attempts it takes. With ``hold`` (a hold's id; ``Hold.charge``
+        names it for you), a draw: its cost comes out of that hold."""
         key = idempotency_key or str(uuid.uuid4())
-        body = _charge_body(dataset, partitions, mechanism, params, input, release)
+        body = _charge_body(dataset, partitions, mechanism, params, input, release, hold=hold)
         answer = self._call("POST", "/v1/charges", json=body, headers={"Idempotency-Key": key})
         claims = (
             self.verify_receipt(answer["receipt"], output=answer["output"])
@@ -92,12 +97,14 @@ class Client:
         mechanism: str,
         params: Mapping[str, Any],
         release: str = "joint",
+        hold: str | None = None,
     ) -> Preview:
-        """What the charge would cost and whether it would be granted; nothing is charged."""
+        """What the charge would cost and whether it would be granted (with ``hold``, out of
+        that hold's remainder); nothing is charged."""
         answer = self._call(
             "POST",
             "/v1/charges/preview",
-            json=_charge_body(dataset, partitions, mechanism, params, None, release),
+            json=_charge_body(dataset, partitions, mechanism, params, None, release, hold=hold),
         )
         return _preview_of(answer)
 
@@ -110,15 +117,75 @@ class Client:
         params: Mapping[str, Any],
         release: str = "joint",
         count: int | None = None,
+        hold: str | None = None,
     ) -> Plan:
-        """How many more such charges fit; with ``count`` and the noise parameter left out
-        of ``params``, the least-noise parameters for which ``count`` of them fit."""
-        body = _charge_body(dataset, partitions, mechanism, params, None, release, count)
+        """How many more such charges fit (with ``hold``, in that hold's remainder); with
+        ``count`` and the noise parameter left out of ``params``, the least-noise parameters
+        for which ``count`` of them fit."""
+        body = _charge_body(dataset, partitions, mechanism, params, None, release, count, hold)
         answer = self._call("POST", "/v1/charges/plan", json=body)
         return _plan_of(answer)
 
     def get_charge(self, charge_id: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/charges/{charge_id}"))
+
+    # holds -------------------------------------------------------------------------------
+
+    def hold(
+        self,
+        *,
+        dataset: str,
+        partitions: Sequence[str] | str,
+        expires_in: int,
+        release: str = "joint",
+        amount: Mapping[str, Any] | None = None,
+        mechanism: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        purpose: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Hold:
+        """Reserve budget for a job that runs elsewhere, for ``expires_in`` seconds: an
+        ``amount`` in the dataset's measure, or what ``mechanism`` with ``params`` costs;
+        checked like a charge (``BudgetExhausted``, ``WindowExhausted``) and, granted,
+        charged at once in full. Retries reuse one idempotency key. Used as a context
+        manager the ``Hold`` settles at its full amount on exit unless it was released or
+        settled: see ``Hold``."""
+        key = idempotency_key or str(uuid.uuid4())
+        body = _hold_body(
+            dataset=dataset,
+            partitions=partitions,
+            expires_in=expires_in,
+            release=release,
+            amount=amount,
+            mechanism=mechanism,
+            params=params,
+            purpose=purpose,
+        )
+        answer = self._call("POST", "/v1/holds", json=body, headers={"Idempotency-Key": key})
+        claims = self.verify_receipt(answer["receipt"], kind="hold") if self.verify_receipts else {}
+        return Hold._of(self, answer, key, claims)
+
+    def holds(self, dataset: str | None = None, state: str | None = None) -> list[Hold]:
+        """The holds the key may read (a service its own), newest first; of one dataset, and
+        in one state (open, settled or expired), if named."""
+        listed = self._call("GET", "/v1/holds", params=_hold_query(dataset, state))["holds"]
+        return [Hold._of(self, answer, None, {}) for answer in listed]
+
+    def get_hold(self, hold_id: str) -> Hold:
+        return Hold._of(self, self._call("GET", f"/v1/holds/{hold_id}"), None, {})
+
+    def _end_hold(
+        self, hold_id: str, action: str, body: Mapping[str, Any] | None, key: str | None
+    ) -> Settlement:
+        """Settle or release a hold, under one idempotency key for every retry."""
+        key = key or str(uuid.uuid4())
+        answer = self._call(
+            "POST", f"/v1/holds/{hold_id}/{action}", json=body, headers={"Idempotency-Key": key}
+        )
+        claims = (
+            self.verify_receipt(answer["receipt"], kind="settle") if self.verify_receipts else {}
+        )
+        return _settlement_of(answer, key, claims)
 
     # datasets, budgets and partitions ----------------------------------------------------
 
@@ -201,13 +268,17 @@ class Client:
 
     # receipts ------------------------------------------------------------------------------
 
-    def verify_receipt(self, receipt: str, *, output: Any = None) -> dict[str, Any]:
+    def verify_receipt(
+        self, receipt: str, *, output: Any = None, kind: str | None = None
+    ) -> dict[str, Any]:
         """The receipt's claims, if the service's key signed it (checked offline against the
-        cached JWK set) and, given ``output``, if it is the output the receipt names."""
+        cached JWK set), given ``kind`` (``charge``, ``hold`` or ``settle``), if it is a
+        receipt of that kind, and, given ``output``, if it is the output the receipt names
+        (a charge's receipt; a hold's or a settle's names none)."""
         token = _Receipt.read(receipt)
         if token.kid not in self._keys:  # first use, or a key rotated in since: fetch again
             _remember_keys(self._keys, self._request("GET", "/v1/receipts/public-key", {}))
-        return token.check(self._keys, output)
+        return token.check(self._keys, output, kind)
 
     # transport -----------------------------------------------------------------------------
 
@@ -239,123 +310,6 @@ class Client:
             if response.status_code < 400:
                 return response.json() if response.content else None
             time.sleep(backoff.after(response, None))
-
-
-class AsyncClient:
-    """The client for asyncio (``httpx.AsyncClient``) with the calls a charging service
-    makes: charge, preview, plan, get_charge, budget, me, mechanisms, datasets and
-    verify_receipt; the same retries, idempotency keys, receipt checks and errors."""
-
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str,
-        *,
-        timeout: float = 10.0,
-        deadline: float = 30.0,
-        verify_receipts: bool = True,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            timeout=timeout,
-            headers={"Authorization": f"Bearer {api_key}"},
-            transport=transport,
-        )
-        self.deadline = deadline
-        self.verify_receipts = verify_receipts
-        self._keys: dict[str, Ed25519PublicKey] = {}
-
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    async def charge(
-        self,
-        *,
-        dataset: str,
-        partitions: Sequence[str] | str,
-        mechanism: str,
-        params: Mapping[str, Any],
-        input: Mapping[str, Any] | None = None,
-        release: str = "joint",
-        idempotency_key: str | None = None,
-    ) -> Charge:
-        """As ``Client.charge``."""
-        key = idempotency_key or str(uuid.uuid4())
-        body = _charge_body(dataset, partitions, mechanism, params, input, release)
-        answer = await self._request(
-            "POST", "/v1/charges", {"json": body, "headers": {"Idempotency-Key": key}}
-        )
-        claims = (
-            await self.verify_receipt(answer["receipt"], output=answer["output"])
-            if self.verify_receipts
-            else {}
-        )
-        return _charge_of(answer, key, claims)
-
-    async def preview(
-        self,
-        *,
-        dataset: str,
-        partitions: Sequence[str] | str,
-        mechanism: str,
-        params: Mapping[str, Any],
-        release: str = "joint",
-    ) -> Preview:
-        body = _charge_body(dataset, partitions, mechanism, params, None, release)
-        return _preview_of(await self._request("POST", "/v1/charges/preview", {"json": body}))
-
-    async def plan(
-        self,
-        *,
-        dataset: str,
-        partitions: Sequence[str] | str,
-        mechanism: str,
-        params: Mapping[str, Any],
-        release: str = "joint",
-        count: int | None = None,
-    ) -> Plan:
-        body = _charge_body(dataset, partitions, mechanism, params, None, release, count)
-        return _plan_of(await self._request("POST", "/v1/charges/plan", {"json": body}))
-
-    async def get_charge(self, charge_id: str) -> dict[str, Any]:
-        return dict(await self._request("GET", f"/v1/charges/{charge_id}", {}))
-
-    async def budget(self, dataset: str) -> dict[str, Any]:
-        return dict(await self._request("GET", f"/v1/datasets/{dataset}/budget", {}))
-
-    async def me(self) -> dict[str, Any]:
-        return dict(await self._request("GET", "/v1/consumers/me", {}))
-
-    async def mechanisms(self) -> list[dict[str, Any]]:
-        return list((await self._request("GET", "/v1/mechanisms", {}))["mechanisms"])
-
-    async def datasets(self) -> list[dict[str, Any]]:
-        return list((await self._request("GET", "/v1/datasets", {}))["datasets"])
-
-    async def verify_receipt(self, receipt: str, *, output: Any = None) -> dict[str, Any]:
-        token = _Receipt.read(receipt)
-        if token.kid not in self._keys:
-            _remember_keys(self._keys, await self._request("GET", "/v1/receipts/public-key", {}))
-        return token.check(self._keys, output)
-
-    async def _request(self, method: str, path: str, kwargs: Mapping[str, Any]) -> Any:
-        backoff = _Backoff(self.deadline)
-        while True:
-            try:
-                response = await self._http.request(method, path, **kwargs)
-            except httpx.TransportError as error:
-                await asyncio.sleep(backoff.after(None, error))
-                continue
-            if response.status_code < 400:
-                return response.json() if response.content else None
-            await asyncio.sleep(backoff.after(response, None))
 
 
 class _Backoff:

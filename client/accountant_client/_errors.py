@@ -41,7 +41,8 @@ class NotFound(AccountantError):
 
 
 class Conflict(AccountantError):
-    """409 other than a denial: a replay that cannot be given again, for example."""
+    """409 other than a denial: a replay that cannot be given again, or a settle or release
+    of a hold that is already settled or has expired (a hold is settled once, while open)."""
 
 
 class Denied(AccountantError):
@@ -70,6 +71,12 @@ class Denied(AccountantError):
 
 class BudgetExhausted(Denied):
     """409: the lifetime, a partition's or the consumer's budget would be exceeded."""
+
+
+class HoldExhausted(BudgetExhausted):
+    """409 on a draw (a charge on a hold): more than the hold's remainder (``limit`` is its
+    amount, ``spent`` what charges drew, ``requested`` the draw), or a hold already settled
+    or expired (``detail`` says which), on which nothing more can be drawn."""
 
 
 class WindowExhausted(Denied):
@@ -120,7 +127,7 @@ def _error(response: httpx.Response) -> AccountantError:
     kind: type[AccountantError] = _BY_STATUS.get(response.status_code, AccountantError)
     slug = str(problem.get("type", "")).rsplit("/", 1)[-1]
     if slug == "budget-exhausted":
-        kind = BudgetExhausted
+        kind = HoldExhausted if problem.get("scope") == "hold" else BudgetExhausted
     elif slug == "window-exhausted" or problem.get("scope") == "window":
         kind = WindowExhausted
     error = kind(problem, response.status_code)

@@ -42,9 +42,20 @@ class _Receipt:
             raise ReceiptInvalid({"detail": "the receipt's claims are not a JSON object"})
         return cls(str(header.get("kid")), claims, signature, f"{parts[0]}.{parts[1]}".encode())
 
-    def check(self, keys: Mapping[str, Ed25519PublicKey], output: Any) -> dict[str, Any]:
-        """The claims, if a published key signed them and, given ``output``, if it is the
-        output they name."""
+    @property
+    def kind(self) -> str:
+        """What the receipt attests: ``charge`` (a grant and its output), ``hold`` (budget
+        reserved and charged at once) or ``settle`` (the cost a hold's job settled at, which
+        it publishes with its output). Receipts signed before holds existed name no kind:
+        they are a charge's."""
+        return str(self.claims.get("kind", "charge"))
+
+    def check(
+        self, keys: Mapping[str, Ed25519PublicKey], output: Any, kind: str | None = None
+    ) -> dict[str, Any]:
+        """The claims, if a published key signed them, given ``kind``, if the receipt is of
+        that kind, and, given ``output``, if it is the output they name (only a charge's
+        receipt names one)."""
         key = keys.get(self.kid)
         if key is None:
             raise ReceiptInvalid({"detail": f"no published key has id {self.kid!r}"})
@@ -52,6 +63,15 @@ class _Receipt:
             key.verify(self.signature, self.signed)
         except InvalidSignature:
             raise ReceiptInvalid({"detail": "the receipt's signature does not match"}) from None
+        if kind is not None and self.kind != kind:
+            raise ReceiptInvalid({"detail": f"a {self.kind} receipt, not a {kind} receipt"})
+        if output is not None and "output_sha256" not in self.claims:
+            raise ReceiptInvalid(
+                {
+                    "detail": f"a {self.kind} receipt names no output; check an output "
+                    "against the receipt of the charge that released it"
+                }
+            )
         if output is not None:
             digest = hashlib.sha256(
                 json.dumps(output, sort_keys=True, separators=(",", ":")).encode()

@@ -30,6 +30,8 @@ class Charge:
     #: The noise's scale and 95% half-width per released value (docs/mechanisms.md,
     #: "Accuracy"); None for a mechanism that does not state it.
     accuracy: dict[str, Any] | None = None
+    #: The hold a draw took its cost from (``charged`` is then 0); None for a charge.
+    hold_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,40 @@ class Plan:
     accuracy: dict[str, Any] | None = None  # of the charges planned, as ``Charge.accuracy``
 
 
+@dataclass(frozen=True)
+class Settlement:
+    """A hold settled (or released): what its job ``used`` in all, draws included, per
+    release; what charges ``drew`` of it; what ``returned`` to every scope it charged (its
+    ``amount`` less ``used``); and the ``receipt`` of kind ``settle`` stating the settled
+    cost, which the job publishes with its output. ``raw``: the answer as sent."""
+
+    hold_id: str
+    state: str
+    amount: dict[str, Decimal]
+    drawn: dict[str, Decimal]
+    used: dict[str, Decimal]
+    returned: dict[str, Decimal]
+    receipt: str
+    raw: dict[str, Any]
+    idempotency_key: str
+    claims: dict[str, Any] = field(default_factory=dict)  # the verified receipt's claims
+
+
+def _settlement_of(answer: Mapping[str, Any], key: str, claims: dict[str, Any]) -> Settlement:
+    return Settlement(
+        hold_id=answer["hold_id"],
+        state=answer["state"],
+        amount=_amount(answer["amount"]),
+        drawn=_amount(answer["drawn"]),
+        used=_amount(answer["used"]),
+        returned=_amount(answer["returned"]),
+        receipt=answer["receipt"],
+        raw=dict(answer),
+        idempotency_key=key,
+        claims=claims,
+    )
+
+
 def _charge_of(answer: Mapping[str, Any], key: str, claims: dict[str, Any]) -> Charge:
     return Charge(
         charge_id=answer["charge_id"],
@@ -70,6 +106,7 @@ def _charge_of(answer: Mapping[str, Any], key: str, claims: dict[str, Any]) -> C
         idempotency_key=key,
         claims=claims,
         accuracy=answer.get("accuracy"),
+        hold_id=answer.get("hold_id"),
     )
 
 
@@ -102,6 +139,7 @@ def _charge_body(
     input: Mapping[str, Any] | None,
     release: str,
     count: int | None = None,
+    hold: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "dataset": dataset,
@@ -114,4 +152,6 @@ def _charge_body(
         body["input"] = dict(input)
     if count is not None:
         body["count"] = count
+    if hold is not None:
+        body["hold"] = hold
     return body
