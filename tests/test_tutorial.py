@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ TUTORIAL = Path(__file__).parent.parent / "docs" / "tutorial.md"
 
 def test_the_tutorial_runs(server: str, tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", TUTORIAL.read_text(), re.S)
-    assert len(blocks) == 7
+    assert len(blocks) == 11
     program = tmp_path / "tutorial.py"
     program.write_text("\n".join(blocks))
     run = subprocess.run(
@@ -35,4 +36,21 @@ def test_the_tutorial_runs(server: str, tmp_path: Path) -> None:
     assert "multiplicity 2 charged 0.5" in out
     assert "loss: 0.5 charged: 2.5" in out
     assert "refused by dataset" in out
+    # 7: DP-SGD under a hold, stopped early and settled at the steps it ran
+    held = re.search(r"^held: rdp (\S+) for 1000 steps$", out, re.M)
+    settled = re.search(r"^settled: rdp (\S+) returned: rdp (\S+)$", out, re.M)
+    assert held and settled, out
+    assert held[1] == "0.584070335521"
+    assert (
+        "stopped after 550 of 1000 steps; best validation loss 0.4577 at step 350 "
+        "(the true weights': 0.4577)"
+    ) in out
+    assert Decimal(settled[1]) < Decimal(held[1])
+    assert Decimal(settled[1]) + Decimal(settled[2]) == Decimal(held[1])
+    assert settled.groups() == ("0.321238684537", "0.262831650984")
+    assert "settled epsilon at delta 1e-6: 1.86428858" in out
+    assert (
+        "receipt: settle training ['model-v1'] used rdp 0.321238684537 "
+        "returned rdp 0.262831650984 ledger entry 2"
+    ) in out
     print(out)
