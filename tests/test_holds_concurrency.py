@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import random
 import threading
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -98,9 +99,9 @@ def test_sixteen_clients_mixing_holds_and_charges_stay_within_every_limit(
 ) -> None:
     api.make_dataset(
         "shared",
-        budget={"epsilon": 4},
-        partition_budget={"epsilon": 3},
-        windows=[{"period": "1d", "epsilon": 3.5}],
+        budget={"epsilon": 10},
+        partition_budget={"epsilon": 8},
+        windows=[{"period": "1d", "epsilon": 9}],
     )
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -117,15 +118,16 @@ def test_sixteen_clients_mixing_holds_and_charges_stay_within_every_limit(
     for worker in workers:
         worker.join(timeout=60)
         assert worker.exitcode == 0
+    print("outcomes:", sorted(Counter(outcomes).items()))  # for the record, with -s
     kinds = {kind for kind, _ in outcomes}
     assert kinds >= {"charge", "hold", "draw"}
     assert {code for _, code in outcomes} <= {200, 201, 409, 429}
     assert any(code in (409, 429) for kind, code in outcomes if kind in ("charge", "hold"))
     # every scope within its limit
     budget = api.budget("shared")
-    assert budget["loss"]["epsilon"] <= 4
-    assert budget["partitions"]["max_spent"]["epsilon"] <= 3
-    assert budget["windows"][0]["loss"]["epsilon"] <= 3.5
+    assert budget["loss"]["epsilon"] <= 10
+    assert budget["partitions"]["max_spent"]["epsilon"] <= 8
+    assert budget["windows"][0]["loss"]["epsilon"] <= 9
     # every hold drawn within its amount and settled once, at no less than it drew
     for hold in api.get("/v1/holds?dataset=shared").get_json()["holds"]:
         assert hold["drawn"]["epsilon"] <= hold["amount"]["epsilon"]
