@@ -206,29 +206,15 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
         spends=reads.spends,
     )
     cost, m = priced.cost, priced.multiplicity
-    if reads.hold is not None and request.draw is not None:
+    drawn_from = reads.hold if request.draw is not None else None
+    if drawn_from is not None:
         # the hold charged every scope already: the draw changes none, and fits its remainder
         checks = checker.checks(Amount(), 0)
-        denial = holds.draw_denial(reads.hold, cost, reads.now_us, mode.components)
-        return Decision(
-            dataset=dataset,
-            mode=mode,
-            partitions=keys,
-            priced=priced,
-            denial=denial,
-            lifetime_after=checks[0].after,
-            lifetime_now=checks[0].spent,
-            scopes=scopes,
-            partition_ids=ids,
-            all_partitions=all_partitions,
-            never_fits=False,
-            checks=tuple(checks),
-            checker=checker,
-            now_us=reads.now_us,
-            drawn_from=reads.hold,
-        )
-    checks = checker.checks(cost, m)
-    denial = rules.first_denial(checks, cost, mode.components)
+        denial = holds.draw_denial(drawn_from, cost, reads.now_us, mode.components)
+    else:
+        checks = checker.checks(cost, m)
+        denial = rules.first_denial(checks, cost, mode.components)
+    # a draw's denial names its hold, never a window: waiting for a reset does not apply
     never = denial is not None and rules.never_fits(
         denial=denial,
         rule=rule,
@@ -254,6 +240,7 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
         checker=checker,
         now_us=reads.now_us,
         expires_at=expires_at,
+        drawn_from=drawn_from,
     )
 
 
