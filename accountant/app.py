@@ -20,7 +20,17 @@ from werkzeug.exceptions import HTTPException
 from accountant import key_hashing, noise, problems, seals, signing, webhook_signing
 from accountant import logging as structured_logging
 from accountant.alerts import AlertDispatcher, AlertSettings
-from accountant.api import charges, consumers, datasets, holds, ledger, meta, openapi, receipts
+from accountant.api import (
+    batches,
+    charges,
+    consumers,
+    datasets,
+    holds,
+    ledger,
+    meta,
+    openapi,
+    receipts,
+)
 from accountant.clock import Clock, SystemClock
 from accountant.config import ConfigError, Settings, load_settings
 from accountant.dashboard import views as dashboard
@@ -104,6 +114,7 @@ def create_app(
         datasets.bp,
         consumers.bp,
         charges.bp,
+        batches.bp,
         holds.bp,
         ledger.bp,
         receipts.bp,

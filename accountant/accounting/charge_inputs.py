@@ -119,6 +119,26 @@ class HoldTerms:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlanShare:
+    """A charge's place in a release plan (a batch, DESIGN.md "Release plans: batches").
+
+    Args:
+        batch_id: the batch's id.
+        group: the number of the group it was priced with (approx datasets, a batch that
+            names a delta); None: priced as a single charge.
+        cost: its share of its group's cost, rounded up (None: priced by its mechanism).
+        group_cost: its group's whole cost, as composed.
+        delta: the batch's delta, at which its group was composed.
+    """
+
+    batch_id: str
+    group: int | None = None
+    cost: Amount | None = None
+    group_cost: Amount | None = None
+    delta: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChargeRequest:
     """A charge as the caller asked for it, validated as far as it can be without the
     database.
@@ -140,6 +160,7 @@ class ChargeRequest:
         fingerprint: the SHA-256 of the body (``idempotency.fingerprint``).
         hold: for a hold, its terms (None: a charge).
         draw: the id of the hold a charge draws on (None: it charges the scopes).
+        share: its place in a batch, and the cost its plan fixed (None: a charge alone).
     """
 
     dataset: str
@@ -155,6 +176,7 @@ class ChargeRequest:
     fingerprint: str = ""
     hold: HoldTerms | None = None
     draw: str | None = None
+    share: PlanShare | None = None
 
     @property
     def mechanism_to_run(self) -> Mechanism:

@@ -256,6 +256,15 @@ def _price(request: ChargeRequest, dataset: DatasetState, n: int) -> pricing.Pri
                 n=n,
             )
         assert request.mechanism is not None  # a charge names one, and so does an unstated hold
+        share = request.share
+        if share is not None and share.cost is not None:  # its batch group's share
+            return pricing.planned(
+                cost=share.cost,
+                rule=dataset.rule,
+                release=request.release,
+                n=n,
+                params=item_params(request, dataset, n),
+            )
         return pricing.price(
             mechanism=request.mechanism,
             params=request.params,
@@ -268,6 +277,29 @@ def _price(request: ChargeRequest, dataset: DatasetState, n: int) -> pricing.Pri
         )
     except pricing.PricingError as error:
         raise field_error(error.field, str(error)) from None
+
+
+def item_params(request: ChargeRequest, dataset: DatasetState, n: int) -> dict[str, Any]:
+    """The parameters ``request``'s mechanism runs with on ``n`` partitions of ``dataset``
+    (``pricing.run_params``), for pricing a batch group; a 400 if it cannot be."""
+    assert request.mechanism is not None
+    try:
+        return pricing.run_params(
+            mechanism=request.mechanism,
+            params=request.params,
+            sensitivity_unit=request.sensitivity_unit,
+            rule=dataset.rule,
+            max_records=dataset.max_records_per_user,
+            release=request.release,
+            n=n,
+        )
+    except pricing.PricingError as error:
+        raise field_error(error.field, str(error)) from None
+
+
+def charged_partitions(reads: ChargeReads, request: ChargeRequest) -> list[str]:
+    """The keys ``request`` charges, ``"*"`` resolved on ``reads`` (a 400 if to none)."""
+    return _resolve(reads.partitions, reads.dataset, request.partitions)[1]
 
 
 #: The longest a hold may last: a week.

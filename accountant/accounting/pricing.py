@@ -103,14 +103,15 @@ def price(
             "record-level sensitivity only for the mechanisms it runs)",
             "params.sensitivity_unit",
         )
-    factor = (
-        1
-        if sensitivity_unit is None
-        else record_factor(rule=rule, max_records=max_records, release=release, n=n)
+    factor, run_params = _scaled(
+        mechanism=mechanism,
+        params=params,
+        sensitivity_unit=sensitivity_unit,
+        rule=rule,
+        max_records=max_records,
+        release=release,
+        n=n,
     )
-    run_params = dict(params)
-    if factor > 1 and mechanism.has_sensitivity:
-        run_params["sensitivity"] = Decimal(params["sensitivity"]) * factor
     try:
         declared = mechanism.cost(
             run_params, PrivacyContext(rule.privacy_unit, mode.name, mode.order)
@@ -135,6 +136,73 @@ def price(
             f"mechanism {mechanism.name!r} declared a zero cost; every release must cost something"
         )
     return Priced(cost, rule.multiplicity(release, n), run_params)
+
+
+def _scaled(
+    *,
+    mechanism: Mechanism,
+    params: Mapping[str, Any],
+    sensitivity_unit: str | None,
+    rule: LossRule,
+    max_records: int | None,
+    release: str,
+    n: int,
+) -> tuple[int, dict[str, Any]]:
+    """(the record factor, the parameters the mechanism runs with): a record-level
+    sensitivity scaled by the factor (``record_factor``)."""
+    factor = (
+        1
+        if sensitivity_unit is None
+        else record_factor(rule=rule, max_records=max_records, release=release, n=n)
+    )
+    run_params = dict(params)
+    if factor > 1 and mechanism.has_sensitivity:
+        run_params["sensitivity"] = Decimal(params["sensitivity"]) * factor
+    return factor, run_params
+
+
+def run_params(
+    *,
+    mechanism: Mechanism,
+    params: Mapping[str, Any],
+    sensitivity_unit: str | None,
+    rule: LossRule,
+    max_records: int | None,
+    release: str,
+    n: int,
+) -> dict[str, Any]:
+    """The parameters ``mechanism`` runs with for a release on ``n`` partitions (a
+    record-level sensitivity scaled), without pricing it: a batch's group is priced by
+    composing its items (``plan_pricing``). Arguments as for ``price``.
+
+    Raises:
+        PricingError: a record-level sensitivity the dataset cannot scale, or a mechanism
+            that scales its cost instead (its group share could not say so).
+    """
+    factor, scaled = _scaled(
+        mechanism=mechanism,
+        params=params,
+        sensitivity_unit=sensitivity_unit,
+        rule=rule,
+        max_records=max_records,
+        release=release,
+        n=n,
+    )
+    if factor > 1 and not mechanism.has_sensitivity:
+        raise PricingError(
+            f"mechanism {mechanism.name!r} has no sensitivity to scale for a record-level "
+            "statement inside a composed group; state its cost at the dataset's unit",
+            "params.sensitivity_unit",
+        )
+    return scaled
+
+
+def planned(
+    *, cost: Amount, rule: LossRule, release: str, n: int, params: Mapping[str, Any]
+) -> Priced:
+    """A release whose per-release cost a plan fixed (its share of a batch group's composed
+    cost), run with ``params`` (``run_params``)."""
+    return Priced(cost, rule.multiplicity(release, n), params)
 
 
 #: The components of an amount stated in each mode's measure (a hold's ``amount``), and

@@ -45,7 +45,7 @@ def _mechanism(body: dict[str, Any]) -> Mechanism:
     return mechanism
 
 
-def _request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
+def charge_request(body: dict[str, Any], caller: Principal) -> ChargeRequest:
     """Everything that can be checked before the transaction: mechanism, params, input."""
     mechanism = _mechanism(body)
     params = dict(body["params"])
@@ -106,10 +106,10 @@ def create() -> Any:
     with confirmed_on_failure():
         body = json_body(schemas.CHARGE)
         key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
-        charge_request = replace(
-            _request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
+        asked = replace(
+            charge_request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
         )
-        done = charges.submit(driver(), charge_request, runtime().charging)
+        done = charges.submit(driver(), asked, runtime().charging)
     return answer(done.facts, None if isinstance(done, charges.Denied) else done.output)
 
 
@@ -118,6 +118,11 @@ def answer(facts: dict[str, Any], output: dict[str, Any] | None) -> Response:
     and every replay of it alike."""
     if facts["kind"] == "denied":
         return problems.response(problems.of(_denial(facts)))
+    return Response(dumps(granted_body(facts, output)), status=201, mimetype="application/json")
+
+
+def granted_body(facts: dict[str, Any], output: dict[str, Any] | None) -> dict[str, Any]:
+    """A granted charge's 201 body from its facts (a batch's items' too)."""
     # multiplicity, charged, ledger and accuracy are remembered since they were added, so
     # a replay of an older charge gives what its first answer gave
     body: dict[str, Any] = {k: facts[k] for k in _GRANT_HEAD if k in facts}
@@ -130,7 +135,7 @@ def answer(facts: dict[str, Any], output: dict[str, Any] | None) -> Response:
         }
     )
     body.update({k: facts[k] for k in ("ledger", "accuracy", "hold_id") if k in facts})
-    return Response(dumps(body), status=201, mimetype="application/json")
+    return body
 
 
 _GRANT_HEAD = (
@@ -169,7 +174,7 @@ def _denial(facts: dict[str, Any]) -> BudgetExhausted:
 def preview() -> Any:
     caller = principal("admin", "service", "auditor")
     body = json_body(schemas.PREVIEW)
-    evaluated = evaluation.preview(driver(), _request(body, caller), runtime().clock.now_us())
+    evaluated = evaluation.preview(driver(), charge_request(body, caller), runtime().clock.now_us())
     denial = evaluated.denial
     return {
         "granted": denial is None,
@@ -191,7 +196,7 @@ def plan() -> Any:
     body = json_body(schemas.PLAN)
     if "count" in body:
         return _solve(body, caller)
-    found = plans.plan(driver(), _request(body, caller), runtime().clock.now_us())
+    found = plans.plan(driver(), charge_request(body, caller), runtime().clock.now_us())
     evaluated, limited_by = found.evaluation, found.limited_by
     return {
         "fits": found.fits,
@@ -233,13 +238,11 @@ def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
             "with count, leave out the noise parameter to solve for "
             f"(one of {sorted(plans.NOISE_PARAMETERS)})",
         )
-    charge_request = _request({**body, "params": {**params, name: Decimal(1)}}, caller)
+    asked = charge_request({**body, "params": {**params, name: Decimal(1)}}, caller)
     try:
         solved = plans.solve(
             driver(),
-            replace(
-                charge_request, params={k: v for k, v in charge_request.params.items() if k != name}
-            ),
+            replace(asked, params={k: v for k, v in asked.params.items() if k != name}),
             name,
             body["count"],
             runtime().clock.now_us(),

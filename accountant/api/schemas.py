@@ -188,6 +188,19 @@ PLAN: dict[str, Any] = {
     },
 }
 
+#: A batch: 1 to 1000 charges granted all together or none (DESIGN.md, release plans);
+#: each item is checked against ``CHARGE`` on its own, so that its errors name it.
+BATCH: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "items": {"type": "array", "items": {"type": "object"}, "minItems": 1, "maxItems": 1000},
+        "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "idempotency_key": CHARGE["properties"]["idempotency_key"],
+    },
+    "required": ["items"],
+    "additionalProperties": False,
+}
+
 #: A hold: a charge's dataset, partitions and release, and an amount in the dataset's
 #: measure or a mechanism and its parameters to price it (DESIGN.md, holds).
 HOLD: dict[str, Any] = {

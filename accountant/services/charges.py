@@ -16,7 +16,7 @@
    (``idempotency.output_of``); with another body it is refused;
 3. its decision (``accounting.decide``), pure: the grant check, the price,
    every scope checked, a grant or a denial;
-4. a grant runs the mechanism inside the transaction (``_run``): if it
+4. a grant runs the mechanism inside the transaction (``run_mechanism``): if it
    fails, nothing is charged;
 5. its writes (``charge_plan.plan``), applied in the transaction
    (``tx.apply``): a grant's new partitions and its scopes; every charge's
@@ -109,7 +109,7 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
                 decision = decide(reads, request)
                 charge_id = str(uuid.uuid4())
                 output, digest = (
-                    _run(request, decision, charge_id, context.noise)
+                    run_mechanism(request, decision, charge_id, context.noise)
                     if decision.granted and request.hold is None  # a hold runs nothing
                     else (None, None)
                 )
@@ -152,7 +152,7 @@ def _first_response(
     return first
 
 
-def _run(
+def run_mechanism(
     request: ChargeRequest, decision: Decision, charge_id: str, noise: NoiseSecret
 ) -> tuple[dict[str, Any], str]:
     """Run the mechanism inside the charge's transaction: if it fails, nothing is charged.

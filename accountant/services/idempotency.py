@@ -114,8 +114,8 @@ def remembered(
             "consumer_id": consumer_id,
             "key": key,
             "request_hash": request_hash,
-            # the id of what the key made: a charge, or a hold (whose facts name no charge)
-            "charge_id": facts.get("charge_id") or facts["hold_id"],
+            # the id of what the key made: a charge, a hold or a batch
+            "charge_id": facts.get("charge_id") or facts.get("hold_id") or facts["batch_id"],
             "facts": json.dumps(facts),
             "created_at": now,
         },

@@ -56,6 +56,9 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "noise_secret": entry.noise_secret,
         "implementation": entry.implementation,
         "hold_id": entry.hold_id,
+        # a batch's items, and its refusal: the batch, and the group it was priced with
+        "batch_id": (entry.detail or {}).get("batch_id"),
+        "group": (entry.detail or {}).get("group"),
         "prev_hash": entry.prev_hash,
         "hash": entry.hash,
         # what the hash covers, in the form it covers it (docs/ledger.md)

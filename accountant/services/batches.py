@@ -1,0 +1,543 @@
+"""A batch: a release plan granted all together or not at all, in one transaction.
+
+``submit`` is the whole life of a batch (DESIGN.md, "Release plans: batches"):
+
+1. BEGIN, then the lock of every dataset the batch names, in name order, so
+   that two batches over the same datasets never wait for each other in a
+   cycle (a charge locks one dataset, so it cannot close one either). With an
+   idempotency key, the answer remembered for it, read under those locks;
+2. with a ``delta``, each ``approx`` dataset's items that are joint releases
+   over the same partitions form a group, priced by composing their
+   privacy-loss distributions (``accounting.plan_pricing``), and each item's
+   share of its group's cost is fixed (``_shares``);
+3. a savepoint; then each item in order is read, decided (``accounting.decide``)
+   and written (``charge_plan.plan``) exactly as a charge alone would be, on
+   the totals the items before it left, so that the items add up in every
+   scope. Every scope that any item takes over its limit is a denial (the
+   first item that does so is named); once one is found, no further mechanism
+   runs, and the items still to come are written as if granted, only so that
+   every scope the whole plan overflows is found;
+4. a batch with a denial rolls back to the savepoint (nothing charged, nothing
+   released: the outputs of the items before the first denial are dropped
+   with it) and writes one denied ledger entry per dataset it names; a grant
+   keeps every item's writes. Either way, with a key, its answer is
+   remembered, and the transaction commits.
+
+Each item's writes are a charge's own (partitions, scopes, ledger entry with
+the batch's id and its group), so the verifier, the totals rebuild and the
+dashboard read a batch as the charges it is.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import bindparam, select
+from sqlalchemy.exc import IntegrityError
+
+from accountant.accounting import pricing
+from accountant.accounting.charge_inputs import Caller, ChargeRequest, DatasetState, PlanShare
+from accountant.accounting.checks import ScopeCheck
+from accountant.accounting.decide import Decision, charged_partitions, decide, item_params
+from accountant.accounting.modes import StatedCost
+from accountant.accounting.windows import isoformat
+from accountant.driver import Driver
+from accountant.errors import (
+    AccountantError,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    Unauthorized,
+    field_error,
+)
+from accountant.exact import DELTA, EPSILON, Amount
+from accountant.models import LedgerEntry
+from accountant.services import charge_plan, charge_reads, idempotency, ledger
+from accountant.services.api_keys import UNKNOWN_KEY
+from accountant.services.charge_responses import report, report_cost
+from accountant.services.charges import ChargeContext, run_mechanism
+from accountant.statements import Block, WritePlan, statement
+
+#: At most this many items in one batch (API.md).
+MAX_ITEMS = 1000
+
+#: What a refused batch's items write in place of an output digest: their writes are
+#: rolled back, and only the scopes they reach are wanted.
+_NO_OUTPUT = "0" * 64
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchRequest:
+    """A batch as the caller asked for it.
+
+    Args:
+        batch_id: the new batch's id.
+        items: its charges, in order (``ChargeRequest``; none draws on a hold).
+        delta: the delta at which the groups of approx items are composed (None: every
+            item is priced as a single charge).
+        principal: who asks.
+        key: the idempotency key, if any.
+        fingerprint: the SHA-256 of the body (``idempotency.fingerprint``).
+    """
+
+    batch_id: str
+    items: tuple[ChargeRequest, ...]
+    delta: Decimal | None
+    principal: Caller
+    key: str | None = None
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class BatchGranted:
+    facts: dict[str, Any]  # the batch's answer, its items' outputs left out
+    outputs: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class BatchDenied:
+    facts: dict[str, Any]  # every denial, and the reason
+
+
+BatchDone = BatchGranted | BatchDenied
+
+
+def submit(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchDone:
+    """Grant every item of ``batch`` or none; see the module's notes. A known key with the
+    same body gives its first answer again (outputs regenerated exactly, or a 409
+    ``replay-unavailable``)."""
+    for attempt in (1, 2):
+        try:
+            return _once(driver, batch, context)
+        except IntegrityError:
+            # the same key committed meanwhile by a batch over other datasets: read it
+            if batch.key is None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchDone:
+    caller = batch.principal
+    driver.begin_write()
+    try:
+        states = _lock(driver, sorted({item.dataset for item in batch.items}), caller)
+        if batch.key is not None:
+            first = idempotency.find(driver, caller.consumer_id, batch.key).result()
+            if first is not None:
+                driver.rollback()
+                return _replay(driver, first, batch, context)
+        clock = _Still(context.clock.now_us())
+        shares, grouped_params = _shares(driver, batch, clock)
+        driver.run("SAVEPOINT batch_items")
+        run = _items(driver, batch, shares, grouped_params, clock, context)
+        if run.denials:
+            driver.run("ROLLBACK TO SAVEPOINT batch_items")
+            done: BatchDone = BatchDenied(_denied_facts(batch, run))
+            driver.apply(_refusal_writes(batch, run, states, clock.now_us(), context))
+        else:
+            done = BatchGranted(_granted_facts(batch, run), [out for _, _, _, out in run.items])
+        if batch.key is not None:
+            driver.apply(
+                WritePlan(
+                    (
+                        Block(
+                            (
+                                idempotency.remembered(
+                                    caller.consumer_id,
+                                    batch.key,
+                                    batch.fingerprint,
+                                    done.facts,
+                                    clock.now_us(),
+                                ),
+                            )
+                        ),
+                    )
+                )
+            )
+        driver.commit()
+    except BaseException:
+        driver.rollback()
+        raise
+    if isinstance(done, BatchGranted):  # after the commit, never failing the batch
+        context.signer_published[0] = True
+        for decision, item, facts, _ in run.items:
+            context.alerts.after_grant(
+                decision.checks,
+                decision.mode.components,
+                dataset=item.dataset,
+                consumer=caller.name,
+                charge_id=facts["charge_id"],
+                at=clock.now_us() / 1e6,
+            )
+    return done
+
+
+class _Still:
+    """The batch's one moment: every item is charged at the time read once every lock is
+    held, so that all of them fall in the same windows."""
+
+    def __init__(self, now_us: int) -> None:
+        self._now = now_us
+
+    def now_us(self) -> int:
+        return self._now
+
+
+def _lock(driver: Driver, names: list[str], caller: Caller) -> dict[str, DatasetState]:
+    """Lock each dataset in name order (one at a time: each waits for the one before) and
+    read it with the caller's role and key; a 404 for a dataset that does not exist, a 401
+    for a key revoked since it was authenticated."""
+    states = {}
+    for name in names:
+        state = charge_reads.send_dataset(driver, name, caller, lock=True).result()
+        if not state.key_valid:
+            raise Unauthorized(UNKNOWN_KEY)
+        states[name] = state
+    return states
+
+
+def _shares(
+    driver: Driver, batch: BatchRequest, clock: _Still
+) -> tuple[dict[int, PlanShare], dict[int, dict[str, Any]]]:
+    """Each item's place in the batch, with its share of its group's composed cost: with a
+    delta, the items of an approx dataset that are joint releases over the same partitions
+    form a group (a parallel release is a group of its own); the others are priced alone.
+    Also the parameters each grouped item was priced with, which it must run with."""
+    shares = {i: PlanShare(batch_id=batch.batch_id) for i in range(len(batch.items))}
+    if batch.delta is None:
+        return shares, {}
+    # imported when first needed: privacy-loss distributions take a second to import
+    from accountant.accounting import plan_pricing
+
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    members: dict[int, Any] = {}  # plan_pricing.PlanItem
+    params_of: dict[int, dict[str, Any]] = {}
+    modes = {}
+    for i, item in enumerate(batch.items):
+        with item_errors(i):
+            reads = charge_reads.read(driver, item, clock)
+            assert not isinstance(reads, idempotency.Remembered)  # items carry no key
+            dataset = reads.dataset
+            if dataset.accounting != "approx":
+                continue
+            keys = charged_partitions(reads, item)
+            params = item_params(item, dataset, len(keys))
+            single = _single_cost(item, dataset, len(keys))
+        assert item.mechanism is not None
+        together = ("joint", item.dataset, frozenset(keys)) if item.release == "joint" else (i,)
+        groups.setdefault(together, []).append(i)
+        members[i] = plan_pricing.PlanItem(
+            mechanism=item.mechanism,
+            params=params,
+            coordinates=_coordinates(item.data),
+            single=single,
+        )
+        params_of[i] = params
+        modes[i] = dataset.mode
+    delta = Fraction(batch.delta)
+    delta_units = DELTA.cost_units(delta)
+    for number, group in enumerate(groups.values()):
+        try:
+            epsilon = plan_pricing.group_epsilon([members[i] for i in group], delta)
+        except ValueError as error:
+            raise field_error(f"items[{group[0]}]", str(error)) from None
+        total = Amount(epsilon=epsilon, delta=delta_units)
+        for i, part in zip(group, plan_pricing.split(total, len(group)), strict=True):
+            cost = modes[i].amount_of(
+                StatedCost(
+                    epsilon=Fraction(EPSILON.to_decimal(part.epsilon)),
+                    delta=Fraction(DELTA.to_decimal(part.delta)),
+                    rho=None,
+                )
+            )
+            shares[i] = PlanShare(
+                batch_id=batch.batch_id,
+                group=number,
+                cost=cost,
+                group_cost=total,
+                delta=str(batch.delta),
+            )
+    return shares, params_of
+
+
+def _single_cost(item: ChargeRequest, dataset: DatasetState, n: int) -> Amount | None:
+    """``item``'s cost as a charge alone (None: it cannot be priced alone, a gaussian
+    stated by its sigma)."""
+    assert item.mechanism is not None
+    try:
+        return pricing.price(
+            mechanism=item.mechanism,
+            params=item.params,
+            sensitivity_unit=item.sensitivity_unit,
+            mode=dataset.mode,
+            rule=dataset.rule,
+            max_records=dataset.max_records_per_user,
+            release=item.release,
+            n=n,
+        ).cost
+    except pricing.PricingError:
+        return None
+
+
+def _coordinates(data: Any) -> int:
+    """How many values an additive release noises (1 when it states none)."""
+    if isinstance(data, dict):
+        if isinstance(data.get("values"), list):
+            return max(1, len(data["values"]))
+        if isinstance(data.get("size"), int):
+            return max(1, data["size"])
+    return 1
+
+
+@dataclass(frozen=True)
+class _Denial:
+    """A scope the plan takes over its limit: the first item that does it, its check, and
+    the decision it was found in (for the dataset's mode)."""
+
+    item: int
+    dataset: str
+    check: ScopeCheck
+    decision: Decision
+
+
+@dataclass
+class _Run:
+    """The items as written in the transaction, and what the plan does to every scope."""
+
+    items: list[tuple[Decision, ChargeRequest, dict[str, Any], dict[str, Any] | None]]
+    denials: dict[tuple[Any, ...], _Denial]
+    first: dict[tuple[Any, ...], ScopeCheck]  # each scope as the plan found it
+    last: dict[tuple[Any, ...], ScopeCheck]  # and as its last item left it
+
+
+def _items(
+    driver: Driver,
+    batch: BatchRequest,
+    shares: dict[int, PlanShare],
+    grouped_params: dict[int, dict[str, Any]],
+    clock: _Still,
+    context: ChargeContext,
+) -> _Run:
+    """Read, decide and write each item in order, as a charge alone would be (see the
+    module's notes)."""
+    run = _Run([], {}, {}, {})
+    for i, request in enumerate(batch.items):
+        item = replace(request, share=shares[i])
+        with item_errors(i):
+            reads = charge_reads.read(driver, item, clock)
+            assert not isinstance(reads, idempotency.Remembered)  # items carry no key
+            decision = decide(reads, item)
+        if i in grouped_params and dict(decision.priced.run_params) != grouped_params[i]:
+            raise field_error(
+                f"items[{i}].partitions",
+                "'*' resolves to other partitions here than when its group was priced (an "
+                "item before it charges new partitions); name the partitions",
+            )
+        names = decision.mode.components
+        for check in decision.checks:
+            scope = _scope_of(item.dataset, check)
+            run.first.setdefault(scope, check)
+            run.last[scope] = check
+            if check.limit.is_exceeded_by(check.after, names) and scope not in run.denials:
+                run.denials[scope] = _Denial(i, item.dataset, check, decision)
+        charge_id = str(uuid.uuid4())
+        if run.denials:  # nothing runs any more: the rest is only to find every overflow
+            output, digest = None, _NO_OUTPUT
+            decision = replace(decision, denial=None)
+        else:
+            output, digest = run_mechanism(item, decision, charge_id, context.noise)
+        signing = charge_plan.Signing(
+            context.signer, not context.signer_published[0] and i == 0, context.hasher
+        )
+        planned = charge_plan.plan(
+            decision, item, charge_id=charge_id, output_sha256=digest, signing=signing
+        )
+        driver.apply(planned.writes)
+        facts = dict(planned.facts)
+        facts.update(charge_plan.batch_detail(shares[i]))
+        run.items.append((decision, item, facts, output))
+    return run
+
+
+def _scope_of(dataset: str, check: ScopeCheck) -> tuple[Any, ...]:
+    """A scope's identity across the items of a batch."""
+    window = None if check.window is None else (check.window.period, check.window.start)
+    partition = check.partition if check.scope == "partition" else None
+    return (dataset, check.scope, partition, window)
+
+
+@contextmanager
+def item_errors(i: int) -> Iterator[None]:
+    """Name item ``i`` in the refusals raised inside the block (``items[i].field``)."""
+    prefix = f"items[{i}]"
+    try:
+        yield
+    except InvalidRequest as error:
+        errors = [
+            {**e, "field": f"{prefix}.{e['field']}" if e["field"] else prefix}
+            for e in error.errors or [{"field": "", "message": error.detail}]
+        ]
+        raise InvalidRequest(f"{prefix}: {error.detail}", errors=errors) from None
+    except AccountantError as error:
+        error.detail = f"{prefix}: {error.detail}"
+        error.args = (error.detail,)
+        raise
+
+
+def _granted_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
+    """A granted batch's answer without its outputs: each item's facts, and what the batch
+    charged each dataset."""
+    charged: dict[str, tuple[Decision, Amount]] = {}
+    for decision, item, _, _ in run.items:
+        before = charged.get(item.dataset, (decision, Amount()))[1]
+        charged[item.dataset] = (decision, before.plus(decision.charged))
+    return {
+        "kind": "batch",
+        "batch_id": batch.batch_id,
+        "items": [facts for _, _, facts, _ in run.items],
+        "cost": idempotency.decimals_as_floats(
+            {name: report_cost(decision, amount) for name, (decision, amount) in charged.items()}
+        ),
+    }
+
+
+def _denied_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
+    """A refused batch's answer: every scope the plan takes over its limit, with its limit,
+    its loss before the batch, what the batch adds to it and the first item that takes it
+    over; a 429 when only windows overflow, each by less than its whole limit."""
+    listed = []
+    waits = []
+    for scope, denial in run.denials.items():
+        check, decision = denial.check, denial.decision
+        spent = run.first[scope].spent
+        after = run.last[scope].after
+        requested = Amount(
+            max(0, after.epsilon - spent.epsilon),
+            max(0, after.delta - spent.delta),
+            max(0, after.rho - spent.rho),
+        )
+        entry: dict[str, Any] = {
+            "item": denial.item,
+            "dataset": denial.dataset,
+            "scope": check.scope,
+            "limit": report(decision, check.limit.bounds()),
+            "spent": report(decision, spent),
+            "requested": report_cost(decision, requested),
+        }
+        if check.scope == "partition":
+            entry["partition"] = check.partition
+        if check.window is not None:
+            entry["resets_at"] = isoformat(check.window.end)
+            if not check.limit.is_exceeded_by(requested, decision.mode.components):
+                waits.append(check.window.seconds_until_end(decision.now_us / 1e6))
+        listed.append(entry)
+    only_windows = all(d.check.scope == "window" for d in run.denials.values())
+    facts: dict[str, Any] = {
+        "kind": "batch_denied",
+        "batch_id": batch.batch_id,
+        "denials": listed,
+        "reason": (
+            f"the batch would take {len(listed)} scope(s) over their limit, listed in "
+            "denials; nothing was charged or released. Drop or re-plan the items named, "
+            "or ask an admin for more budget"
+        ),
+    }
+    if only_windows and len(waits) == len(listed):
+        facts["fits_again_in_s"] = max(waits)
+    stored: dict[str, Any] = idempotency.decimals_as_floats(facts)
+    return stored
+
+
+def _refusal_writes(
+    batch: BatchRequest,
+    run: _Run,
+    states: dict[str, DatasetState],
+    now_us: int,
+    context: ChargeContext,
+) -> WritePlan:
+    """One denied ledger entry for each dataset the batch names, on its chain as it stood
+    before the batch, with the denials on it."""
+    caller = batch.principal
+    blocks: list[Block] = []
+    for name, state in states.items():
+        mine = [d for d in run.denials.values() if d.dataset == name]
+        decisions = [(d, item) for d, item, _, _ in run.items if item.dataset == name]
+        partitions = sorted({key for d, _ in decisions for key in d.partitions})
+        cost = Amount()
+        for d, _ in decisions:
+            cost = cost.plus(d.priced.cost)
+        first = decisions[0][0]
+        detail: dict[str, Any] = {
+            "scope": mine[0].check.scope if mine else "batch",
+            "batch_id": batch.batch_id,
+            "items": [i for i, item in enumerate(batch.items) if item.dataset == name],
+            "denials": [
+                {"item": d.item, "scope": d.check.scope}
+                | ({"partition": d.check.partition} if d.check.scope == "partition" else {})
+                for d in mine
+            ],
+            "terms_sha256": state.terms_sha256,
+        }
+        entry = ledger.entry(
+            state,
+            ledger.Actor(caller.consumer_id, caller.name),
+            kind="charge",
+            status="denied",
+            created_at=now_us,
+            charge_id=str(uuid.uuid4()),
+            mechanism="batch",
+            release="joint",
+            partitions=partitions,
+            params={},
+            cost=cost,
+            multiplicity=1,
+            detail=detail,
+            loss_after=first.lifetime_now,
+            hasher=context.hasher,
+        )
+        blocks.append(Block(tuple(entry.writes)))  # each dataset's chain, in name order
+    return WritePlan(tuple(blocks))
+
+
+_ITEM_SOURCES = statement(
+    select(LedgerEntry.charge_id, LedgerEntry.noise_secret, LedgerEntry.implementation).where(
+        LedgerEntry.charge_id.in_(bindparam("ids", expanding=True))
+    )
+)
+
+
+def _replay(
+    driver: Driver,
+    first: idempotency.Remembered,
+    batch: BatchRequest,
+    context: ChargeContext,
+) -> BatchDone:
+    """The first answer to ``batch``'s key, given again: every item's output regenerated
+    exactly, or a 409 that releases nothing."""
+    if first.request_hash != batch.fingerprint:
+        raise IdempotencyKeyReused(
+            f"idempotency key {batch.key!r} was first used with a different request; "
+            "use a new key for a new request"
+        )
+    facts = first.facts
+    if facts["kind"] != "batch":
+        return BatchDenied(facts)
+    items: Sequence[dict[str, Any]] = facts["items"]
+    rows = driver.rows(_ITEM_SOURCES, {"ids": [item["charge_id"] for item in items]})
+    driver.end_read()
+    sources = {row.charge_id: (row.noise_secret, row.implementation) for row in rows}
+    outputs = []
+    for item_facts, request in zip(items, batch.items, strict=True):
+        secret, implementation = sources.get(item_facts["charge_id"], (None, None))
+        remembered = idempotency.Remembered(
+            first.request_hash, item_facts["charge_id"], item_facts, secret, implementation
+        )
+        output = idempotency.output_of(remembered, request, context.noise)
+        assert output is not None
+        outputs.append(output)
+    return BatchGranted(facts, outputs)

@@ -1,0 +1,177 @@
+"""Batches: release plans granted all together or not at all (DESIGN.md, "Release plans:
+batches"; API.md, "Batches")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from accountant.services import totals
+from tests.conftest import Api
+
+
+def _item(
+    dataset: str = "clicks", partitions: Any = ("p1",), epsilon: Any = 0.1, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "dataset": dataset,
+        "partitions": partitions if isinstance(partitions, str) else list(partitions),
+        "mechanism": extra.pop("mechanism", "laplace"),
+        "params": extra.pop("params", {"epsilon": epsilon, "sensitivity": 1}),
+        "input": extra.pop("input", {"values": [10.0]}),
+        **extra,
+    }
+
+
+def _batch(api: Api, items: list[dict[str, Any]], **fields: Any) -> Any:
+    headers = fields.pop("headers", None)
+    return api.post("/v1/charges/batch", {"items": items, **fields}, headers=headers)
+
+
+def _reconciles(app: Any) -> None:
+    engine = app.extensions["accountant_engine"]
+    with Session(engine) as session:
+        replayed, differences = totals.check(session)
+    assert differences == [] and replayed > 0
+
+
+def test_a_granted_batch_charges_every_item_with_its_own_output_and_receipt(
+    api: Api, app: Any
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    api.make_dataset("orders", budget={"epsilon": 1.0})
+    response = _batch(
+        api,
+        [_item(epsilon=0.25), _item("orders", epsilon=0.5), _item(partitions=["p2"], epsilon=0.25)],
+    )
+    assert response.status_code == 201, response.get_json()
+    body = response.get_json()
+    assert len(body["items"]) == 3
+    assert body["cost"]["clicks"]["epsilon"] == 0.5 and body["cost"]["orders"]["epsilon"] == 0.5
+    for item in body["items"]:
+        assert item["batch_id"] == body["batch_id"] and len(item["output"]["values"]) == 1
+        verified = api.post("/v1/receipts/verify", {"receipt": item["receipt"]}).get_json()
+        assert verified["valid"] is True and verified["claims"]["charge_id"] == item["charge_id"]
+    assert api.budget()["loss"]["epsilon"] == 0.25  # record unit: the max over p1, p2
+    assert api.budget("orders")["loss"]["epsilon"] == 0.5
+    entries = [e for e in api.ledger() if e["batch_id"] == body["batch_id"]]
+    assert sorted(e["charge_id"] for e in entries) == sorted(i["charge_id"] for i in body["items"])
+    assert all(e["status"] == "granted" for e in entries)
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    _reconciles(app)
+
+
+def test_items_add_up_and_a_refused_batch_charges_and_releases_nothing(api: Api, app: Any) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    response = _batch(api, [_item(epsilon=0.6), _item(epsilon=0.6)])  # each fits alone
+    assert response.status_code == 409, response.get_json()
+    problem = response.get_json()
+    [denial] = problem["denials"]
+    assert denial["item"] == 1 and denial["dataset"] == "clicks" and denial["scope"] == "dataset"
+    assert denial["limit"]["epsilon"] == 1.0 and denial["spent"]["epsilon"] == 0
+    assert denial["requested"]["epsilon"] == 1.2
+    assert "output" not in str(problem)
+    assert api.budget()["loss"]["epsilon"] == 0
+    entries = api.ledger()
+    refusals = [e for e in entries if e["batch_id"] == problem["batch_id"]]
+    assert [(e["kind"], e["status"]) for e in refusals] == [("charge", "denied")]
+    assert not [e for e in entries if e["status"] == "granted" and e["kind"] == "charge"]
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    # the same two one by one: the first is granted
+    assert api.charge(epsilon=0.6).status_code == 201
+    assert api.charge(epsilon=0.6).status_code == 409
+    _reconciles(app)
+
+
+def test_a_refusal_lists_every_overflowing_scope_on_every_dataset(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0}, partition_budget={"epsilon": 0.3})
+    api.make_dataset("orders", budget={"epsilon": 0.5})
+    api.make_dataset("tickets", budget={"epsilon": 1.0})
+    items = [
+        _item(epsilon=0.2),  # 0: clicks p1 0.2
+        _item("orders", epsilon=0.4),  # 1
+        _item("tickets", epsilon=0.1),  # 2: fits
+        _item(epsilon=0.2),  # 3: clicks p1 over its 0.3
+        _item("orders", epsilon=0.4),  # 4: orders over 0.5
+        _item(partitions=["p2", "p3"], epsilon=0.2),  # 5: fits p2 and p3
+    ]
+    response = _batch(api, items)
+    assert response.status_code == 409, response.get_json()
+    denials = {(d["dataset"], d["scope"]): d for d in response.get_json()["denials"]}
+    assert set(denials) == {("clicks", "partition"), ("orders", "dataset")}
+    assert denials["clicks", "partition"]["item"] == 3
+    assert denials["clicks", "partition"]["partition"] == "p1"
+    assert denials["orders", "dataset"]["item"] == 4
+    assert denials["orders", "dataset"]["requested"]["epsilon"] == 0.8
+    refusals = [e for e in api.ledger() if e["status"] == "denied"]
+    assert sorted(e["dataset"] for e in refusals) == ["clicks", "orders", "tickets"]
+    for name in ("clicks", "orders", "tickets"):
+        assert api.budget(name)["loss"]["epsilon"] == 0
+
+
+@pytest.mark.frozen_clock
+def test_only_windows_overflowing_is_a_429_with_a_retry_after(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10.0}, windows=[{"period": "1d", "epsilon": 1.0}])
+    assert api.charge(epsilon=0.5).status_code == 201
+    response = _batch(api, [_item(epsilon=0.3), _item(epsilon=0.3)])
+    assert response.status_code == 429, response.get_json()
+    assert int(response.headers["Retry-After"]) > 0
+    [denial] = response.get_json()["denials"]
+    assert denial["scope"] == "window" and "resets_at" in denial
+    # a batch that could never fit the window is a 409: waiting would not help
+    response = _batch(api, [_item(epsilon=0.6), _item(epsilon=0.6), _item(epsilon=0.6)])
+    assert response.status_code == 409
+
+
+def test_an_invalid_item_is_a_400_naming_it(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    api.make_dataset("orders", budget={"epsilon": 1.0})
+    response = _batch(api, [_item(), _item(params={"epsilon": -1, "sensitivity": 1})])
+    assert response.status_code == 400
+    fields = [e["field"] for e in response.get_json()["errors"]]
+    assert fields == ["items[1].params.epsilon"], fields
+    response = _batch(api, [_item(), _item(mechanism="nope")])
+    assert [e["field"] for e in response.get_json()["errors"]] == ["items[1].mechanism"]
+    response = _batch(api, [_item(), _item(partitions="*"), _item()])
+    assert response.status_code == 201  # "*": the partitions the items before it charged
+    assert response.get_json()["items"][1]["partitions"] == ["p1"]
+    response = _batch(api, [_item("orders", partitions="*"), _item()])
+    assert response.status_code == 400  # "*" resolves to none yet
+    assert [e["field"] for e in response.get_json()["errors"]] == ["items[0].partitions"]
+    response = _batch(api, [_item(hold="x")])
+    assert [e["field"] for e in response.get_json()["errors"]] == ["items[0].hold"]
+    assert _batch(api, []).status_code == 400
+    assert _batch(api, [_item()] * 1001).status_code == 400
+    assert api.budget()["loss"]["epsilon"] == 0.3
+    assert len([e for e in api.ledger() if e["kind"] == "charge"]) == 3
+
+
+def test_an_unknown_dataset_is_a_404_and_an_ungranted_one_a_403(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    api.make_dataset("orders", budget={"epsilon": 1.0})
+    assert _batch(api, [_item(), _item("nope")]).status_code == 404
+    key = api.make_consumer("svc", datasets=["clicks"])
+    service = Api(api.client, key)
+    response = _batch(service, [_item(), _item("orders")])
+    assert response.status_code == 403, response.get_json()
+    assert "items[1]" in response.get_json()["detail"]
+    assert api.budget()["loss"]["epsilon"] == 0
+
+
+def test_a_batch_is_idempotent_as_a_whole(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    items = [_item(epsilon=0.25), _item(epsilon=0.25, input={"values": [1.0, 2.0, 3.0]})]
+    first = _batch(api, items, headers={"Idempotency-Key": "report-1"})
+    assert first.status_code == 201
+    again = _batch(api, items, headers={"Idempotency-Key": "report-1"})
+    assert again.status_code == 201 and again.text == first.text
+    assert api.budget()["loss"]["epsilon"] == 0.5
+    other = _batch(api, items[:1], headers={"Idempotency-Key": "report-1"})
+    assert other.status_code == 422
+    refused = [_item(epsilon=0.3), _item(epsilon=0.3)]
+    denied = _batch(api, refused, headers={"Idempotency-Key": "report-2"})
+    assert denied.status_code == 409
+    assert _batch(api, refused, headers={"Idempotency-Key": "report-2"}).text == denied.text
+    assert len([e for e in api.ledger() if e["status"] == "denied"]) == 1
