@@ -90,6 +90,12 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         201,
         [400, 401, 403, 404, 409, 422, 429, 503],
     ),
+    ("POST", "/v1/charges/batch"): (
+        "Charge a release plan: every item or none, each with its output (idempotent)",
+        schemas.BATCH,
+        201,
+        [400, 401, 403, 404, 409, 422, 429, 503],
+    ),
     ("POST", "/v1/charges/preview"): (
         "Price and check without charging",
         schemas.PREVIEW,
@@ -156,6 +162,7 @@ ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("POST", "/v1/consumers/{name}/keys"): ("createKey", "NewKey"),
     ("DELETE", "/v1/keys/{key_id}"): ("revokeKey", None),
     ("POST", "/v1/charges"): ("createCharge", "Charge"),
+    ("POST", "/v1/charges/batch"): ("createBatch", "Batch"),
     ("POST", "/v1/charges/preview"): ("previewCharge", "Preview"),
     ("POST", "/v1/charges/plan"): ("planCharges", "Plan"),
     ("GET", "/v1/charges/{charge_id}"): ("getCharge", "ChargeRecord"),
@@ -284,7 +291,9 @@ def document(server: str | None = None, settings: Settings | None = None) -> dic
             for name, schema in _QUERY.get(path, [])
             if method == "GET"
         ]
-        if method == "POST" and (path == "/v1/charges" or path.startswith("/v1/holds")):
+        if method == "POST" and (
+            path in ("/v1/charges", "/v1/charges/batch") or path.startswith("/v1/holds")
+        ):
             parameters.append(copy.deepcopy(_IDEMPOTENCY_KEY))
         if parameters:
             operation["parameters"] = parameters

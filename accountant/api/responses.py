@@ -77,6 +77,24 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         spent=_ref("Amount"),
         requested=_ref("Amount"),
         resets_at=STRING,
+        batch_id=STRING,
+        denials=_list(
+            _object(
+                ["item", "dataset", "scope", "limit", "spent", "requested"],
+                "a scope the refused batch would take over its limit: spent is its loss "
+                "before the batch, requested what the whole batch adds to it, item the "
+                "first item that takes it over",
+                item=INTEGER,
+                dataset=STRING,
+                scope=STRING,
+                partition=OPTIONAL_STRING,
+                population=OPTIONAL_STRING,
+                limit=_ref("Amount"),
+                spent=_ref("Amount"),
+                requested=_ref("Amount"),
+                resets_at=STRING,
+            )
+        ),
     ),
     "Health": _object(["status"], status=STRING, schema=STRING),
     "Charge": _object(
@@ -105,6 +123,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         receipt=STRING,
         created_at=TIME,
         ledger=_object(["seq", "hash"], seq=INTEGER, hash=STRING),
+        batch_id=STRING,
+        group=INTEGER,
+    ),
+    "Batch": _object(
+        ["batch_id", "items", "cost"],
+        "a granted batch: each item's own charge (output, receipt, ledger entry), and what "
+        "the batch charged each dataset",
+        batch_id=STRING,
+        items=_list(_ref("Charge")),
+        cost={"type": "object", "additionalProperties": _ref("Amount")},
     ),
     "Hold": _object(
         ["hold_id", "dataset", "partitions", "release", "amount", "drawn", "state", "expires_at"],
@@ -292,6 +320,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         created_at=TIME,
         noise_secret=OPTIONAL_STRING,
         implementation=OPTIONAL_STRING,
+        batch_id={**OPTIONAL_STRING, "description": "the batch of a batch item or refusal"},
+        group={
+            "type": ["integer", "null"],
+            "description": "the group a batch item was priced with (approx, a batch with delta)",
+        },
         prev_hash=STRING,
         hash=STRING,
         params=ANY_OBJECT,
