@@ -3,6 +3,7 @@ batches"; API.md, "Batches")."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -175,3 +176,65 @@ def test_a_batch_is_idempotent_as_a_whole(api: Api) -> None:
     assert denied.status_code == 409
     assert _batch(api, refused, headers={"Idempotency-Key": "report-2"}).text == denied.text
     assert len([e for e in api.ledger() if e["status"] == "denied"]) == 1
+
+
+def _planned(api: Api, items: list[dict[str, Any]], **fields: Any) -> Any:
+    return api.post("/v1/charges/plan", {"items": items, **fields})
+
+
+def test_a_weighted_plan_splits_what_remains_and_its_answer_is_granted_as_a_batch(
+    api: Api,
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    assert api.charge(epsilon=0.2).status_code == 201
+    items = [
+        {**_item(), "params": {"sensitivity": 1}, "weight": 1},
+        {**_item(partitions=["p2"]), "params": {"sensitivity": 1}, "weight": 3},
+        {**_item(), "params": {"sensitivity": 1}, "weight": 3},
+    ]
+    response = _planned(api, items, share=0.5)
+    assert response.status_code == 200, response.get_json()
+    answer = response.get_json()
+    epsilons = [Decimal(str(item["params"]["epsilon"])) for item in answer["items"]]
+    # p1 carries items 0 and 2 (weights 1 and 3) within half of the 0.8 left: 0.1 and 0.3
+    assert epsilons == [Decimal("0.1"), Decimal("0.3"), Decimal("0.3")], epsilons
+    chosen = [
+        {**_item(partitions=item["partitions"]), "params": {"sensitivity": 1, **planned["params"]}}
+        for item, planned in zip(items, answer["items"], strict=True)
+    ]
+    assert _batch(api, chosen).status_code == 201
+    assert api.budget()["loss"]["epsilon"] == 0.6  # 0.2 + half of what was left
+    # all of what is left now: one digit less noise on either item on p1 does not fit
+    answer = _planned(api, items).get_json()
+    chosen = [
+        {**_item(partitions=item["partitions"]), "params": {"sensitivity": 1, **planned["params"]}}
+        for item, planned in zip(items, answer["items"], strict=True)
+    ]
+    assert [c["params"]["epsilon"] for c in chosen] == [0.1, 0.3, 0.3]
+    for i in (0, 2):
+        tighter = [dict(item, params=dict(item["params"])) for item in chosen]
+        tighter[i]["params"]["epsilon"] += 1e-10
+        assert _batch(api, tighter).status_code == 409
+    assert _batch(api, chosen).status_code == 201
+    assert api.budget()["loss"]["epsilon"] == 1.0
+
+
+def test_a_weighted_plan_finds_the_least_noise_in_every_mode(api: Api) -> None:
+    api.make_dataset(accounting="zcdp", budget={"epsilon": 1.0, "delta": 1e-6})
+    items = [
+        {**_item(mechanism="gaussian"), "params": {"sensitivity": 1}, "weight": 1},
+        {**_item(mechanism="laplace"), "params": {"sensitivity": 1}, "weight": 2},
+    ]
+    answer = _planned(api, items).get_json()
+    sigma = Decimal(str(answer["items"][0]["params"]["sigma"]))
+    epsilon = Decimal(str(answer["items"][1]["params"]["epsilon"]))
+    chosen = [
+        {**_item(mechanism="gaussian"), "params": {"sensitivity": 1, "sigma": float(sigma)}},
+        {**_item(), "params": {"sensitivity": 1, "epsilon": float(epsilon)}},
+    ]
+    assert _batch(api, chosen).status_code == 201, answer
+    loss = api.budget()["loss"]
+    # rho of the gaussian is 1/(2 sigma^2), the laplace's epsilon^2/2: weights 1 and 2
+    rho_gaussian = 1 / (2 * float(sigma) ** 2)
+    assert abs(float(epsilon) ** 2 / 2 / rho_gaussian - 2) < 1e-6
+    assert loss["rho"] <= api.budget()["limit"]["rho"]

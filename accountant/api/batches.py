@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from flask import Blueprint, Response, request
@@ -10,12 +13,13 @@ from flask import Blueprint, Response, request
 from accountant import problems
 from accountant.api import schemas
 from accountant.api.auth import confirmed_on_failure, principal
-from accountant.api.charges import charge_request, granted_body
+from accountant.api.charges import charge_request, granted_body, mechanism_named
 from accountant.api.common import json_body
 from accountant.errors import BudgetExhausted, WindowExhausted, field_error
 from accountant.jsonio import dumps
-from accountant.services import batches, idempotency
+from accountant.services import batches, idempotency, release_plans
 from accountant.services.api_keys import Principal
+from accountant.services.charge_responses import report_cost_of
 from accountant.web import driver, runtime
 
 bp = Blueprint("batches", __name__)
@@ -77,3 +81,63 @@ def answer(done: batches.BatchDone) -> Response:
         "cost": facts["cost"],
     }
     return Response(dumps(body), status=201, mimetype="application/json")
+
+
+def calibrated(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
+    """``POST /v1/charges/plan`` with weighted ``items``: the least noise for each such that
+    all of them, charged as one batch now, fit ``share`` of what every scope has left."""
+    schemas.validate(schemas.PLAN_WEIGHTED, body)
+    items = [_weighted(i, item, caller) for i, item in enumerate(body["items"])]
+    delta = body.get("delta")
+    found = release_plans.calibrate(
+        driver(),
+        items,
+        share=Fraction(body.get("share", 1)),
+        delta=delta,
+        caller=caller,
+        context=runtime().charging,
+    )
+    return {
+        "items": [
+            {"params": {item.name: value}, "dataset": item.request.dataset}
+            for item, value in zip(items, found.values, strict=True)
+        ],
+        "cost": {
+            name: report_cost_of(found.states[name], amount)
+            for name, amount in found.charged.items()
+        },
+        "share": body.get("share", 1),
+        **({"delta": delta} if delta is not None else {}),
+    }
+
+
+def _weighted(i: int, body: dict[str, Any], caller: Principal) -> release_plans.WeightedItem:
+    """Item ``i`` of a weighted plan, its noise parameter found by the one it leaves out."""
+    schemas.validate(schemas.PLAN_ITEM, body, f"items[{i}]")
+    if "hold" in body:
+        raise field_error(f"items[{i}].hold", "a planned item may not draw on a hold")
+    with batches.item_errors(i):
+        mechanism = mechanism_named(body["mechanism"])
+        params = body["params"]
+        name = next(
+            (
+                name
+                for name in release_plans.NOISE_PARAMETERS
+                if name not in params
+                and schemas.is_valid(mechanism.params_schema, {**params, name: Decimal(1)})
+            ),
+            None,
+        )
+        if name is None:
+            raise field_error(
+                "params",
+                "leave out the noise parameter to solve for "
+                f"(one of {sorted(release_plans.NOISE_PARAMETERS)})",
+            )
+        plain = {k: v for k, v in body.items() if k != "weight"}
+        request = charge_request({**plain, "params": {**params, name: Decimal(1)}}, caller)
+    return release_plans.WeightedItem(
+        request=replace(request, params={k: v for k, v in request.params.items() if k != name}),
+        weight=Fraction(body["weight"]),
+        name=name,
+    )

@@ -27,14 +27,18 @@ bp = Blueprint("charges", __name__)
 
 
 def _mechanism(body: dict[str, Any]) -> Mechanism:
+    return mechanism_named(body["mechanism"])
+
+
+def mechanism_named(name: str) -> Mechanism:
     """The mechanism a charge, preview or plan names: one the accountant runs."""
     registry = runtime().registry
-    mechanism = registry.get(body["mechanism"])
+    mechanism = registry.get(name)
     if mechanism is None:
         known = ", ".join(m.name for m in registry.all() if m.runs)
         raise field_error(
             "mechanism",
-            f'no mechanism named "{body["mechanism"]}"; use one of {known} (GET /v1/mechanisms)',
+            f'no mechanism named "{name}"; use one of {known} (GET /v1/mechanisms)',
         )
     if not mechanism.runs:
         raise field_error(
@@ -193,7 +197,12 @@ def preview() -> Any:
 def plan() -> Any:
     """How many more identical charges every scope would grant now."""
     caller = principal("admin", "service", "auditor")
-    body = json_body(schemas.PLAN)
+    body = json_body(schemas.PLAN_EITHER)
+    if "items" in body:  # a weighted list: the least noise for each (api.batches)
+        from accountant.api.batches import calibrated
+
+        return calibrated(body, caller)
+    schemas.validate(schemas.PLAN, body)
     if "count" in body:
         return _solve(body, caller)
     found = plans.plan(driver(), charge_request(body, caller), runtime().clock.now_us())

@@ -103,8 +103,9 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         [400, 401, 403, 404],
     ),
     ("POST", "/v1/charges/plan"): (
-        "How many more identical charges fit, or the least-noise parameter for count of them",
-        schemas.PLAN,
+        "How many more identical charges fit, the least-noise parameter for count of them, "
+        "or the least noise for each item of a weighted list",
+        schemas.PLAN_EITHER,
         200,
         [400, 401, 403, 404],
     ),

@@ -110,12 +110,36 @@ def _charge(limits: Limits) -> list[Rule]:
 
 
 def _plan(limits: Limits) -> list[Rule]:
-    return [
+    one = [
         *_charge(limits),
         (
             "properties/count",
             "With count, params leave out the mechanism's noise parameter (one of "
             f"{', '.join(sorted(NOISE_PARAMETERS))}), which the plan solves for.",
+            {},
+        ),
+    ]
+    return [(f"anyOf/0/{where}", text, keywords) for where, text, keywords in one] + [
+        (
+            "anyOf/1/properties/items",
+            "Each item a charge body (POST /v1/charges, input optional) with a weight, its "
+            "params leaving out the mechanism's noise parameter (one of "
+            f"{', '.join(sorted(NOISE_PARAMETERS))}): the answer is the least noise for "
+            "each such that all of them, charged as one batch, fit share of what every "
+            "scope has left, each item's share of its dataset's measure proportional to "
+            "its weight (docs/api.md).",
+            {},
+        ),
+    ]
+
+
+def _batch(limits: Limits) -> list[Rule]:
+    return [
+        (
+            "properties/items",
+            "Each item a charge body as POST /v1/charges takes it, within the same limits "
+            f"(at most {limits.max_partitions_per_charge} partition keys, vectors of at "
+            f"most {limits.max_vector_length} values), without hold or idempotency_key.",
             {},
         ),
     ]
@@ -169,6 +193,7 @@ _RULES: dict[tuple[str, str], Callable[[Limits], list[Rule]]] = {
     ("POST", "/v1/charges"): _charge,
     ("POST", "/v1/charges/preview"): _charge,
     ("POST", "/v1/charges/plan"): _plan,
+    ("POST", "/v1/charges/batch"): _batch,
     ("POST", "/v1/datasets"): _dataset_create,
     ("PATCH", "/v1/datasets/{name}"): _dataset_patch,
     ("POST", "/v1/datasets/{name}/partitions"): _partitions,

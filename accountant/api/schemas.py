@@ -188,6 +188,35 @@ PLAN: dict[str, Any] = {
     },
 }
 
+#: A weighted plan: each item a charge body with its noise parameter left out and a weight;
+#: the least noise such that all of them fit ``share`` of what remains.
+PLAN_WEIGHTED: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "items": {
+            "type": "array",
+            "items": {"type": "object"},
+            "minItems": 1,
+            "maxItems": 100,
+        },
+        "share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+    },
+    "required": ["items"],
+    "additionalProperties": False,
+}
+PLAN_ITEM: dict[str, Any] = {
+    **PREVIEW,
+    "properties": {
+        **PREVIEW["properties"],
+        "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 1000000},
+    },
+    "required": [*PREVIEW["required"], "weight"],
+}
+
+#: What /v1/charges/plan takes: one charge (``PLAN``) or a weighted list (``PLAN_WEIGHTED``).
+PLAN_EITHER: dict[str, Any] = {"anyOf": [PLAN, PLAN_WEIGHTED]}
+
 #: A batch: 1 to 1000 charges granted all together or none (DESIGN.md, release plans);
 #: each item is checked against ``CHARGE`` on its own, so that its errors name it.
 BATCH: dict[str, Any] = {

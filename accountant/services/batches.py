@@ -30,6 +30,7 @@ dashboard read a batch as the charges it is.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -55,7 +56,7 @@ from accountant.errors import (
     Unauthorized,
     field_error,
 )
-from accountant.exact import DELTA, EPSILON, Amount
+from accountant.exact import DELTA, EPSILON, Amount, Limit
 from accountant.models import LedgerEntry
 from accountant.services import charge_plan, charge_reads, idempotency, ledger
 from accountant.services.api_keys import UNKNOWN_KEY
@@ -125,7 +126,7 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
     caller = batch.principal
     driver.begin_write()
     try:
-        states = _lock(driver, sorted({item.dataset for item in batch.items}), caller)
+        states = lock(driver, sorted({item.dataset for item in batch.items}), caller)
         if batch.key is not None:
             first = idempotency.find(driver, caller.consumer_id, batch.key).result()
             if first is not None:
@@ -177,6 +178,29 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
     return done
 
 
+def dry_run(
+    driver: Driver, batch: BatchRequest, share: Fraction, now_us: int, context: ChargeContext
+) -> tuple[bool, dict[str, Amount]]:
+    """Whether ``batch`` would be granted now within ``share`` of what every scope has left,
+    and what it would charge each dataset: the batch decided exactly as ``submit`` decides
+    it, inside the caller's transaction (its datasets locked, ``lock``), every write undone
+    and no mechanism run. A refusal of an item (a 400: a parameter out of its mechanism's
+    range) does not fit."""
+    driver.run("SAVEPOINT batch_plan")
+    try:
+        clock = _Still(now_us)
+        shares, grouped_params = _shares(driver, batch, clock)
+        run = _items(driver, batch, shares, grouped_params, clock, context, share=share)
+    except InvalidRequest:
+        return False, {}
+    finally:
+        driver.run("ROLLBACK TO SAVEPOINT batch_plan")
+    charged: dict[str, Amount] = {}
+    for decision, item, _, _ in run.items:
+        charged[item.dataset] = charged.get(item.dataset, Amount()).plus(decision.charged)
+    return not run.denials, charged
+
+
 class _Still:
     """The batch's one moment: every item is charged at the time read once every lock is
     held, so that all of them fall in the same windows."""
@@ -188,7 +212,7 @@ class _Still:
         return self._now
 
 
-def _lock(driver: Driver, names: list[str], caller: Caller) -> dict[str, DatasetState]:
+def lock(driver: Driver, names: list[str], caller: Caller) -> dict[str, DatasetState]:
     """Lock each dataset in name order (one at a time: each waits for the one before) and
     read it with the caller's role and key; a 404 for a dataset that does not exist, a 401
     for a key revoked since it was authenticated."""
@@ -322,9 +346,12 @@ def _items(
     grouped_params: dict[int, dict[str, Any]],
     clock: _Still,
     context: ChargeContext,
+    *,
+    share: Fraction | None = None,
 ) -> _Run:
     """Read, decide and write each item in order, as a charge alone would be (see the
-    module's notes)."""
+    module's notes). ``share``: a dry run that runs no mechanism, for a plan that must fit
+    that share of what every scope has left (``release_plans``)."""
     run = _Run([], {}, {}, {})
     for i, request in enumerate(batch.items):
         item = replace(request, share=shares[i])
@@ -341,12 +368,13 @@ def _items(
         names = decision.mode.components
         for check in decision.checks:
             scope = _scope_of(item.dataset, check)
-            run.first.setdefault(scope, check)
+            before = run.first.setdefault(scope, check).spent
             run.last[scope] = check
-            if check.limit.is_exceeded_by(check.after, names) and scope not in run.denials:
+            limit = check.limit if share is None else _shared(check.limit, before, share)
+            if limit.is_exceeded_by(check.after, names) and scope not in run.denials:
                 run.denials[scope] = _Denial(i, item.dataset, check, decision)
         charge_id = str(uuid.uuid4())
-        if run.denials:  # nothing runs any more: the rest is only to find every overflow
+        if run.denials or share is not None:  # nothing runs: only the overflows are wanted
             output, digest = None, _NO_OUTPUT
             decision = replace(decision, denial=None)
         else:
@@ -362,6 +390,18 @@ def _items(
         facts.update(charge_plan.batch_detail(shares[i]))
         run.items.append((decision, item, facts, output))
     return run
+
+
+def _shared(limit: Limit, before: Amount, share: Fraction) -> Limit:
+    """``share`` of what ``limit`` leaves after ``before``, rounded down, on top of it."""
+    return Limit(
+        **{
+            name: None
+            if (bound := limit[name]) is None
+            else before[name] + math.floor(share * max(0, bound - before[name]))
+            for name in ("epsilon", "delta", "rho")
+        }
+    )
 
 
 def _scope_of(dataset: str, check: ScopeCheck) -> tuple[Any, ...]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from accountant.accounting.charge_inputs import DatasetState
 from accountant.accounting.checks import Denial
 from accountant.accounting.modes import LABELS
 from accountant.accounting.windows import isoformat
@@ -173,6 +174,13 @@ def report_cost(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
     """A release's cost as the dataset's mode states it (``Mode.report_cost``)."""
     mode = evaluation.mode
     return mode.labelled(mode.report_cost(amount, evaluation.dataset.limit_delta or 0), amount)
+
+
+def report_cost_of(dataset: DatasetState, amount: Amount) -> dict[str, Any]:
+    """``report_cost`` for a dataset as read, without a decision (a plan's)."""
+    mode = dataset.mode
+    stated = mode.labelled(mode.report_cost(amount, dataset.limit_delta or 0), amount)
+    return dict(idempotency.decimals_as_floats(stated))
 
 
 def figures(amount: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,286 @@
+"""Calibrating a release plan: the least noise for each item of a weighted list such that
+the whole list, charged as one batch, fits (a share of) what every scope has left.
+
+Each item leaves out its noise parameter (``epsilon``, ``sigma`` or ``rho``)
+and states a weight. One scale s per dataset sets every parameter of its
+items (``parameter``):
+
+- where costs add (every mode, and ``approx`` without the batch's ``delta``),
+  each item's cost in the dataset's measure (epsilon; rho on zcdp, the Renyi
+  divergence on rdp, mu^2 on gdp) is its weight times s: its share of the
+  measure is proportional to its weight. The parameter is found by bisection
+  on its own pricing and rounded to 9 significant digits toward more noise;
+- on ``approx`` with a ``delta``, where a batch prices its groups by
+  composing privacy-loss distributions and no item has a cost of its own,
+  each item's noise relative to its sensitivity is inversely proportional
+  to its weight: epsilon = weight x s for a Laplace-like item,
+  sigma = sensitivity / (weight x s) for a Gaussian.
+
+s is the largest value at which the batch of the dataset's items is granted
+within ``share`` of what each scope has left: found by doubling and
+bisection over ``batches.dry_run``, which decides the batch exactly as a
+batch is decided, datasets locked in name order, every write undone. So
+charging the answer as one batch, at once, is granted. The datasets are
+independent (no scope spans two), so each has its own s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import bindparam, func, select
+
+from accountant.accounting import pricing
+from accountant.accounting.charge_inputs import Caller, ChargeRequest, DatasetState
+from accountant.driver import Driver
+from accountant.errors import InvalidRequest, field_error
+from accountant.exact import Amount
+from accountant.models import Dataset, Partition
+from accountant.services import batches
+from accountant.services.charges import ChargeContext
+from accountant.statements import statement
+
+#: The noise parameters a plan may solve for, and whether a larger value costs more.
+NOISE_PARAMETERS = {"sigma": False, "epsilon": True, "rho": True}
+
+#: A weighted plan is decided many times over: at most this many items.
+MAX_ITEMS = 100
+
+_LOW, _HIGH = Decimal("1e-9"), Decimal(10) ** 6
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightedItem:
+    """One item of a plan to calibrate.
+
+    Args:
+        request: the charge, its noise parameter left out.
+        weight: its share of its dataset's measure, relative to the others'.
+        name: the noise parameter to solve for (``NOISE_PARAMETERS``).
+    """
+
+    request: ChargeRequest
+    weight: Fraction
+    name: str
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    values: list[Decimal]  # each item's noise parameter, in order
+    charged: dict[str, Amount]  # what the batch would charge each dataset
+    states: dict[str, DatasetState]
+
+
+def calibrate(
+    driver: Driver,
+    items: list[WeightedItem],
+    *,
+    share: Fraction,
+    delta: Decimal | None,
+    caller: Caller,
+    context: ChargeContext,
+) -> Calibrated:
+    """Each item's least-noise parameter; see the module's notes. A 400 naming the first
+    item of a dataset on which nothing fits. Writes nothing."""
+    driver.begin_write()
+    try:
+        names = sorted({item.request.dataset for item in items})
+        states = batches.lock(driver, names, caller)
+        values: dict[int, Decimal] = {}
+        charged: dict[str, Amount] = {}
+        for name in names:
+            mine = {i: item for i, item in enumerate(items) if item.request.dataset == name}
+            plan = _DatasetPlan(
+                driver=driver,
+                items=mine,
+                state=states[name],
+                sizes={i: _partition_count(driver, item.request) for i, item in mine.items()},
+                grouped=delta is not None and states[name].accounting == "approx",
+                share=share,
+                delta=delta,
+                caller=caller,
+                now_us=context.clock.now_us(),
+                context=context,
+            )
+            scale = _largest(lambda s, plan=plan: plan.fits(s)[0])
+            if scale is None:
+                raise field_error(
+                    f"items[{min(mine)}]",
+                    f"nothing fits: even the most noise the mechanisms allow does not fit "
+                    f"{share} of what dataset {name!r} has left",
+                )
+            values.update(plan.at(scale))
+            charged[name] = plan.fits(scale)[1][name]
+    finally:
+        driver.rollback()
+    return Calibrated([values[i] for i in range(len(items))], charged, states)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _DatasetPlan:
+    """The items of one dataset, and the batch they make at a scale."""
+
+    driver: Driver
+    items: dict[int, WeightedItem]
+    state: DatasetState
+    sizes: dict[int, int]
+    grouped: bool
+    share: Fraction
+    delta: Decimal | None
+    caller: Caller
+    now_us: int
+    context: ChargeContext
+
+    def at(self, scale: float) -> dict[int, Decimal]:
+        """Each item's parameter at ``scale``."""
+        return {
+            i: parameter(item, scale, self.state, self.sizes[i], self.grouped)
+            for i, item in self.items.items()
+        }
+
+    def fits(self, scale: float) -> tuple[bool, dict[str, Amount]]:
+        """Whether the batch at ``scale`` is granted within the share, and its charges."""
+        try:
+            chosen = self.at(scale)
+        except InvalidRequest:
+            return False, {}
+        batch = batches.BatchRequest(
+            batch_id="plan",
+            items=tuple(_with(self.items[i], value) for i, value in chosen.items()),
+            delta=self.delta,
+            principal=self.caller,
+        )
+        return batches.dry_run(self.driver, batch, self.share, self.now_us, self.context)
+
+
+def parameter(
+    item: WeightedItem, scale: float, dataset: DatasetState, n: int, grouped: bool
+) -> Decimal:
+    """``item``'s noise parameter at ``scale``, to 9 significant digits toward more noise
+    (see the module's notes); a 400 if it is out of range."""
+    name, weight = item.name, float(item.weight)
+    increasing = NOISE_PARAMETERS[name]
+    if grouped:  # noise relative to sensitivity inversely proportional to the weight
+        if name == "sigma":
+            value = Decimal(repr(float(item.request.params["sensitivity"]) / (weight * scale)))
+        else:
+            value = Decimal(repr(weight * scale))
+        return _checked(_round(value, down=increasing), name)
+    target = Fraction(weight * scale)
+    measure = "epsilon" if dataset.accounting in ("pure", "approx") else "rho"
+
+    def cost_at(value: Decimal) -> int | None:
+        try:
+            priced = pricing.price(
+                mechanism=item.request.mechanism_to_run,
+                params={**item.request.params, name: value},
+                sensitivity_unit=item.request.sensitivity_unit,
+                mode=dataset.mode,
+                rule=dataset.rule,
+                max_records=dataset.max_records_per_user,
+                release=item.request.release,
+                n=n,
+            )
+        except pricing.PricingError:
+            return None
+        return priced.cost[measure]
+
+    units = target * (10**9 if measure == "epsilon" else 10**12)
+
+    def within(value: Decimal) -> bool:
+        cost = cost_at(value)
+        return cost is not None and cost <= units
+
+    return _checked(_solve(within, increasing), name)
+
+
+def _solve(within: Callable[[Decimal], bool], increasing: bool) -> Decimal:
+    """The least-noise value of a parameter whose cost is within the target, to 9
+    significant digits toward more noise: bisection on its logarithm."""
+    low, high = math.log(_LOW), math.log(_HIGH)
+    if not within(_LOW if increasing else _HIGH):
+        raise field_error("params", "no value of the noise parameter fits its share")
+    for _ in range(80):
+        middle = (low + high) / 2
+        if within(Decimal(repr(math.exp(middle)))) == increasing:
+            low = middle
+        else:
+            high = middle
+    near = Decimal(repr(math.exp(low if increasing else high)))  # the end within the target
+    # a threshold that is itself a 9-digit number is found by rounding toward less noise;
+    # otherwise that does not fit, and the walk takes the next value toward more noise
+    value = _round(near, down=not increasing)
+    for _ in range(100):
+        if within(value):
+            return value
+        value = _round(
+            value * (Decimal("0.999999999") if increasing else Decimal("1.000000001")),
+            down=increasing,
+        )
+    raise field_error("params", "the mechanism's cost is not monotone in its noise parameter")
+
+
+def _largest(fits: Callable[[float], bool]) -> float | None:
+    """The largest scale s > 0 with ``fits(s)``, to a relative 10^-12: doubling (or halving)
+    to a bracket, then bisection on the logarithm. None if nothing from 10^-30 fits."""
+    low = 1.0
+    if fits(low):
+        high = 2.0
+        while fits(high):
+            low, high = high, high * 2
+            if high > 1e30:
+                return low
+    else:
+        high = low
+        while not fits(low):
+            high, low = low, low / 2
+            if low < 1e-30:
+                return None
+    while high - low > low * 1e-12:
+        middle = math.sqrt(low * high)
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    # an edge that is itself a 9-digit number (0.1 exactly) is reached, not approached
+    snapped = float(_round(Decimal(repr(low)), down=False))
+    return snapped if snapped <= high and fits(snapped) else low
+
+
+def _partition_count(driver: Driver, request: ChargeRequest) -> int:
+    """|P| of ``request``: its keys, or the partitions ``"*"`` resolves to now."""
+    if request.partitions != "*":
+        return len(request.partitions)
+    return max(1, int(driver.row(_PARTITION_COUNT, {"name": request.dataset}).count))
+
+
+_PARTITION_COUNT = statement(
+    select(func.count(Partition.id).label("count")).where(
+        Partition.dataset_id
+        == select(Dataset.id).where(Dataset.name == bindparam("name")).scalar_subquery()
+    )
+)
+
+
+def _checked(value: Decimal, name: str) -> Decimal:
+    if not _LOW <= value <= _HIGH:
+        raise field_error(f"params.{name}", f"{name} {value} is out of range")
+    return value
+
+
+def _round(value: Decimal, *, down: bool) -> Decimal:
+    """``value`` to 9 significant digits, down (less epsilon) or up (more sigma)."""
+    exponent = value.adjusted() - 8
+    return value.quantize(
+        Decimal(1).scaleb(exponent), rounding=ROUND_FLOOR if down else ROUND_CEILING
+    ).normalize()
+
+
+def _with(item: WeightedItem, value: Decimal) -> ChargeRequest:
+    params: Mapping[str, Any] = {**item.request.params, item.name: value}
+    return replace(item.request, params=params)
