@@ -64,9 +64,6 @@ from accountant.services.charge_responses import report, report_cost
 from accountant.services.charges import ChargeContext, run_mechanism
 from accountant.statements import Block, WritePlan, statement
 
-#: At most this many items in one batch (API.md).
-MAX_ITEMS = 1000
-
 #: What a refused batch's items write in place of an output digest: their writes are
 #: rolled back, and only the scopes they reach are wanted.
 _NO_OUTPUT = "0" * 64
@@ -124,46 +121,26 @@ def submit(driver: Driver, batch: BatchRequest, context: ChargeContext) -> Batch
 
 def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchDone:
     caller = batch.principal
+    clock = _Still(0)
     driver.begin_write()
     try:
-        states = lock(driver, sorted({item.dataset for item in batch.items}), caller)
-        if batch.key is not None:
-            first = idempotency.find(driver, caller.consumer_id, batch.key).result()
-            if first is not None:
-                driver.rollback()
-                return _replay(driver, first, batch, context)
-        clock = _Still(context.clock.now_us())
-        shares, grouped_params = _shares(driver, batch, clock)
-        driver.run("SAVEPOINT batch_items")
-        run = _items(driver, batch, shares, grouped_params, clock, context)
-        if run.denials:
-            driver.run("ROLLBACK TO SAVEPOINT batch_items")
-            done: BatchDone = BatchDenied(_denied_facts(batch, run))
-            driver.apply(_refusal_writes(batch, run, states, clock.now_us(), context))
-        else:
-            done = BatchGranted(_granted_facts(batch, run), [out for _, _, _, out in run.items])
-        if batch.key is not None:
-            driver.apply(
-                WritePlan(
-                    (
-                        Block(
-                            (
-                                idempotency.remembered(
-                                    caller.consumer_id,
-                                    batch.key,
-                                    batch.fingerprint,
-                                    done.facts,
-                                    clock.now_us(),
-                                ),
-                            )
-                        ),
-                    )
-                )
+        with driver.pipeline():  # PostgreSQL: each item's reads in one round trip
+            states = lock(driver, sorted({item.dataset for item in batch.items}), caller)
+            first = (
+                None
+                if batch.key is None
+                else idempotency.find(driver, caller.consumer_id, batch.key).result()
             )
-        driver.commit()
+            if first is None:
+                clock = _Still(context.clock.now_us())
+                done, run = _decided(driver, batch, states, clock, context)
+                driver.commit()
     except BaseException:
         driver.rollback()
         raise
+    if first is not None:  # a known key: nothing written
+        driver.rollback()
+        return _replay(driver, first, batch, context)
     if isinstance(done, BatchGranted):  # after the commit, never failing the batch
         context.signer_published[0] = True
         for decision, item, facts, _ in run.items:
@@ -176,6 +153,35 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
                 at=clock.now_us() / 1e6,
             )
     return done
+
+
+def _decided(
+    driver: Driver,
+    batch: BatchRequest,
+    states: dict[str, DatasetState],
+    clock: _Still,
+    context: ChargeContext,
+) -> tuple[BatchDone, _Run]:
+    """Price, decide and write every item, under the locks; then keep the writes of a
+    grant, or undo them and ledger the refusal; with a key, remember the answer."""
+    shares, grouped_params = _shares(driver, batch, clock)
+    driver.run("SAVEPOINT batch_items")
+    run = _items(driver, batch, shares, grouped_params, clock, context)
+    done: BatchDone
+    if run.denials:
+        driver.run("ROLLBACK TO SAVEPOINT batch_items")
+        done = BatchDenied(_denied_facts(batch, run))
+        driver.apply(_refusal_writes(batch, run, states, clock.now_us(), context))
+    else:
+        outputs = [out for _, _, _, out in run.items if out is not None]
+        done = BatchGranted(_granted_facts(batch, run), outputs)
+    if batch.key is not None:
+        caller = batch.principal
+        remembered = idempotency.remembered(
+            caller.consumer_id, batch.key, batch.fingerprint, done.facts, clock.now_us()
+        )
+        driver.apply(WritePlan((Block((remembered,)),)))
+    return done, run
 
 
 def dry_run(
@@ -313,8 +319,9 @@ def _coordinates(data: Any) -> int:
     if isinstance(data, dict):
         if isinstance(data.get("values"), list):
             return max(1, len(data["values"]))
-        if isinstance(data.get("size"), int):
-            return max(1, data["size"])
+        size = data.get("size")
+        if isinstance(size, int):
+            return max(1, size)
     return 1
 
 

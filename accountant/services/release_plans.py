@@ -39,7 +39,7 @@ from accountant.accounting import pricing
 from accountant.accounting.charge_inputs import Caller, ChargeRequest, DatasetState
 from accountant.driver import Driver
 from accountant.errors import InvalidRequest, field_error
-from accountant.exact import Amount
+from accountant.exact import Amount, ComponentName
 from accountant.models import Dataset, Partition
 from accountant.services import batches
 from accountant.services.charges import ChargeContext
@@ -48,8 +48,6 @@ from accountant.statements import statement
 #: The noise parameters a plan may solve for, and whether a larger value costs more.
 NOISE_PARAMETERS = {"sigma": False, "epsilon": True, "rho": True}
 
-#: A weighted plan is decided many times over: at most this many items.
-MAX_ITEMS = 100
 
 _LOW, _HIGH = Decimal("1e-9"), Decimal(10) ** 6
 
@@ -107,7 +105,7 @@ def calibrate(
                 now_us=context.clock.now_us(),
                 context=context,
             )
-            scale = _largest(lambda s, plan=plan: plan.fits(s)[0])
+            scale = _largest(plan.fits_at)
             if scale is None:
                 raise field_error(
                     f"items[{min(mine)}]",
@@ -143,6 +141,9 @@ class _DatasetPlan:
             for i, item in self.items.items()
         }
 
+    def fits_at(self, scale: float) -> bool:
+        return self.fits(scale)[0]
+
     def fits(self, scale: float) -> tuple[bool, dict[str, Amount]]:
         """Whether the batch at ``scale`` is granted within the share, and its charges."""
         try:
@@ -172,7 +173,7 @@ def parameter(
             value = Decimal(repr(weight * scale))
         return _checked(_round(value, down=increasing), name)
     target = Fraction(weight * scale)
-    measure = "epsilon" if dataset.accounting in ("pure", "approx") else "rho"
+    measure: ComponentName = "epsilon" if dataset.accounting in ("pure", "approx") else "rho"
 
     def cost_at(value: Decimal) -> int | None:
         try:
