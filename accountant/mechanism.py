@@ -15,9 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accountant.randomness import RandomSource
+
+if TYPE_CHECKING:  # dp_accounting takes seconds to import: only where a batch is priced
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 Number = Decimal | Fraction | int | float
 
@@ -116,6 +119,18 @@ RunFunction = Callable[[Mapping[str, Any], Mapping[str, Any], RandomSource], dic
 InputCheck = Callable[[Mapping[str, Any]], None]
 PrepareFunction = Callable[[Mapping[str, Any], Mapping[str, Any] | None], None]
 AccuracyFunction = Callable[[Mapping[str, Any], Mapping[str, Any] | None], Accuracy | None]
+PrivacyLossFunction = Callable[[Mapping[str, Any], int, float], "PrivacyLossDistribution"]
+
+#: The most buckets one ``privacy_loss`` call may build: a distribution that would need more
+#: at the interval asked is refused with ``PrivacyLossTooWide`` before it is built, which
+#: bounds the time one build takes (about a second for dp_accounting's Gaussian).
+MAX_PRIVACY_LOSS_BUCKETS = 2**18
+
+
+class PrivacyLossTooWide(ValueError):
+    """A privacy-loss distribution that would need more than ``MAX_PRIVACY_LOSS_BUCKETS``
+    buckets at the discretisation interval asked: too little noise to compose tightly at it.
+    The pricer tries a coarser interval or refuses the group."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +177,27 @@ class Mechanism:
     Such a job adds its noise for the sensitivity it states, so a record-level
     sensitivity, which the accountant would scale for a run of its own, is
     refused for it.
+
+    ``privacy_loss(params, d, interval)``, if given, is used only on ``approx``
+    datasets, to price a batch's group of joint releases by composing their
+    privacy-loss distributions (``accountant.accounting.plan_pricing``). It gets
+    the parameters the accountant runs with (record-level sensitivities already
+    scaled; Decimal values), the number d of values the release noises and a
+    ``value_discretization_interval``, and returns a dp_accounting
+    ``PrivacyLossDistribution``, pessimistic, on that interval, that
+    **dominates** one release of what ``run`` actually samples: for every pair
+    of neighbouring inputs (add/remove, both directions, as dp_accounting
+    represents them) and every real epsilon, its hockey-stick divergence
+    H_{e^epsilon} is at least the release's (a dominating pair, Zhu, Dathathri
+    and Gopi 2022). A grid or integer sampler is not the continuous mechanism
+    its parameters name; the distribution must cover the sampler, with the
+    float inputs to dp_accounting rounded against privacy. One whose buckets
+    at that interval would exceed ``MAX_PRIVACY_LOSS_BUCKETS`` raises
+    ``PrivacyLossTooWide`` before building it; parameters ``run`` could not
+    carry out raise ``ValueError``. Without it, a grouped item is priced by the
+    generic pair of its (epsilon, delta) cost, which dominates every
+    (epsilon, delta)-DP mechanism. docs/accounting.md, "Batches: tight
+    composition of a fixed plan", gives each built-in's argument.
     """
 
     name: str
@@ -177,6 +213,7 @@ class Mechanism:
     independent_values: bool = False
     version: str = ""
     accuracy: AccuracyFunction | None = None
+    privacy_loss: PrivacyLossFunction | None = None
     plugin: str = field(default="", compare=False)
     #: "plugin/name/version", set by the registry: what a replay must find again.
     implementation: str = field(default="", compare=False)

@@ -9,15 +9,21 @@ before anything is charged. The cost is exactly epsilon.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accountant import hookimpl
+from accountant.accounting.plan_pricing import generic_pair
 from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
 from accountant.randomness import RandomSource
 from accountant_plugins import _accuracy, _exact, _samplers
 from accountant_plugins._common import INTEGER_INPUT, approx, epsilon_params, version
+from accountant_plugins.laplace import discrete_laplace_loss
+
+if TYPE_CHECKING:
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 
 def cost(params: Mapping[str, Any], context: PrivacyContext) -> Cost:
@@ -52,6 +58,22 @@ def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
     return {"values": (values + _exact.discrete_laplace(source, s, t, values.size)).tolist()}
 
 
+def privacy_loss(params: Mapping[str, Any], d: int, interval: float) -> PrivacyLossDistribution:
+    """A privacy-loss distribution that dominates one release for any number d of values:
+    ``laplace.discrete_laplace_loss`` with shift L = floor(Δ) (integer inputs whose L1
+    distance is at most Δ are at most floor(Δ) apart) and parameter epsilon/Δ, at least the
+    sampler's s/t (its scale t/s is Δ/epsilon or more). docs/accounting.md ("Batches")
+    proves the domination. A sensitivity below 1 is priced by the generic pair of its
+    epsilon-DP cost instead: it is what the single charge claims, and no stronger claim is
+    made for a sensitivity integer data cannot have."""
+    calibrate(params)  # what run could not carry out is refused here too
+    epsilon, sensitivity = Fraction(params["epsilon"]), Fraction(params["sensitivity"])
+    shift = math.floor(sensitivity)
+    if shift >= 1:
+        return discrete_laplace_loss(epsilon / sensitivity, shift, interval)
+    return generic_pair(epsilon, Fraction(0), interval)
+
+
 DISCRETE_LAPLACE = Mechanism(
     name="discrete_laplace",
     description="Two-sided geometric noise on integers, exact sampling (pure DP).",
@@ -63,6 +85,7 @@ DISCRETE_LAPLACE = Mechanism(
     prepare=prepare,
     accuracy=accuracy,
     version=version(2),
+    privacy_loss=privacy_loss,
 )
 
 

@@ -27,13 +27,21 @@ import math
 from collections.abc import Mapping
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mpmath
 
 from accountant import hookimpl
 from accountant.exact import sqrt_up
-from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
+from accountant.mechanism import (
+    MAX_PRIVACY_LOSS_BUCKETS,
+    Accuracy,
+    Cost,
+    Mechanism,
+    PrivacyContext,
+    PrivacyLossTooWide,
+    UnusableParameters,
+)
 from accountant.randomness import RandomSource
 from accountant_plugins import _accuracy, _samplers
 from accountant_plugins._common import (
@@ -45,6 +53,9 @@ from accountant_plugins._common import (
     coordinates,
     version,
 )
+
+if TYPE_CHECKING:
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 _POSITIVE = {"type": "number", "exclusiveMinimum": 0, "maximum": 1e15}
 PARAMS_SCHEMA: dict[str, Any] = {
@@ -218,6 +229,60 @@ def _grid_accuracy(grid: float, sigma2: Fraction) -> Accuracy:
     return _accuracy.discrete_gaussian(_samplers.sampled_sigma2(sigma2), grid)
 
 
+#: The privacy loss of the Gaussian pair (N(0, s^2), N(m, s^2)) spans about 2 z m / s, where
+#: dp_accounting cuts the noise at a mass of e^-50 (z about 10.1): a bound on its buckets.
+_LOSS_SPAN = 21
+
+
+def privacy_loss(params: Mapping[str, Any], d: int, interval: float) -> PrivacyLossDistribution:
+    """A privacy-loss distribution that dominates one release of the grid sampler, for any
+    number d of values: dp_accounting's Gaussian of standard deviation σ/Δ (σ from
+    ``sigma``, or the analytic calibration of (epsilon, delta), as ``calibrate`` uses) and
+    sensitivity ``GDP_MARGIN``. docs/accounting.md's ``gdp`` proof shows the sampler's
+    tradeoff function is at least G_μ with μ = (Δ/σ) ``GDP_MARGIN``, and G_μ is the tradeoff
+    function of that pair (Dong, Roth and Su 2022, Definition 2.6). The float inputs are
+    rounded against privacy: σ/Δ down, the margin up (a larger shift over a smaller standard
+    deviation is a larger μ, and G_μ decreases in μ)."""
+    calibrate(params, d)  # what run could not carry out is refused here too
+    deviation = _double_at_most_root(noise_to_sensitivity(params))
+    shift = _double_at_least(GDP_MARGIN)
+    if deviation == 0 or _LOSS_SPAN * shift / deviation / interval > MAX_PRIVACY_LOSS_BUCKETS:
+        raise PrivacyLossTooWide(
+            f"a gaussian of sigma/sensitivity {deviation:.3g} has too wide a privacy loss to "
+            f"compose at interval {interval:g}"
+        )
+    from dp_accounting.pld import privacy_loss_distribution
+
+    return privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=deviation,
+        sensitivity=shift,
+        pessimistic_estimate=True,
+        value_discretization_interval=interval,
+    )
+
+
+def _double_at_least(value: Fraction) -> float:
+    """The least double at least ``value``."""
+    result = float(value)
+    return math.nextafter(result, math.inf) if Fraction(result) < value else result
+
+
+#: Noise ratios beyond this give a privacy loss far below any interval; the ratio is capped
+#: there (rounding it down only adds loss) so that it stays a finite double.
+_LARGEST_RATIO = 2.0**500
+
+
+def _double_at_most_root(square: Fraction) -> float:
+    """The greatest double whose square is at most ``square`` (a positive rational), or
+    ``_LARGEST_RATIO`` when that is smaller."""
+    if square >= Fraction(_LARGEST_RATIO) ** 2:
+        return _LARGEST_RATIO
+    root = math.sqrt(float(square))
+    while root > 0 and Fraction(root) ** 2 > square:
+        root = math.nextafter(root, 0.0)
+    return root
+
+
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     grid, sigma2 = calibrate(params, coordinates(data))
     if "size" in data:
@@ -239,6 +304,7 @@ GAUSSIAN = Mechanism(
     prepare=prepare,
     accuracy=accuracy,
     version=version(3),
+    privacy_loss=privacy_loss,
 )
 
 

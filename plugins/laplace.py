@@ -17,10 +17,18 @@ import math
 from collections.abc import Mapping
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accountant import hookimpl
-from accountant.mechanism import Accuracy, Cost, Mechanism, PrivacyContext, UnusableParameters
+from accountant.mechanism import (
+    MAX_PRIVACY_LOSS_BUCKETS,
+    Accuracy,
+    Cost,
+    Mechanism,
+    PrivacyContext,
+    PrivacyLossTooWide,
+    UnusableParameters,
+)
 from accountant.randomness import RandomSource
 from accountant_plugins import _accuracy, _exact, _samplers
 from accountant_plugins._common import (
@@ -30,6 +38,9 @@ from accountant_plugins._common import (
     epsilon_params,
     version,
 )
+
+if TYPE_CHECKING:
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
 
 #: Scales whose grid is a normal double and whose outputs stay finite (|noise| < 2^63 g).
 MIN_SCALE, MAX_SCALE = Fraction(2) ** -980, Fraction(2) ** 960
@@ -93,6 +104,74 @@ def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource
     return {"values": _samplers.release(units, noise, grid)}
 
 
+def privacy_loss(params: Mapping[str, Any], d: int, interval: float) -> PrivacyLossDistribution:
+    """A privacy-loss distribution that dominates one release of the grid sampler for d
+    values: ``discrete_laplace_loss`` with shift L, the L1 sensitivity in grid units
+    (``_samplers.grid_sensitivity``), and parameter epsilon/L. The sampler adds noise of
+    parameter 1/t with t = ceil(L/epsilon), so 1/t <= epsilon/L, and two neighbours' grid
+    points differ by an integer vector of L1 norm at most L; docs/accounting.md ("Batches")
+    proves that this pair dominates every such release. Its largest loss is exactly
+    epsilon, the single cost."""
+    grid, _ = calibrate(params, d)
+    shift = _samplers.grid_sensitivity(Fraction(params["sensitivity"]), grid, d)
+    return discrete_laplace_loss(Fraction(params["epsilon"]) / shift, shift, interval)
+
+
+def discrete_laplace_loss(
+    parameter: Fraction, shift: int, interval: float
+) -> PrivacyLossDistribution:
+    """The pessimistic connect-the-dots privacy-loss distribution (Doroshenko, Ghazi, Kamath,
+    Kumar and Manurangsi 2022, "Connect the Dots", Algorithm 1) of the pair (P, P + L) with
+    P(k) proportional to exp(-a |k|) on the integers, a = ``parameter`` and L = ``shift`` >= 1:
+    dp_accounting's ``DiscreteLaplacePrivacyLoss``, which enumerates the L points of its loss
+    and cannot take L near 2^40, computed from the closed form instead. The pair is
+    symmetric (k -> L - k swaps P and P + L), so one distribution covers both directions.
+
+    The loss at k is a(|k - L| - |k|): aL for k <= 0, a(L - 2k) for 0 < k < L, -aL for k >= L.
+    For -aL <= epsilon < aL the hockey-stick divergence is P(S) - e^epsilon P(S - L) over
+    S = {k <= J}, J the number of 0 < k < L with loss above epsilon; with r = e^-a,
+    P(k <= J) = 1 - r^(J+1)/(1+r) and P(k <= J - L) = r^(L-J)/(1+r), so
+
+        delta(epsilon) = (1 - e^(epsilon - a(L - J)) + r (1 - r^J)) / (1 + r),
+
+    two terms that are never negative (no cancellation). It is 0 from epsilon = aL and
+    1 - e^epsilon up to -aL. J is found in integer arithmetic and each delta at a grid point
+    k * interval from aL/interval rounded both ways, in binary64 from correctly rounded
+    arguments (rounding errors near 10^-16 of each value, as in dp_accounting's own closed
+    forms, are not covered by any pessimistic flag). Connect the dots interpolates delta
+    linearly in e^epsilon between grid points, above the true delta, which is convex there.
+    """
+    from dp_accounting.pld import pld_pmf, privacy_loss_distribution
+
+    top = parameter * shift  # the largest loss, aL, exactly
+    step = Fraction(interval)
+    lowest, highest = math.floor(-top / step), math.ceil(top / step)
+    if highest - lowest + 1 > MAX_PRIVACY_LOSS_BUCKETS:
+        raise PrivacyLossTooWide(
+            f"a discrete laplace of largest loss {approx(top)} has too wide a privacy loss to "
+            f"compose at interval {interval:g}"
+        )
+    below = math.ceil(-top / step)  # k * interval < -aL exactly when k < below
+    a, b = parameter.numerator, parameter.denominator
+    r = math.exp(-a / b)
+    # epsilon / parameter at grid point k is k * w for the rational w = step / parameter
+    w_num, w_den = step.numerator * b, step.denominator * a
+    deltas = []
+    for k in range(lowest, highest):
+        epsilon = k * step.numerator / step.denominator
+        if k < below:
+            deltas.append(-math.expm1(epsilon))
+            continue
+        # J = ceil((L - k w) / 2) - 1, within [0, L - 1]
+        j = min(shift - 1, max(0, -((k * w_num - shift * w_den) // (2 * w_den)) - 1))
+        deltas.append(
+            (-math.expm1(epsilon - a * (shift - j) / b) - r * math.expm1(-a * j / b)) / (1 + r)
+        )
+    deltas.append(0.0)  # highest * interval >= aL
+    pmf = pld_pmf.create_pmf_pessimistic_connect_dots_fixed_gap(interval, lowest, highest, deltas)
+    return privacy_loss_distribution.PrivacyLossDistribution(pmf)
+
+
 LAPLACE = Mechanism(
     name="laplace",
     description="Laplace noise of scale sensitivity/epsilon on a fine power-of-two grid (pure DP).",
@@ -104,6 +183,7 @@ LAPLACE = Mechanism(
     prepare=prepare,
     accuracy=accuracy,
     version=version(3),
+    privacy_loss=privacy_loss,
 )
 
 

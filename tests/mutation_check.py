@@ -381,6 +381,20 @@ MUTATIONS = [
         ("tests/test_rdp_gdp.py::test_a_coordinate_moved_by_one_grid_unit_stays_within_its_share",),
     ),
     Mutation(
+        "a batch prices the grid Gaussian as a continuous one (no margin)",
+        "plugins/gaussian.py",
+        "    shift = _double_at_least(GDP_MARGIN)\n",
+        "    shift = 1.0\n",
+        ("tests/test_plan_pricing.py::test_the_gaussian_privacy_loss_carries_the_margin",),
+    ),
+    Mutation(
+        "a batch prices discrete_laplace one unit of sensitivity short",
+        "plugins/discrete_laplace.py",
+        "    shift = math.floor(sensitivity)\n",
+        "    shift = math.floor(sensitivity) - 1\n",
+        ("tests/test_plan_pricing.py::test_the_discrete_laplace_pair_is_dp_accountings",),
+    ),
+    Mutation(
         "a sub-budget that converts to a zero limit is stored",
         "accountant/accounting/admits.py",
         "    if limit.rho != 0:\n",
