@@ -7,6 +7,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 
 from accountant.services import totals
@@ -238,3 +240,116 @@ def test_a_weighted_plan_finds_the_least_noise_in_every_mode(api: Api) -> None:
     rho_gaussian = 1 / (2 * float(sigma) ** 2)
     assert abs(float(epsilon) ** 2 / 2 / rho_gaussian - 2) < 1e-6
     assert loss["rho"] <= api.budget()["limit"]["rho"]
+
+
+def _gaussians(count: int, partitions: Any = ("p1",), sigma: float = 10) -> list[dict[str, Any]]:
+    return [
+        _item(
+            partitions=partitions, mechanism="gaussian", params={"sigma": sigma, "sensitivity": 1}
+        )
+        for _ in range(count)
+    ]
+
+
+def _reference(laplace_epsilons: list[float], gaussian_sigmas: list[float], delta: float) -> float:
+    """dp_accounting's pessimistic PLD epsilon of the continuous mechanisms, composed."""
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    composed = None
+    for epsilon in laplace_epsilons:
+        one = pld.from_laplace_mechanism(1 / epsilon, value_discretization_interval=1e-4)
+        composed = one if composed is None else composed.compose(one)
+    for sigma in gaussian_sigmas:
+        one = pld.from_gaussian_mechanism(sigma, value_discretization_interval=1e-4)
+        composed = one if composed is None else composed.compose(one)
+    assert composed is not None
+    return float(composed.get_epsilon_for_delta(delta))
+
+
+def test_a_fixed_plan_of_gaussians_is_composed_tightly_on_an_approx_dataset(api: Api) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 10.0, "delta": 1e-5})
+    response = _batch(api, _gaussians(100), delta=1e-6)
+    assert response.status_code == 201, response.get_json()
+    body = response.get_json()
+    charged = body["cost"]["clicks"]
+    from dp_accounting.pld import privacy_loss_distribution as pld
+
+    reference = float(
+        pld.from_gaussian_mechanism(10, value_discretization_interval=1e-4)
+        .self_compose(100)
+        .get_epsilon_for_delta(1e-6)
+    )
+    assert reference <= charged["epsilon"] <= 1.02 * reference, (charged, reference)
+    assert abs(charged["epsilon"] - 4.8866) < 0.01 and charged["delta"] == 1e-6
+    assert api.budget()["loss"]["epsilon"] == charged["epsilon"]  # the group's cost, split
+    entries = [e for e in api.ledger() if e["batch_id"] == body["batch_id"]]
+    assert len(entries) == 100 and {e["group"] for e in entries} == {0}
+    total = sum(Decimal(str(e["cost"]["epsilon"])) for e in entries)
+    group_cost = Decimal(entries[0]["detail"]["group_cost"]["epsilon"])
+    assert total >= group_cost and entries[0]["detail"]["batch_delta"] == "0.000001"
+    assert all(item["group"] == 0 for item in body["items"])
+
+
+def test_groups_are_joint_releases_over_the_same_partitions(api: Api) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 100.0, "delta": 1e-5})
+    items = [
+        *_gaussians(2, ("p1", "p2")),
+        *_gaussians(1, ("p2", "p1")),  # the same set: the same group
+        *_gaussians(2, ("p3",)),
+        {**_gaussians(1, ("p4", "p5"))[0], "release": "parallel"},  # a group of its own
+        _item(partitions=["p3"], epsilon=0.5),  # laplace, composed with p3's gaussians
+    ]
+    body = _batch(api, items, delta=1e-6).get_json()
+    assert [item["group"] for item in body["items"]] == [0, 0, 0, 1, 1, 2, 1]
+
+
+def test_without_delta_every_item_is_priced_alone(api: Api) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 10.0, "delta": 1e-5})
+    response = _batch(api, _gaussians(2))
+    assert response.status_code == 400  # a gaussian stated by sigma needs a batch delta
+    assert [e["field"] for e in response.get_json()["errors"]] == ["items[0].params"]
+    item = _item(mechanism="gaussian", params={"epsilon": 0.5, "delta": 1e-7, "sensitivity": 1})
+    body = _batch(api, [item, item]).get_json()
+    assert body["cost"]["clicks"]["epsilon"] == 1.0 and "group" not in body["items"][0]
+
+
+@pytest.mark.parametrize("laplaces,gaussians", [(50, 50)])
+def test_a_mixed_plan_is_never_charged_below_the_reference(
+    api: Api, laplaces: int, gaussians: int
+) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 100.0, "delta": 1e-5})
+    items = [_item(epsilon=0.1) for _ in range(laplaces)] + _gaussians(gaussians)
+    charged = _batch(api, items, delta=1e-6).get_json()["cost"]["clicks"]["epsilon"]
+    reference = _reference([0.1] * laplaces, [10.0] * gaussians, 1e-6)
+    print(f"mixed plan: charged {charged}, dp_accounting {reference}, basic 5 + more")
+    assert reference <= charged <= 1.02 * reference
+
+
+_plans_made = iter(range(10**6))
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    laplace=st.lists(st.sampled_from([0.05, 0.1, 0.3, 1.0]), max_size=6),
+    gaussian=st.lists(st.sampled_from([1.0, 3.0, 10.0, 30.0]), max_size=6),
+    delta=st.sampled_from([1e-9, 1e-6, 1e-3]),
+)
+def test_a_random_plan_is_never_charged_below_dp_accountings_pld(
+    api: Api, laplace: list[float], gaussian: list[float], delta: float
+) -> None:
+    if not laplace and not gaussian:
+        return
+    name = f"plan{next(_plans_made)}"
+    api.make_dataset(name, accounting="approx", budget={"epsilon": 1000.0, "delta": 0.5})
+    items = [_item(name, epsilon=e) for e in laplace] + [
+        _item(name, mechanism="gaussian", params={"sigma": s, "sensitivity": 1}) for s in gaussian
+    ]
+    response = _batch(api, items, delta=delta)
+    assert response.status_code == 201, response.get_json()
+    charged = response.get_json()["cost"][name]
+    assert charged["epsilon"] >= _reference(laplace, gaussian, delta)
+    assert delta <= charged["delta"] <= delta * (1 + 1e-6)  # each item's share rounded up
