@@ -20,7 +20,7 @@ TUTORIAL = Path(__file__).parent.parent / "docs" / "tutorial.md"
 
 def test_the_tutorial_runs(server: str, tmp_path: Path) -> None:
     blocks = re.findall(r"```python\n(.*?)```", TUTORIAL.read_text(), re.S)
-    assert len(blocks) == 11
+    assert len(blocks) == 13
     program = tmp_path / "tutorial.py"
     program.write_text("\n".join(blocks))
     run = subprocess.run(
@@ -53,4 +53,11 @@ def test_the_tutorial_runs(server: str, tmp_path: Path) -> None:
         "receipt: settle training ['model-v1'] used rdp 0.321238684537 "
         "returned rdp 0.262831650984 ledger entry 2"
     ) in out
+    # 8: a report as one batch, its group composed: less epsilon than one by one, same delta
+    assert "one by one: epsilon 2.0 delta 3e-7" in out
+    batch = re.search(r"^as one batch: epsilon (\S+) delta 3e-7$", out, re.M)
+    saving = re.search(r"^saving: (\d+)% of the epsilon, at the same delta$", out, re.M)
+    assert batch and saving, out
+    assert Decimal("1.33") <= Decimal(batch[1]) < Decimal("1.34")  # "epsilon 1.33..."
+    assert int(saving[1]) == 33  # "a third less"
     print(out)

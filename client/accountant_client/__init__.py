@@ -25,13 +25,18 @@
   ``WindowExhausted`` (and ``resets_at``); a draw past its hold's remainder raises
   ``HoldExhausted``; invalid requests raise ``InvalidRequest`` with the problem's field
   errors.
+- ``batch`` charges a list of charges (a release plan, on one dataset or several) all
+  together or not at all; a refusal raises ``BatchRefused`` (a ``BudgetExhausted``) or
+  ``BatchWindowRefused`` (a ``WindowExhausted``) listing every overflowing scope in
+  ``denials``. ``plan(items=[...], share=...)`` answers the least-noise parameters for a
+  weighted list of them to fit.
 - ``hold`` reserves budget for a job that runs elsewhere, charged at once; the ``Hold``
   draws on it (``charge``) and ends it (``settle``, ``release``). As a context manager it
   never refunds by itself: a block that neither settled nor released it settles it at its
   full amount on exit, as the job may have published.
 
-``AsyncClient`` makes the charging calls, holds included, with the same guarantees under
-asyncio.
+``AsyncClient`` makes the charging calls, batches and holds included, with the same
+guarantees under asyncio.
 
 The distribution ``privacy-accountant-client`` (the ``client/`` folder of the accountant's
 repository: ``pip install ./client``) needs only httpx and cryptography (Ed25519, for the
@@ -39,9 +44,14 @@ receipts); it installs neither the service nor Flask nor a database driver.
 """
 
 from accountant_client._async_client import AsyncClient
+from accountant_client._batches import BatchPlan, BatchResult
 from accountant_client._client import Client
 from accountant_client._errors import (
     AccountantError,
+    BatchDenial,
+    BatchDenied,
+    BatchRefused,
+    BatchWindowRefused,
     BudgetExhausted,
     Conflict,
     Denied,
@@ -61,6 +71,12 @@ __all__ = [
     "AccountantError",
     "AsyncClient",
     "AsyncHold",
+    "BatchDenial",
+    "BatchDenied",
+    "BatchPlan",
+    "BatchRefused",
+    "BatchResult",
+    "BatchWindowRefused",
     "BudgetExhausted",
     "Charge",
     "Client",

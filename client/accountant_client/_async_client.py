@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, overload
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from accountant_client._batches import (
+    BatchPlan,
+    BatchResult,
+    _batch_body,
+    _batch_of,
+    _plan_body,
+    _planned,
+)
 from accountant_client._client import _Backoff
 from accountant_client._holds import AsyncHold, _hold_body, _hold_query
 from accountant_client._receipts import _Receipt, _remember_keys
@@ -21,7 +29,6 @@ from accountant_client._results import (
     Settlement,
     _charge_body,
     _charge_of,
-    _plan_of,
     _preview_of,
     _settlement_of,
 )
@@ -29,9 +36,9 @@ from accountant_client._results import (
 
 class AsyncClient:
     """The client for asyncio (``httpx.AsyncClient``) with the calls a charging service
-    makes: charge, preview, plan, get_charge, hold, holds, get_hold, budget, me, mechanisms,
-    datasets and verify_receipt; the same retries, idempotency keys, receipt checks and
-    errors."""
+    makes: charge, batch, preview, plan, get_charge, hold, holds, get_hold, budget, me,
+    mechanisms, datasets and verify_receipt; the same retries, idempotency keys, receipt
+    checks and errors."""
 
     def __init__(
         self,
@@ -100,6 +107,7 @@ class AsyncClient:
         body = _charge_body(dataset, partitions, mechanism, params, None, release, hold=hold)
         return _preview_of(await self._request("POST", "/v1/charges/preview", {"json": body}))
 
+    @overload
     async def plan(
         self,
         *,
@@ -110,12 +118,71 @@ class AsyncClient:
         release: str = "joint",
         count: int | None = None,
         hold: str | None = None,
-    ) -> Plan:
-        body = _charge_body(dataset, partitions, mechanism, params, None, release, count, hold)
-        return _plan_of(await self._request("POST", "/v1/charges/plan", {"json": body}))
+    ) -> Plan: ...
+
+    @overload
+    async def plan(
+        self,
+        *,
+        items: Iterable[Mapping[str, Any]],
+        share: float | None = None,
+        delta: float | None = None,
+    ) -> BatchPlan: ...
+
+    async def plan(
+        self,
+        *,
+        dataset: str | None = None,
+        partitions: Sequence[str] | str | None = None,
+        mechanism: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        release: str = "joint",
+        count: int | None = None,
+        hold: str | None = None,
+        items: Iterable[Mapping[str, Any]] | None = None,
+        share: float | None = None,
+        delta: float | None = None,
+    ) -> Plan | BatchPlan:
+        """As ``Client.plan``."""
+        body = _plan_body(
+            dataset=dataset,
+            partitions=partitions,
+            mechanism=mechanism,
+            params=params,
+            release=release,
+            count=count,
+            hold=hold,
+            items=items,
+            share=share,
+            delta=delta,
+        )
+        answer = await self._request("POST", "/v1/charges/plan", {"json": body})
+        return _planned(answer, items is not None)
 
     async def get_charge(self, charge_id: str) -> dict[str, Any]:
         return dict(await self._request("GET", f"/v1/charges/{charge_id}", {}))
+
+    async def batch(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        delta: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> BatchResult:
+        """As ``Client.batch``."""
+        key = idempotency_key or str(uuid.uuid4())
+        answer = await self._request(
+            "POST",
+            "/v1/charges/batch",
+            {"json": _batch_body(items, delta), "headers": {"Idempotency-Key": key}},
+        )
+        claims = [
+            await self.verify_receipt(item["receipt"], output=item["output"])
+            if self.verify_receipts
+            else {}
+            for item in answer["items"]
+        ]
+        return _batch_of(answer, key, claims)
 
     async def hold(
         self,

@@ -6,12 +6,20 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from accountant_client._batches import (
+    BatchPlan,
+    BatchResult,
+    _batch_body,
+    _batch_of,
+    _plan_body,
+    _planned,
+)
 from accountant_client._errors import Unavailable, _error, _retry_after, _retryable
 from accountant_client._holds import Hold, _hold_body, _hold_query
 from accountant_client._receipts import _Receipt, _remember_keys
@@ -22,7 +30,6 @@ from accountant_client._results import (
     Settlement,
     _charge_body,
     _charge_of,
-    _plan_of,
     _preview_of,
     _settlement_of,
 )
@@ -108,6 +115,7 @@ class Client:
         )
         return _preview_of(answer)
 
+    @overload
     def plan(
         self,
         *,
@@ -118,16 +126,90 @@ class Client:
         release: str = "joint",
         count: int | None = None,
         hold: str | None = None,
-    ) -> Plan:
+    ) -> Plan: ...
+
+    @overload
+    def plan(
+        self,
+        *,
+        items: Iterable[Mapping[str, Any]],
+        share: float | None = None,
+        delta: float | None = None,
+    ) -> BatchPlan: ...
+
+    def plan(
+        self,
+        *,
+        dataset: str | None = None,
+        partitions: Sequence[str] | str | None = None,
+        mechanism: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        release: str = "joint",
+        count: int | None = None,
+        hold: str | None = None,
+        items: Iterable[Mapping[str, Any]] | None = None,
+        share: float | None = None,
+        delta: float | None = None,
+    ) -> Plan | BatchPlan:
         """How many more such charges fit (with ``hold``, in that hold's remainder); with
         ``count`` and the noise parameter left out of ``params``, the least-noise parameters
-        for which ``count`` of them fit."""
-        body = _charge_body(dataset, partitions, mechanism, params, None, release, count, hold)
-        answer = self._call("POST", "/v1/charges/plan", json=body)
-        return _plan_of(answer)
+        for which ``count`` of them fit.
+
+        With ``items`` instead (charge bodies, as for ``batch``, each with a ``weight`` and
+        without its noise parameter), a ``BatchPlan``: the least-noise parameters for each
+        such that the whole list fits ``share`` (default 1) of what remains, each item's
+        share proportional to its weight; ``delta`` as for ``batch``."""
+        body = _plan_body(
+            dataset=dataset,
+            partitions=partitions,
+            mechanism=mechanism,
+            params=params,
+            release=release,
+            count=count,
+            hold=hold,
+            items=items,
+            share=share,
+            delta=delta,
+        )
+        return _planned(self._call("POST", "/v1/charges/plan", json=body), items is not None)
 
     def get_charge(self, charge_id: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/charges/{charge_id}"))
+
+    # batches -----------------------------------------------------------------------------
+
+    def batch(
+        self,
+        items: Iterable[Mapping[str, Any]],
+        *,
+        delta: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> BatchResult:
+        """Charge and release every item or none, as one decision (a release plan). Each item
+        is a charge's body, as ``charge``'s keyword arguments name it (``dataset``,
+        ``partitions``, ``mechanism``, ``params``, ``input``, ``release``), on one dataset
+        or several. With ``delta``, the items of an approx dataset that are joint releases
+        over the same partitions are priced together, composed at that delta.
+
+        A refusal raises ``BatchRefused`` (a ``BudgetExhausted``) or, when only windows are
+        spent, ``BatchWindowRefused`` (a ``WindowExhausted``), with every overflowing scope
+        in ``denials``; nothing was charged. Retries reuse one idempotency key, so the
+        answer is the first one however many attempts it takes; each item's receipt is
+        verified offline."""
+        key = idempotency_key or str(uuid.uuid4())
+        answer = self._call(
+            "POST",
+            "/v1/charges/batch",
+            json=_batch_body(items, delta),
+            headers={"Idempotency-Key": key},
+        )
+        claims = [
+            self.verify_receipt(item["receipt"], output=item["output"])
+            if self.verify_receipts
+            else {}
+            for item in answer["items"]
+        ]
+        return _batch_of(answer, key, claims)
 
     # holds -------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -89,6 +90,89 @@ class WindowExhausted(Denied):
     retry_after: float | None = None
 
 
+@dataclass(frozen=True)
+class BatchDenial:
+    """One scope a refused batch would take over its limit: the first ``item`` (its index
+    in the batch) that takes it over, its ``dataset``, its ``scope`` (``dataset``,
+    ``partition``, ``consumer``, ``window``, ...) and, for a partition, its ``partition``;
+    the scope's ``limit``, what it had ``spent`` before the batch and what the whole batch
+    ``requested`` of it (every item on it, not only the first one over); ``resets_at`` for a
+    window; ``population`` for a population's scope."""
+
+    item: int
+    dataset: str
+    scope: str
+    partition: str | None
+    limit: dict[str, Decimal]
+    spent: dict[str, Decimal]
+    requested: dict[str, Decimal]
+    resets_at: str | None = None
+    population: str | None = None
+
+
+class BatchDenied(Denied):
+    """A batch refused as a whole: nothing in it was charged or run. ``denials`` lists
+    **every** scope it would take over its limit, on every dataset it names, so that the
+    plan can be fixed in one go; ``batch_id`` names the refusal in the ledger. ``scope``,
+    ``partition``, ``limit``, ``spent`` and ``requested`` are the first denial's. Raised as
+    ``BatchRefused`` (409) or ``BatchWindowRefused`` (429); catch this class for both."""
+
+    @property
+    def batch_id(self) -> str:
+        return str(self.problem.get("batch_id", ""))
+
+    @property
+    def denials(self) -> list[BatchDenial]:
+        return [_denial_of(denial) for denial in self.problem.get("denials", [])]
+
+    @property
+    def scope(self) -> str:
+        first = self._first
+        return first.scope if first else super().scope
+
+    @property
+    def partition(self) -> str | None:
+        first = self._first
+        return first.partition if first else super().partition
+
+    @property
+    def limit(self) -> dict[str, Decimal]:
+        first = self._first
+        return first.limit if first else super().limit
+
+    @property
+    def spent(self) -> dict[str, Decimal]:
+        first = self._first
+        return first.spent if first else super().spent
+
+    @property
+    def requested(self) -> dict[str, Decimal]:
+        first = self._first
+        return first.requested if first else super().requested
+
+    @property
+    def _first(self) -> BatchDenial | None:
+        denials = self.denials
+        return denials[0] if denials else None
+
+
+class BatchRefused(BatchDenied, BudgetExhausted):
+    """409: a batch refused because it would take a lifetime, partition, quota or
+    population budget over its limit (or a window by more than its whole limit, which no
+    wait would help); an ``except BudgetExhausted`` catches it too."""
+
+
+class BatchWindowRefused(BatchDenied, WindowExhausted):
+    """429: a batch refused only because windows are spent; it fits again after
+    ``retry_after`` seconds (the latest of its windows' ``resets_at``). An ``except
+    WindowExhausted`` catches it too."""
+
+    @property
+    def resets_at(self) -> str:
+        ends = [d.resets_at for d in self.denials if d.resets_at]
+        return max(ends) if ends else super().resets_at  # ISO 8601 in UTC: sorts as text
+
+
 class Unavailable(AccountantError):
     """The service did not answer within the deadline (connection errors, 503s)."""
 
@@ -101,6 +185,20 @@ def _amount(value: Any) -> dict[str, Decimal]:
     return {
         k: Decimal(str(v)) for k, v in (value or {}).items() if isinstance(v, int | float | Decimal)
     }
+
+
+def _denial_of(denial: Mapping[str, Any]) -> BatchDenial:
+    return BatchDenial(
+        item=int(denial["item"]),
+        dataset=str(denial["dataset"]),
+        scope=str(denial["scope"]),
+        partition=denial.get("partition"),
+        limit=_amount(denial.get("limit")),
+        spent=_amount(denial.get("spent")),
+        requested=_amount(denial.get("requested")),
+        resets_at=denial.get("resets_at"),
+        population=denial.get("population"),
+    )
 
 
 _BY_STATUS: dict[int, type[AccountantError]] = {
@@ -130,6 +228,8 @@ def _error(response: httpx.Response) -> AccountantError:
         kind = HoldExhausted if problem.get("scope") == "hold" else BudgetExhausted
     elif slug == "window-exhausted" or problem.get("scope") == "window":
         kind = WindowExhausted
+    if "denials" in problem and kind in (BudgetExhausted, WindowExhausted):  # a batch's
+        kind = BatchRefused if kind is BudgetExhausted else BatchWindowRefused
     error = kind(problem, response.status_code)
     if isinstance(error, WindowExhausted):
         error.retry_after = _retry_after(response)

@@ -32,6 +32,11 @@ class Charge:
     accuracy: dict[str, Any] | None = None
     #: The hold a draw took its cost from (``charged`` is then 0); None for a charge.
     hold_id: str | None = None
+    #: The batch a batch's item was granted in; None for a charge alone.
+    batch_id: str | None = None
+    #: The group of approx items the batch priced it with (its ``cost`` is its share of the
+    #: group's composed cost); None for an item priced as a single charge.
+    group: int | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,8 @@ def _charge_of(answer: Mapping[str, Any], key: str, claims: dict[str, Any]) -> C
         claims=claims,
         accuracy=answer.get("accuracy"),
         hold_id=answer.get("hold_id"),
+        batch_id=answer.get("batch_id"),
+        group=answer.get("group"),
     )
 
 
