@@ -395,6 +395,41 @@ MUTATIONS = [
         ("tests/test_plan_pricing.py::test_the_discrete_laplace_pair_is_dp_accountings",),
     ),
     Mutation(
+        "a batch checks each scope before its item instead of after",
+        "accountant/services/batches.py",
+        "            if limit.is_exceeded_by(check.after, names) and scope not in run.denials:\n",
+        "            if limit.is_exceeded_by(check.spent, names) and scope not in run.denials:\n",
+        (
+            "tests/test_batches.py::test_items_add_up_and_a_refused_batch_charges_and_releases_nothing",
+        ),
+    ),
+    Mutation(
+        "a refused batch keeps its items' writes",
+        "accountant/services/batches.py",
+        '        driver.run("ROLLBACK TO SAVEPOINT batch_items")\n',
+        '        driver.run("RELEASE SAVEPOINT batch_items")\n',
+        (
+            "tests/test_batches.py::test_items_add_up_and_a_refused_batch_charges_and_releases_nothing",
+        ),
+    ),
+    Mutation(
+        "a weighted plan fits all that remains instead of its share",
+        "accountant/services/batches.py",
+        "limit = check.limit if share is None else _shared(check.limit, before, share)\n",
+        "limit = check.limit\n",
+        (
+            "tests/test_batches.py::"
+            "test_a_weighted_plan_splits_what_remains_and_its_answer_is_granted_as_a_batch",
+        ),
+    ),
+    Mutation(
+        "a group's cost is split rounded down",
+        "accountant/accounting/plan_pricing.py",
+        "    part = Amount(-(-total.epsilon // n), -(-total.delta // n), -(-total.rho // n))\n",
+        "    part = Amount(total.epsilon // n, total.delta // n, total.rho // n)\n",
+        ("tests/test_plan_pricing.py",),
+    ),
+    Mutation(
         "a sub-budget that converts to a zero limit is stored",
         "accountant/accounting/admits.py",
         "    if limit.rho != 0:\n",
