@@ -353,3 +353,48 @@ def test_a_random_plan_is_never_charged_below_dp_accountings_pld(
     charged = response.get_json()["cost"][name]
     assert charged["epsilon"] >= _reference(laplace, gaussian, delta)
     assert delta <= charged["delta"] <= delta * (1 + 1e-6)  # each item's share rounded up
+
+
+def test_advanced_composition_datasets_price_every_item_alone(api: Api) -> None:
+    api.make_dataset(
+        accounting="approx",
+        composition="advanced",
+        composition_delta=1e-6,
+        budget={"epsilon": 3.0, "delta": 1e-5},
+    )
+    response = _batch(api, _gaussians(100), delta=1e-6)
+    assert response.status_code == 400  # a gaussian by sigma cannot be priced alone
+    item = _item(mechanism="gaussian", params={"epsilon": 0.2, "delta": 1e-8, "sensitivity": 1})
+    body = _batch(api, [item, item], delta=1e-6).get_json()
+    assert "group" not in body["items"][0]  # the filter needs each release's own cost
+    assert body["items"][0]["cost"]["epsilon"] == 0.2
+
+
+def test_a_star_item_must_charge_the_partitions_its_group_was_priced_for(api: Api) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 100.0, "delta": 1e-5})
+    assert api.charge(partitions=["a"], epsilon=0.1).status_code == 201
+    items = [_item(partitions=["b"], epsilon=0.1), *_gaussians(3, ("a",))]
+    items.append({**_gaussians(1, "*")[0]})  # priced with {a}, would charge {a, b}
+    response = _batch(api, items, delta=1e-6)
+    assert response.status_code == 400, response.get_json()
+    assert [e["field"] for e in response.get_json()["errors"]] == ["items[4].partitions"]
+
+
+def test_a_partition_denial_states_the_partitions_own_figures(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 10.0}, partition_budget={"epsilon": 1.0})
+    assert api.charge(partitions=["p2"], epsilon=0.6).status_code == 201
+    response = _batch(api, [_item(partitions=["p1", "p2"], epsilon=0.1), _item(epsilon=0.95)])
+    assert response.status_code == 409
+    [denial] = response.get_json()["denials"]
+    assert denial["scope"] == "partition" and denial["partition"] == "p1"
+    assert denial["spent"]["epsilon"] == 0 and denial["requested"]["epsilon"] == 1.05
+    assert denial["item"] == 1
+
+
+def test_an_auditor_may_plan_a_weighted_list(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    auditor = Api(api.client, api.make_consumer("compliance", role="auditor"))
+    item = {**_item(), "params": {"sensitivity": 1}, "weight": 1}
+    response = _planned(auditor, [item, item])
+    assert response.status_code == 200, response.get_json()
+    assert [i["params"]["epsilon"] for i in response.get_json()["items"]] == [0.5, 0.5]

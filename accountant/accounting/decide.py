@@ -258,6 +258,12 @@ def _price(request: ChargeRequest, dataset: DatasetState, n: int) -> pricing.Pri
         assert request.mechanism is not None  # a charge names one, and so does an unstated hold
         share = request.share
         if share is not None and share.cost is not None:  # its batch group's share
+            if dataset.mode.name not in request.mechanism.accounting:
+                raise pricing.PricingError(
+                    f"mechanism {request.mechanism.name!r} supports accounting "
+                    f"{list(request.mechanism.accounting)}, not {dataset.mode.name!r}",
+                    "mechanism",
+                )
             return pricing.planned(
                 cost=share.cost,
                 rule=dataset.rule,

@@ -31,10 +31,12 @@ dashboard read a batch as the charges it is.
 from __future__ import annotations
 
 import math
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -122,6 +124,7 @@ def submit(driver: Driver, batch: BatchRequest, context: ChargeContext) -> Batch
 def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchDone:
     caller = batch.principal
     clock = _Still(0)
+    warm(driver, batch, context.clock.now_us())
     driver.begin_write()
     try:
         with driver.pipeline():  # PostgreSQL: each item's reads in one round trip
@@ -164,9 +167,9 @@ def _decided(
 ) -> tuple[BatchDone, _Run]:
     """Price, decide and write every item, under the locks; then keep the writes of a
     grant, or undo them and ledger the refusal; with a key, remember the answer."""
-    shares, grouped_params = _shares(driver, batch, clock)
+    shares, priced_as = _shares(driver, batch, clock)
     driver.run("SAVEPOINT batch_items")
-    run = _items(driver, batch, shares, grouped_params, clock, context)
+    run = _items(driver, batch, shares, priced_as, clock, context)
     done: BatchDone
     if run.denials:
         driver.run("ROLLBACK TO SAVEPOINT batch_items")
@@ -195,12 +198,13 @@ def dry_run(
     driver.run("SAVEPOINT batch_plan")
     try:
         clock = _Still(now_us)
-        shares, grouped_params = _shares(driver, batch, clock)
-        run = _items(driver, batch, shares, grouped_params, clock, context, share=share)
+        shares, priced_as = _shares(driver, batch, clock)
+        run = _items(driver, batch, shares, priced_as, clock, context, share=share)
     except InvalidRequest:
         return False, {}
     finally:
         driver.run("ROLLBACK TO SAVEPOINT batch_plan")
+        driver.run("RELEASE SAVEPOINT batch_plan")
     charged: dict[str, Amount] = {}
     for decision, item, _, _ in run.items:
         charged[item.dataset] = charged.get(item.dataset, Amount()).plus(decision.charged)
@@ -231,13 +235,19 @@ def lock(driver: Driver, names: list[str], caller: Caller) -> dict[str, DatasetS
     return states
 
 
+#: A grouped item as its group was priced: the parameters it must run with and the
+#: partitions it must charge.
+PricedAs = tuple[dict[str, Any], frozenset[str]]
+
+
 def _shares(
-    driver: Driver, batch: BatchRequest, clock: _Still
-) -> tuple[dict[int, PlanShare], dict[int, dict[str, Any]]]:
+    driver: Driver, batch: BatchRequest, clock: _Still, *, lock: bool = True
+) -> tuple[dict[int, PlanShare], dict[int, PricedAs]]:
     """Each item's place in the batch, with its share of its group's composed cost: with a
-    delta, the items of an approx dataset that are joint releases over the same partitions
-    form a group (a parallel release is a group of its own); the others are priced alone.
-    Also the parameters each grouped item was priced with, which it must run with."""
+    delta, the items of an approx dataset with basic composition that are joint releases
+    over the same partitions form a group (a parallel release is a group of its own); the
+    others are priced alone. Also what each grouped item was priced as, which it must be
+    when it is charged. ``lock``: read under the datasets' locks (else as they stand)."""
     shares = {i: PlanShare(batch_id=batch.batch_id) for i in range(len(batch.items))}
     if batch.delta is None:
         return shares, {}
@@ -246,14 +256,20 @@ def _shares(
 
     groups: dict[tuple[Any, ...], list[int]] = {}
     members: dict[int, Any] = {}  # plan_pricing.PlanItem
-    params_of: dict[int, dict[str, Any]] = {}
+    priced_as: dict[int, PricedAs] = {}
     modes = {}
     for i, item in enumerate(batch.items):
         with item_errors(i):
-            reads = charge_reads.read(driver, item, clock)
+            reads = (
+                charge_reads.read(driver, item, clock)
+                if lock
+                else charge_reads.read_unlocked(driver, item, clock.now_us())
+            )
             assert not isinstance(reads, idempotency.Remembered)  # items carry no key
             dataset = reads.dataset
-            if dataset.accounting != "approx":
+            # the advanced filter needs each release's own (epsilon, delta): a share of a
+            # group's is not one (docs/accounting.md), so its items are priced alone
+            if dataset.accounting != "approx" or dataset.mode.advanced:
                 continue
             keys = charged_partitions(reads, item)
             params = item_params(item, dataset, len(keys))
@@ -267,13 +283,13 @@ def _shares(
             coordinates=_coordinates(item.data),
             single=single,
         )
-        params_of[i] = params
+        priced_as[i] = (params, frozenset(keys))
         modes[i] = dataset.mode
     delta = Fraction(batch.delta)
     delta_units = DELTA.cost_units(delta)
     for number, group in enumerate(groups.values()):
         try:
-            epsilon = plan_pricing.group_epsilon([members[i] for i in group], delta)
+            epsilon = _group_epsilon([members[i] for i in group], delta)
         except ValueError as error:
             raise field_error(f"items[{group[0]}]", str(error)) from None
         total = Amount(epsilon=epsilon, delta=delta_units)
@@ -292,7 +308,57 @@ def _shares(
                 group_cost=total,
                 delta=str(batch.delta),
             )
-    return shares, params_of
+    return shares, priced_as
+
+
+#: Groups priced lately, by their items and delta: a batch priced before its locks (and
+#: each dry run of a weighted plan) finds its groups here once it holds them.
+_PRICED: OrderedDict[tuple[Any, ...], int] = OrderedDict()
+_PRICED_LOCK = threading.Lock()
+
+
+def _group_epsilon(members: list[Any], delta: Fraction) -> int:
+    """``plan_pricing.group_epsilon``, remembered for the last 256 groups."""
+    from accountant.accounting import plan_pricing
+
+    key = (
+        delta,
+        tuple(
+            (
+                m.mechanism.implementation or m.mechanism.name,
+                tuple(sorted((k, str(v)) for k, v in m.params.items())),
+                m.coordinates,
+                m.single,
+            )
+            for m in members
+        ),
+    )
+    with _PRICED_LOCK:
+        if key in _PRICED:
+            _PRICED.move_to_end(key)
+            return _PRICED[key]
+    epsilon = plan_pricing.group_epsilon(members, delta)
+    with _PRICED_LOCK:
+        _PRICED[key] = epsilon
+        while len(_PRICED) > 256:
+            _PRICED.popitem(last=False)
+    return epsilon
+
+
+def warm(driver: Driver, batch: BatchRequest, now_us: int) -> None:
+    """Price ``batch``'s groups on its datasets as they stand, without their locks, so that
+    pricing them again under the locks finds them priced (``_group_epsilon``): composing
+    privacy-loss distributions may take a second, which no lock should wait for. Refusals
+    are left for the locked pass to raise."""
+    if batch.delta is None:
+        return
+    driver.begin_read()
+    try:
+        _shares(driver, batch, _Still(now_us), lock=False)
+    except AccountantError:
+        pass
+    finally:
+        driver.end_read()
 
 
 def _single_cost(item: ChargeRequest, dataset: DatasetState, n: int) -> Amount | None:
@@ -344,13 +410,15 @@ class _Run:
     denials: dict[tuple[Any, ...], _Denial]
     first: dict[tuple[Any, ...], ScopeCheck]  # each scope as the plan found it
     last: dict[tuple[Any, ...], ScopeCheck]  # and as its last item left it
+    #: s(p) of each charged partition with a limit, before the batch and after its items
+    partitions: dict[tuple[str, str], tuple[Amount, Amount]] = field(default_factory=dict)
 
 
 def _items(
     driver: Driver,
     batch: BatchRequest,
     shares: dict[int, PlanShare],
-    grouped_params: dict[int, dict[str, Any]],
+    priced_as: dict[int, PricedAs],
     clock: _Still,
     context: ChargeContext,
     *,
@@ -362,17 +430,29 @@ def _items(
     run = _Run([], {}, {}, {})
     for i, request in enumerate(batch.items):
         item = replace(request, share=shares[i])
-        with item_errors(i):
+        with item_errors(i), _delta_hint(batch, item):
             reads = charge_reads.read(driver, item, clock)
             assert not isinstance(reads, idempotency.Remembered)  # items carry no key
-            decision = decide(reads, item)
-        if i in grouped_params and dict(decision.priced.run_params) != grouped_params[i]:
-            raise field_error(
-                f"items[{i}].partitions",
-                "'*' resolves to other partitions here than when its group was priced (an "
-                "item before it charges new partitions); name the partitions",
-            )
+            decision = decide(reads, item, preview=share is not None)
+            if i in priced_as and priced_as[i] != (
+                dict(decision.priced.run_params),
+                frozenset(decision.partitions),
+            ):
+                raise field_error(
+                    "partitions",
+                    "'*' resolves to other partitions here than when its group was priced "
+                    "(an item before it charges new partitions); name the partitions",
+                )
         names = decision.mode.components
+        spends = run.partitions
+        if decision.dataset.partition_limit is not None:  # s(p) as the batch moves it
+            for key in decision.partitions:
+                spent = reads.spends.get(key, Amount())
+                spends.setdefault((item.dataset, key), (spent, spent))
+                spends[item.dataset, key] = (
+                    spends[item.dataset, key][0],
+                    spent.plus(decision.priced.cost),
+                )
         for check in decision.checks:
             scope = _scope_of(item.dataset, check)
             before = run.first.setdefault(scope, check).spent
@@ -436,6 +516,21 @@ def item_errors(i: int) -> Iterator[None]:
         raise
 
 
+@contextmanager
+def _delta_hint(batch: BatchRequest, item: ChargeRequest) -> Iterator[None]:
+    """A gaussian stated by its sigma on an approx dataset is priced only in a group: say
+    so when a batch without delta is refused for it."""
+    try:
+        yield
+    except InvalidRequest as error:
+        if batch.delta is None and "sigma" in item.params and error.errors:
+            hint = "; or give the batch a delta, at which its approx groups are composed"
+            error.errors = [{**e, "message": e["message"] + hint} for e in error.errors]
+            error.detail += hint
+            error.args = (error.detail,)
+        raise
+
+
 def _granted_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
     """A granted batch's answer without its outputs: each item's facts, and what the batch
     charged each dataset."""
@@ -461,8 +556,9 @@ def _denied_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
     waits = []
     for scope, denial in run.denials.items():
         check, decision = denial.check, denial.decision
-        spent = run.first[scope].spent
-        after = run.last[scope].after
+        spent, after = run.first[scope].spent, run.last[scope].after
+        if check.scope == "partition" and check.partition is not None:
+            spent, after = run.partitions[denial.dataset, check.partition]
         requested = Amount(
             max(0, after.epsilon - spent.epsilon),
             max(0, after.delta - spent.delta),

@@ -84,38 +84,42 @@ def calibrate(
     context: ChargeContext,
 ) -> Calibrated:
     """Each item's least-noise parameter; see the module's notes. A 400 naming the first
-    item of a dataset on which nothing fits. Writes nothing."""
+    item of a dataset on which nothing fits. Writes nothing, and holds its datasets' locks
+    only for one dry run at a time: a dry run's groups are priced before it locks."""
+    names = sorted({item.request.dataset for item in items})
     driver.begin_write()
     try:
-        names = sorted({item.request.dataset for item in items})
         states = batches.lock(driver, names, caller)
-        values: dict[int, Decimal] = {}
-        charged: dict[str, Amount] = {}
-        for name in names:
-            mine = {i: item for i, item in enumerate(items) if item.request.dataset == name}
-            plan = _DatasetPlan(
-                driver=driver,
-                items=mine,
-                state=states[name],
-                sizes={i: _partition_count(driver, item.request) for i, item in mine.items()},
-                grouped=delta is not None and states[name].accounting == "approx",
-                share=share,
-                delta=delta,
-                caller=caller,
-                now_us=context.clock.now_us(),
-                context=context,
-            )
-            scale = _largest(plan.fits_at)
-            if scale is None:
-                raise field_error(
-                    f"items[{min(mine)}]",
-                    f"nothing fits: even the most noise the mechanisms allow does not fit "
-                    f"{share} of what dataset {name!r} has left",
-                )
-            values.update(plan.at(scale))
-            charged[name] = plan.fits(scale)[1][name]
+        sizes = {i: _partition_count(driver, item.request) for i, item in enumerate(items)}
     finally:
         driver.rollback()
+    values: dict[int, Decimal] = {}
+    charged: dict[str, Amount] = {}
+    for name in names:
+        mine = {i: item for i, item in enumerate(items) if item.request.dataset == name}
+        plan = _DatasetPlan(
+            driver=driver,
+            items=mine,
+            state=states[name],
+            sizes={i: sizes[i] for i in mine},
+            grouped=delta is not None
+            and states[name].accounting == "approx"
+            and not states[name].mode.advanced,
+            share=share,
+            delta=delta,
+            caller=caller,
+            now_us=context.clock.now_us(),
+            context=context,
+        )
+        scale = _largest(plan.fits_at)
+        if scale is None:
+            raise field_error(
+                f"items[{min(mine)}]",
+                f"nothing fits: even the most noise the mechanisms allow does not fit "
+                f"{share} of what dataset {name!r} has left",
+            )
+        values.update(plan.at(scale))
+        charged[name] = plan.fits(scale)[1][name]
     return Calibrated([values[i] for i in range(len(items))], charged, states)
 
 
@@ -145,7 +149,8 @@ class _DatasetPlan:
         return self.fits(scale)[0]
 
     def fits(self, scale: float) -> tuple[bool, dict[str, Amount]]:
-        """Whether the batch at ``scale`` is granted within the share, and its charges."""
+        """Whether the batch at ``scale`` is granted within the share, and its charges: a
+        dry run in a transaction of its own, its groups priced before it locks."""
         try:
             chosen = self.at(scale)
         except InvalidRequest:
@@ -156,7 +161,14 @@ class _DatasetPlan:
             delta=self.delta,
             principal=self.caller,
         )
-        return batches.dry_run(self.driver, batch, self.share, self.now_us, self.context)
+        driver = self.driver
+        batches.warm(driver, batch, self.now_us)
+        driver.begin_write()
+        try:
+            batches.lock(driver, [self.state.name], self.caller)
+            return batches.dry_run(driver, batch, self.share, self.now_us, self.context)
+        finally:
+            driver.rollback()
 
 
 def parameter(
@@ -227,7 +239,7 @@ def _solve(within: Callable[[Decimal], bool], increasing: bool) -> Decimal:
 
 
 def _largest(fits: Callable[[float], bool]) -> float | None:
-    """The largest scale s > 0 with ``fits(s)``, to a relative 10^-12: doubling (or halving)
+    """The largest scale s > 0 with ``fits(s)``, to a relative 10^-10: doubling (or halving)
     to a bracket, then bisection on the logarithm. None if nothing from 10^-30 fits."""
     low = 1.0
     if fits(low):
@@ -242,7 +254,7 @@ def _largest(fits: Callable[[float], bool]) -> float | None:
             high, low = low, low / 2
             if low < 1e-30:
                 return None
-    while high - low > low * 1e-12:
+    while high - low > low * 1e-10:
         middle = math.sqrt(low * high)
         if fits(middle):
             low = middle
