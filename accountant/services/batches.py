@@ -429,7 +429,8 @@ def _items(
     that share of what every scope has left (``release_plans``)."""
     run = _Run([], {}, {}, {})
     for i, request in enumerate(batch.items):
-        item = replace(request, share=shares[i])
+        # an item that comes with its cost fixed keeps it (a weighted plan's stand-in)
+        item = request if request.share is not None else replace(request, share=shares[i])
         with item_errors(i), _delta_hint(batch, item):
             reads = charge_reads.read(driver, item, clock)
             assert not isinstance(reads, idempotency.Remembered)  # items carry no key

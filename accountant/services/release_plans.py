@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select
 
 from accountant.accounting import pricing
-from accountant.accounting.charge_inputs import Caller, ChargeRequest, DatasetState
+from accountant.accounting.charge_inputs import Caller, ChargeRequest, DatasetState, PlanShare
 from accountant.driver import Driver
 from accountant.errors import InvalidRequest, field_error
 from accountant.exact import Amount, ComponentName
@@ -118,8 +118,19 @@ def calibrate(
                 f"nothing fits: even the most noise the mechanisms allow does not fit "
                 f"{share} of what dataset {name!r} has left",
             )
+        for _ in range(20):  # checked at the parameters themselves
+            fits, cost = plan.fits(scale)
+            if fits:
+                break
+            scale *= 1 - 1e-9
+        else:
+            raise field_error(
+                f"items[{min(mine)}]",
+                f"no parameters near the scale found fit dataset {name!r}; the "
+                "mechanisms' costs are not monotone in their noise parameters",
+            )
         values.update(plan.at(scale))
-        charged[name] = plan.fits(scale)[1][name]
+        charged[name] = cost[name]
     return Calibrated([values[i] for i in range(len(items))], charged, states)
 
 
@@ -146,7 +157,40 @@ class _DatasetPlan:
         }
 
     def fits_at(self, scale: float) -> bool:
-        return self.fits(scale)[0]
+        """Whether the batch at ``scale`` fits. Where costs add, each item stands in by its
+        cost at ``scale`` (its weight times ``scale`` in the measure, at least what its
+        parameter rounded toward more noise costs), so that no parameter is solved for
+        until the scale is known."""
+        if self.grouped:
+            return self.fits(scale)[0]
+        items = tuple(
+            replace(
+                item.request,
+                params={**item.request.params, item.name: Decimal(1)},
+                share=PlanShare(batch_id="plan", cost=self._cost_at(i, scale)),
+            )
+            for i, item in self.items.items()
+        )
+        return self._dry_run(items)[0]
+
+    def _cost_at(self, i: int, scale: float) -> Amount:
+        """Item ``i``'s cost at ``scale``: its measure its weight times ``scale`` (rounded
+        down: its parameter's cost is at most that), its other components as priced."""
+        item, state = self.items[i], self.state
+        measure: ComponentName = "epsilon" if state.accounting in ("pure", "approx") else "rho"
+        units = 10**9 if measure == "epsilon" else 10**12
+        base = pricing.price(
+            mechanism=item.request.mechanism_to_run,
+            params={**item.request.params, item.name: Decimal(1)},
+            sensitivity_unit=item.request.sensitivity_unit,
+            mode=state.mode,
+            rule=state.rule,
+            max_records=state.max_records_per_user,
+            release=item.request.release,
+            n=self.sizes[i],
+        ).cost
+        target = max(1, math.floor(item.weight * Fraction(scale) * units))
+        return replace(base, **{measure: target})
 
     def fits(self, scale: float) -> tuple[bool, dict[str, Amount]]:
         """Whether the batch at ``scale`` is granted within the share, and its charges: a
@@ -155,11 +199,11 @@ class _DatasetPlan:
             chosen = self.at(scale)
         except InvalidRequest:
             return False, {}
+        return self._dry_run(tuple(_with(self.items[i], value) for i, value in chosen.items()))
+
+    def _dry_run(self, items: tuple[ChargeRequest, ...]) -> tuple[bool, dict[str, Amount]]:
         batch = batches.BatchRequest(
-            batch_id="plan",
-            items=tuple(_with(self.items[i], value) for i, value in chosen.items()),
-            delta=self.delta,
-            principal=self.caller,
+            batch_id="plan", items=items, delta=self.delta, principal=self.caller
         )
         driver = self.driver
         batches.warm(driver, batch, self.now_us)
