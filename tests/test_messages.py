@@ -83,6 +83,7 @@ OPERATIONS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("POST", "/v1/charges", schemas.CHARGE, _CHARGE),
     ("POST", "/v1/charges/preview", schemas.PREVIEW, _CHARGE),
     ("POST", "/v1/charges/plan", schemas.PLAN, {**_CHARGE, "count": 3}),
+    ("POST", "/v1/charges/batch", schemas.BATCH, {"items": [_CHARGE], "delta": 1e-6}),
 ]
 #: A valid charge of each built-in mechanism, whose own schemas are walked as well.
 MECHANISMS = {

@@ -214,6 +214,9 @@ PLAN_ITEM: dict[str, Any] = {
     "required": [*PREVIEW["required"], "weight"],
 }
 
+#: A body that is an object, to be checked against one of several forms.
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
 #: What /v1/charges/plan takes: one charge (``PLAN``) or a weighted list (``PLAN_WEIGHTED``).
 PLAN_EITHER: dict[str, Any] = {"anyOf": [PLAN, PLAN_WEIGHTED]}
 
