@@ -432,8 +432,8 @@ def _items(
         # an item that comes with its cost fixed keeps it (a weighted plan's stand-in)
         item = request if request.share is not None else replace(request, share=shares[i])
         with item_errors(i), _delta_hint(batch, item):
-            reads = charge_reads.read(driver, item, clock)
-            assert not isinstance(reads, idempotency.Remembered)  # items carry no key
+            # the batch holds every lock it needs already (``lock``): read as they stand
+            reads = charge_reads.read_unlocked(driver, item, clock.now_us())
             decision = decide(reads, item, preview=share is not None)
             if i in priced_as and priced_as[i] != (
                 dict(decision.priced.run_params),
