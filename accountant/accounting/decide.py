@@ -271,18 +271,28 @@ def _price(request: ChargeRequest, dataset: DatasetState, n: int) -> pricing.Pri
                 n=n,
                 params=item_params(request, dataset, n),
             )
-        return pricing.price(
-            mechanism=request.mechanism,
-            params=request.params,
-            sensitivity_unit=request.sensitivity_unit,
-            mode=dataset.mode,
-            rule=dataset.rule,
-            max_records=dataset.max_records_per_user,
-            release=request.release,
-            n=n,
-        )
+        return price_alone(request, dataset, n)
     except pricing.PricingError as error:
         raise field_error(error.field, str(error)) from None
+
+
+def price_alone(
+    request: ChargeRequest, dataset: DatasetState, n: int, params: Mapping[str, Any] | None = None
+) -> pricing.Priced:
+    """``request`` priced by its mechanism on ``n`` partitions of ``dataset`` (with
+    ``params`` instead of its own, when given), as a charge alone; ``pricing.PricingError``
+    if it cannot be."""
+    assert request.mechanism is not None
+    return pricing.price(
+        mechanism=request.mechanism,
+        params=request.params if params is None else params,
+        sensitivity_unit=request.sensitivity_unit,
+        mode=dataset.mode,
+        rule=dataset.rule,
+        max_records=dataset.max_records_per_user,
+        release=request.release,
+        n=n,
+    )
 
 
 def item_params(request: ChargeRequest, dataset: DatasetState, n: int) -> dict[str, Any]:

@@ -13,7 +13,12 @@ from flask import Blueprint, Response, request
 from accountant import problems
 from accountant.api import schemas
 from accountant.api.auth import confirmed_on_failure, principal
-from accountant.api.charges import charge_request, granted_body, mechanism_named
+from accountant.api.charges import (
+    charge_request,
+    granted_body,
+    mechanism_named,
+    noise_parameter,
+)
 from accountant.api.common import json_body
 from accountant.errors import BudgetExhausted, WindowExhausted, field_error
 from accountant.jsonio import dumps
@@ -117,23 +122,8 @@ def _weighted(i: int, body: dict[str, Any], caller: Principal) -> release_plans.
     if "hold" in body:
         raise field_error(f"items[{i}].hold", "a planned item may not draw on a hold")
     with batches.item_errors(i):
-        mechanism = mechanism_named(body["mechanism"])
         params = body["params"]
-        name = next(
-            (
-                name
-                for name in release_plans.NOISE_PARAMETERS
-                if name not in params
-                and schemas.is_valid(mechanism.params_schema, {**params, name: Decimal(1)})
-            ),
-            None,
-        )
-        if name is None:
-            raise field_error(
-                "params",
-                "leave out the noise parameter to solve for "
-                f"(one of {sorted(release_plans.NOISE_PARAMETERS)})",
-            )
+        name = noise_parameter(mechanism_named(body["mechanism"]), params, "leave out")
         plain = {k: v for k, v in body.items() if k != "weight"}
         request = charge_request({**plain, "params": {**params, name: Decimal(1)}}, caller)
     return release_plans.WeightedItem(

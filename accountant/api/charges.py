@@ -230,23 +230,8 @@ def _accuracy(evaluated: evaluation.Evaluation, body: dict[str, Any]) -> dict[st
 def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
     """The least-noise value of the parameter the body leaves out such that ``count``
     identical charges fit."""
-    mechanism = _mechanism(body)
     params = body["params"]
-    name = next(
-        (
-            name
-            for name in plans.NOISE_PARAMETERS
-            if name not in params
-            and schemas.is_valid(mechanism.params_schema, {**params, name: Decimal(1)})
-        ),
-        None,
-    )
-    if name is None:
-        raise field_error(
-            "params",
-            "with count, leave out the noise parameter to solve for "
-            f"(one of {sorted(plans.NOISE_PARAMETERS)})",
-        )
+    name = noise_parameter(_mechanism(body), params, "with count, leave out")
     asked = charge_request({**body, "params": {**params, name: Decimal(1)}}, caller)
     try:
         solved = plans.solve(
@@ -268,6 +253,20 @@ def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
         "multiplicity": evaluated.priced.multiplicity,
         "accuracy": _accuracy(evaluated, body),
     }
+
+
+def noise_parameter(mechanism: Mechanism, params: dict[str, Any], ask: str) -> str:
+    """The noise parameter ``params`` leave out for a plan to solve for: the one that makes
+    them valid (a 400 beginning with ``ask`` if there is none)."""
+    for name in plans.NOISE_PARAMETERS:
+        if name not in params and schemas.is_valid(
+            mechanism.params_schema, {**params, name: Decimal(1)}
+        ):
+            return name
+    raise field_error(
+        "params",
+        f"{ask} the noise parameter to solve for (one of {sorted(plans.NOISE_PARAMETERS)})",
+    )
 
 
 @bp.get("/v1/charges/<uuid:charge_uuid>")

@@ -47,9 +47,16 @@ from sqlalchemy.exc import IntegrityError
 from accountant.accounting import pricing
 from accountant.accounting.charge_inputs import Caller, ChargeRequest, DatasetState, PlanShare
 from accountant.accounting.checks import ScopeCheck
-from accountant.accounting.decide import Decision, charged_partitions, decide, item_params
+from accountant.accounting.decide import (
+    Decision,
+    charged_partitions,
+    decide,
+    item_params,
+    price_alone,
+)
 from accountant.accounting.modes import StatedCost
 from accountant.accounting.windows import isoformat
+from accountant.clock import FrozenClock
 from accountant.driver import Driver
 from accountant.errors import (
     AccountantError,
@@ -123,7 +130,7 @@ def submit(driver: Driver, batch: BatchRequest, context: ChargeContext) -> Batch
 
 def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchDone:
     caller = batch.principal
-    clock = _Still(0)
+    clock = FrozenClock(0)
     warm(driver, batch, context.clock.now_us())
     driver.begin_write()
     try:
@@ -135,7 +142,8 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
                 else idempotency.find(driver, caller.consumer_id, batch.key).result()
             )
             if first is None:
-                clock = _Still(context.clock.now_us())
+                # one moment for the whole batch: every item falls in the same windows
+                clock = FrozenClock(context.clock.now_us())
                 done, run = _decided(driver, batch, states, clock, context)
                 driver.commit()
     except BaseException:
@@ -162,7 +170,7 @@ def _decided(
     driver: Driver,
     batch: BatchRequest,
     states: dict[str, DatasetState],
-    clock: _Still,
+    clock: FrozenClock,
     context: ChargeContext,
 ) -> tuple[BatchDone, _Run]:
     """Price, decide and write every item, under the locks; then keep the writes of a
@@ -197,7 +205,7 @@ def dry_run(
     range) does not fit."""
     driver.run("SAVEPOINT batch_plan")
     try:
-        clock = _Still(now_us)
+        clock = FrozenClock(now_us)
         shares, priced_as = _shares(driver, batch, clock)
         run = _items(driver, batch, shares, priced_as, clock, context, share=share)
     except InvalidRequest:
@@ -209,17 +217,6 @@ def dry_run(
     for decision, item, _, _ in run.items:
         charged[item.dataset] = charged.get(item.dataset, Amount()).plus(decision.charged)
     return not run.denials, charged
-
-
-class _Still:
-    """The batch's one moment: every item is charged at the time read once every lock is
-    held, so that all of them fall in the same windows."""
-
-    def __init__(self, now_us: int) -> None:
-        self._now = now_us
-
-    def now_us(self) -> int:
-        return self._now
 
 
 def lock(driver: Driver, names: list[str], caller: Caller) -> dict[str, DatasetState]:
@@ -241,7 +238,7 @@ PricedAs = tuple[dict[str, Any], frozenset[str]]
 
 
 def _shares(
-    driver: Driver, batch: BatchRequest, clock: _Still, *, lock: bool = True
+    driver: Driver, batch: BatchRequest, clock: FrozenClock, *, lock: bool = True
 ) -> tuple[dict[int, PlanShare], dict[int, PricedAs]]:
     """Each item's place in the batch, with its share of its group's composed cost: with a
     delta, the items of an approx dataset with basic composition that are joint releases
@@ -354,7 +351,7 @@ def warm(driver: Driver, batch: BatchRequest, now_us: int) -> None:
         return
     driver.begin_read()
     try:
-        _shares(driver, batch, _Still(now_us), lock=False)
+        _shares(driver, batch, FrozenClock(now_us), lock=False)
     except AccountantError:
         pass
     finally:
@@ -364,18 +361,8 @@ def warm(driver: Driver, batch: BatchRequest, now_us: int) -> None:
 def _single_cost(item: ChargeRequest, dataset: DatasetState, n: int) -> Amount | None:
     """``item``'s cost as a charge alone (None: it cannot be priced alone, a gaussian
     stated by its sigma)."""
-    assert item.mechanism is not None
     try:
-        return pricing.price(
-            mechanism=item.mechanism,
-            params=item.params,
-            sensitivity_unit=item.sensitivity_unit,
-            mode=dataset.mode,
-            rule=dataset.rule,
-            max_records=dataset.max_records_per_user,
-            release=item.release,
-            n=n,
-        ).cost
+        return price_alone(item, dataset, n).cost
     except pricing.PricingError:
         return None
 
@@ -419,7 +406,7 @@ def _items(
     batch: BatchRequest,
     shares: dict[int, PlanShare],
     priced_as: dict[int, PricedAs],
-    clock: _Still,
+    clock: FrozenClock,
     context: ChargeContext,
     *,
     share: Fraction | None = None,

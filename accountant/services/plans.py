@@ -10,11 +10,13 @@ every scope still grants, by doubling and bisection over the same checks.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from accountant.accounting import checks as rules
 from accountant.accounting import pricing
+from accountant.accounting.decide import price_alone
 from accountant.driver import Driver
 from accountant.services.evaluation import ChargeRequest, Evaluation, preview
 
@@ -74,30 +76,30 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int, now_us:
     ``NothingFits`` if no value in range fits."""
     increasing = NOISE_PARAMETERS[name]
     evaluation = preview(driver, _with(request, name, Decimal(1)), now_us)  # the scopes
-    mode, dataset = evaluation.mode, evaluation.dataset
+    n = len(evaluation.partitions)
 
     def fits(value: Decimal) -> bool:
         try:
-            priced = pricing.price(
-                mechanism=request.mechanism_to_run,
-                params={**request.params, name: value},
-                sensitivity_unit=request.sensitivity_unit,
-                mode=mode,
-                rule=dataset.rule,
-                max_records=dataset.max_records_per_user,
-                release=request.release,
-                n=len(evaluation.partitions),
-            )
+            priced = price_alone(request, evaluation.dataset, n, {**request.params, name: value})
         except pricing.PricingError:
             return False
         return evaluation.refusal(priced.cost.scaled(count), priced.multiplicity) is None
 
-    # bisection on the logarithm between the schema's bounds, toward more noise
-    low, high = math.log(_LOW), math.log(_HIGH)
-    if not fits(_LOW if increasing else _HIGH):
+    if not fits(LOW if increasing else HIGH):
         raise NothingFits(
-            f"{count} such charges do not fit even at {name} {_LOW if increasing else _HIGH}"
+            f"{count} such charges do not fit even at {name} {LOW if increasing else HIGH}"
         )
+    value = least_noise(fits, increasing)
+    solved = _with(request, name, value)
+    return Solved(preview(driver, solved, now_us), name, value)
+
+
+def least_noise(fits: Callable[[Decimal], bool], increasing: bool) -> Decimal:
+    """The least-noise value in [LOW, HIGH] that ``fits``, to 9 significant digits: the exact
+    threshold when it has 9 digits or fewer, else rounded toward more noise. ``increasing``:
+    a larger value is less noise (epsilon, rho; not sigma). The most noise must fit."""
+    # bisection on the logarithm between the schema's bounds, toward more noise
+    low, high = math.log(LOW), math.log(HIGH)
     for _ in range(100):
         middle = (low + high) / 2
         if fits(Decimal(repr(math.exp(middle)))) == increasing:
@@ -110,34 +112,30 @@ def solve(driver: Driver, request: ChargeRequest, name: str, count: int, now_us:
     # hair on the more-noise side of it, and rounding toward less noise finds it; otherwise
     # that rounding does not fit, and the walk below takes the next 9-digit value toward
     # more noise (each step moves by at most one unit of the 9th digit).
-    value = min(max(_round(near, not increasing), _LOW), _HIGH)
+    value = min(max(round_digits(near, down=not increasing), LOW), HIGH)
     for _ in range(100):  # the answer must be on the fitting side
         if fits(value):
-            break
-        value = _round(
-            value * (Decimal("0.999999999") if increasing else Decimal("1.000000001")), increasing
+            return value
+        value = round_digits(
+            value * (Decimal("0.999999999") if increasing else Decimal("1.000000001")),
+            down=increasing,
         )
-    else:
-        raise NothingFits(
-            f"no {name} near {value} lets {count} such charges fit; the "
-            "mechanism's cost is not monotone in it"
-        )
-    solved = _with(request, name, value)
-    return Solved(preview(driver, solved, now_us), name, value)
+    raise NothingFits(f"no value near {value} fits; the mechanism's cost is not monotone in it")
 
 
 class NothingFits(ValueError):
     """No value of the parameter lets that many charges fit."""
 
 
-_LOW, _HIGH = Decimal("1e-9"), Decimal(10) ** 6
+#: The range a noise parameter is solved in.
+LOW, HIGH = Decimal("1e-9"), Decimal(10) ** 6
 
 
 def _with(request: ChargeRequest, name: str, value: Decimal) -> ChargeRequest:
     return replace(request, params={**request.params, name: value})
 
 
-def _round(value: Decimal, down: bool) -> Decimal:
+def round_digits(value: Decimal, *, down: bool) -> Decimal:
     """``value`` to 9 significant digits, down (less epsilon) or up (more sigma)."""
     exponent = value.adjusted() - 8
     return value.quantize(

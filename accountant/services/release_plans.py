@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -37,19 +37,14 @@ from sqlalchemy import bindparam, func, select
 
 from accountant.accounting import pricing
 from accountant.accounting.charge_inputs import Caller, ChargeRequest, DatasetState, PlanShare
+from accountant.accounting.decide import price_alone
 from accountant.driver import Driver
 from accountant.errors import InvalidRequest, field_error
 from accountant.exact import Amount, ComponentName
 from accountant.models import Dataset, Partition
-from accountant.services import batches
+from accountant.services import batches, plans
 from accountant.services.charges import ChargeContext
 from accountant.statements import statement
-
-#: The noise parameters a plan may solve for, and whether a larger value costs more.
-NOISE_PARAMETERS = {"sigma": False, "epsilon": True, "rho": True}
-
-
-_LOW, _HIGH = Decimal("1e-9"), Decimal(10) ** 6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +54,7 @@ class WeightedItem:
     Args:
         request: the charge, its noise parameter left out.
         weight: its share of its dataset's measure, relative to the others'.
-        name: the noise parameter to solve for (``NOISE_PARAMETERS``).
+        name: the noise parameter to solve for (``plans.NOISE_PARAMETERS``).
     """
 
     request: ChargeRequest
@@ -179,16 +174,8 @@ class _DatasetPlan:
         item, state = self.items[i], self.state
         measure: ComponentName = "epsilon" if state.accounting in ("pure", "approx") else "rho"
         units = 10**9 if measure == "epsilon" else 10**12
-        base = pricing.price(
-            mechanism=item.request.mechanism_to_run,
-            params={**item.request.params, item.name: Decimal(1)},
-            sensitivity_unit=item.request.sensitivity_unit,
-            mode=state.mode,
-            rule=state.rule,
-            max_records=state.max_records_per_user,
-            release=item.request.release,
-            n=self.sizes[i],
-        ).cost
+        params = {**item.request.params, item.name: Decimal(1)}
+        base = price_alone(item.request, state, self.sizes[i], params).cost
         target = max(1, math.floor(item.weight * Fraction(scale) * units))
         return replace(base, **{measure: target})
 
@@ -221,65 +208,30 @@ def parameter(
     """``item``'s noise parameter at ``scale``, to 9 significant digits toward more noise
     (see the module's notes); a 400 if it is out of range."""
     name, weight = item.name, float(item.weight)
-    increasing = NOISE_PARAMETERS[name]
+    increasing = plans.NOISE_PARAMETERS[name]
     if grouped:  # noise relative to sensitivity inversely proportional to the weight
         if name == "sigma":
             value = Decimal(repr(float(item.request.params["sensitivity"]) / (weight * scale)))
         else:
             value = Decimal(repr(weight * scale))
-        return _checked(_round(value, down=increasing), name)
+        return _checked(plans.round_digits(value, down=increasing), name)
     target = Fraction(weight * scale)
     measure: ComponentName = "epsilon" if dataset.accounting in ("pure", "approx") else "rho"
 
-    def cost_at(value: Decimal) -> int | None:
+    def within(value: Decimal) -> bool:
         try:
-            priced = pricing.price(
-                mechanism=item.request.mechanism_to_run,
-                params={**item.request.params, name: value},
-                sensitivity_unit=item.request.sensitivity_unit,
-                mode=dataset.mode,
-                rule=dataset.rule,
-                max_records=dataset.max_records_per_user,
-                release=item.request.release,
-                n=n,
-            )
+            priced = price_alone(item.request, dataset, n, {**item.request.params, name: value})
         except pricing.PricingError:
-            return None
-        return priced.cost[measure]
+            return False
+        return priced.cost[measure] <= units
 
     units = target * (10**9 if measure == "epsilon" else 10**12)
-
-    def within(value: Decimal) -> bool:
-        cost = cost_at(value)
-        return cost is not None and cost <= units
-
-    return _checked(_solve(within, increasing), name)
-
-
-def _solve(within: Callable[[Decimal], bool], increasing: bool) -> Decimal:
-    """The least-noise value of a parameter whose cost is within the target, to 9
-    significant digits toward more noise: bisection on its logarithm."""
-    low, high = math.log(_LOW), math.log(_HIGH)
-    if not within(_LOW if increasing else _HIGH):
+    if not within(plans.LOW if increasing else plans.HIGH):
         raise field_error("params", "no value of the noise parameter fits its share")
-    for _ in range(80):
-        middle = (low + high) / 2
-        if within(Decimal(repr(math.exp(middle)))) == increasing:
-            low = middle
-        else:
-            high = middle
-    near = Decimal(repr(math.exp(low if increasing else high)))  # the end within the target
-    # a threshold that is itself a 9-digit number is found by rounding toward less noise;
-    # otherwise that does not fit, and the walk takes the next value toward more noise
-    value = _round(near, down=not increasing)
-    for _ in range(100):
-        if within(value):
-            return value
-        value = _round(
-            value * (Decimal("0.999999999") if increasing else Decimal("1.000000001")),
-            down=increasing,
-        )
-    raise field_error("params", "the mechanism's cost is not monotone in its noise parameter")
+    try:
+        return _checked(plans.least_noise(within, increasing), name)
+    except plans.NothingFits as error:
+        raise field_error("params", str(error)) from None
 
 
 def _largest(fits: Callable[[float], bool]) -> float | None:
@@ -305,7 +257,7 @@ def _largest(fits: Callable[[float], bool]) -> float | None:
         else:
             high = middle
     # an edge that is itself a 9-digit number (0.1 exactly) is reached, not approached
-    snapped = float(_round(Decimal(repr(low)), down=False))
+    snapped = float(plans.round_digits(Decimal(repr(low)), down=False))
     return snapped if snapped <= high and fits(snapped) else low
 
 
@@ -325,17 +277,9 @@ _PARTITION_COUNT = statement(
 
 
 def _checked(value: Decimal, name: str) -> Decimal:
-    if not _LOW <= value <= _HIGH:
+    if not plans.LOW <= value <= plans.HIGH:
         raise field_error(f"params.{name}", f"{name} {value} is out of range")
     return value
-
-
-def _round(value: Decimal, *, down: bool) -> Decimal:
-    """``value`` to 9 significant digits, down (less epsilon) or up (more sigma)."""
-    exponent = value.adjusted() - 8
-    return value.quantize(
-        Decimal(1).scaleb(exponent), rounding=ROUND_FLOOR if down else ROUND_CEILING
-    ).normalize()
 
 
 def _with(item: WeightedItem, value: Decimal) -> ChargeRequest:
