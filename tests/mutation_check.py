@@ -414,9 +414,9 @@ MUTATIONS = [
     ),
     Mutation(
         "a weighted plan fits all that remains instead of its share",
-        "accountant/services/batches.py",
-        "limit = check.limit if share is None else _shared(check.limit, before, share)\n",
-        "limit = check.limit\n",
+        "accountant/accounting/checks.py",
+        "            else before[name] + math.floor(share * max(0, bound - before[name]))\n",
+        "            else bound\n",
         (
             "tests/test_batches.py::"
             "test_a_weighted_plan_splits_what_remains_and_its_answer_is_granted_as_a_batch",

@@ -8,8 +8,10 @@ whether a charge could ever fit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from accountant.accounting.loss import LossRule, ScopeState, fresh, loss_after
 from accountant.accounting.windows import Window
@@ -211,3 +213,22 @@ def at_limit(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> bo
     charges free in that component, and is never "at limit" by itself. The one definition
     of "at limit" (the budget report's ``at_limit``, the dashboard's badges)."""
     return any(0 < bound <= loss[name] for name, bound in bounds(limit, names).items())
+
+
+def shared_limit(limit: Limit, before: Amount, share: Fraction) -> Limit:
+    """The limit a plan must fit to use at most ``share`` of what ``limit`` leaves after
+    ``before``: that share, rounded down, on top of ``before``.
+
+    Args:
+        limit: the scope's limit.
+        before: the scope's loss before the plan.
+        share: the fraction of what is left the plan may use, 0 < share <= 1.
+    """
+    return Limit(
+        **{
+            name: None
+            if (bound := limit[name]) is None
+            else before[name] + math.floor(share * max(0, bound - before[name]))
+            for name in ("epsilon", "delta", "rho")
+        }
+    )

@@ -30,7 +30,6 @@ dashboard read a batch as the charges it is.
 
 from __future__ import annotations
 
-import math
 import threading
 import uuid
 from collections import OrderedDict
@@ -44,6 +43,7 @@ from typing import Any
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 
+from accountant.accounting import checks as rules
 from accountant.accounting import pricing
 from accountant.accounting.charge_inputs import Caller, ChargeRequest, DatasetState, PlanShare
 from accountant.accounting.checks import ScopeCheck
@@ -65,7 +65,7 @@ from accountant.errors import (
     Unauthorized,
     field_error,
 )
-from accountant.exact import DELTA, EPSILON, Amount, Limit
+from accountant.exact import DELTA, EPSILON, Amount
 from accountant.models import LedgerEntry
 from accountant.services import charge_plan, charge_reads, idempotency, ledger
 from accountant.services.api_keys import UNKNOWN_KEY
@@ -445,7 +445,7 @@ def _items(
             scope = _scope_of(item.dataset, check)
             before = run.first.setdefault(scope, check).spent
             run.last[scope] = check
-            limit = check.limit if share is None else _shared(check.limit, before, share)
+            limit = check.limit if share is None else rules.shared_limit(check.limit, before, share)
             if limit.is_exceeded_by(check.after, names) and scope not in run.denials:
                 run.denials[scope] = _Denial(i, item.dataset, check, decision)
         charge_id = str(uuid.uuid4())
@@ -465,18 +465,6 @@ def _items(
         facts.update(charge_plan.batch_detail(shares[i]))
         run.items.append((decision, item, facts, output))
     return run
-
-
-def _shared(limit: Limit, before: Amount, share: Fraction) -> Limit:
-    """``share`` of what ``limit`` leaves after ``before``, rounded down, on top of it."""
-    return Limit(
-        **{
-            name: None
-            if (bound := limit[name]) is None
-            else before[name] + math.floor(share * max(0, bound - before[name]))
-            for name in ("epsilon", "delta", "rho")
-        }
-    )
 
 
 def _scope_of(dataset: str, check: ScopeCheck) -> tuple[Any, ...]:
