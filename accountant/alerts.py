@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BudgetAlert:
-    """One scope of one dataset that crossed ``threshold`` percent of its limit."""
+    """One scope of one dataset that crossed ``threshold`` percent of its limit (a population
+    scope names its population; ``dataset`` is the one whose charge crossed it)."""
 
     dataset: str
     scope: str
@@ -37,6 +38,7 @@ class BudgetAlert:
     partition: str | None = None
     consumer: str | None = None
     window: dict[str, Any] = field(default_factory=dict)
+    population: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if v not in (None, {})}
@@ -98,6 +100,7 @@ def crossings(
                         partition=check.partition if check.scope == "partition" else None,
                         consumer=consumer if check.scope == "consumer" else None,
                         window=window,
+                        population=check.population,
                     )
                 )
     return alerts

@@ -29,7 +29,9 @@ from accountant.api import (
     ledger,
     meta,
     openapi,
+    populations,
     receipts,
+    requests,
 )
 from accountant.clock import Clock, SystemClock
 from accountant.config import ConfigError, Settings, load_settings
@@ -112,6 +114,8 @@ def create_app(
         meta.bp,
         openapi.bp,
         datasets.bp,
+        populations.bp,
+        requests.bp,
         consumers.bp,
         charges.bp,
         batches.bp,

@@ -1,4 +1,5 @@
-"""The ``accountant`` command: migrations, first key, serving, keys and plugins."""
+"""The ``accountant`` command: migrations, first key, serving, keys, plugins, and populations
+and change requests (over the HTTP API)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import click
 from sqlalchemy import Engine, select
@@ -17,6 +21,11 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from accountant.config import ConfigError, Settings, load_settings
 from accountant.key_hashing import KeyHasher
+
+if TYPE_CHECKING:  # the client is imported when a command over the API runs, if installed
+    from accountant_client import AccountantError as ClientError
+    from accountant_client import ChangeRequest
+    from accountant_client import Client as ApiClient
 
 
 def _settings() -> Settings:
@@ -566,6 +575,361 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
             f"database error: {error.orig}; did you run 'accountant db upgrade'?"
         ) from None
     click.echo(key)
+
+
+@main.group()
+def populations() -> None:
+    """Populations: lifetime budgets over several user datasets of the same people.
+
+    A population's loss is the sum of its member datasets' lifetime losses; a
+    charge on a member is granted only if that sum stays within the
+    population's limit. A dataset joins one when it is created (POST
+    /v1/datasets with "population": NAME), for good.
+
+    These commands call the service's HTTP API at --url (ACCOUNTANT_URL) with the
+    key --key (ACCOUNTANT_KEY, else ACCOUNTANT_ADMIN_KEY): an admin's to create
+    or change, an admin's or auditor's to read. Each prints the service's JSON
+    answer. They need the Python client: pip install ./client.
+    """
+
+
+def _service_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--url`` and ``--key``, for a command that calls the service's HTTP API."""
+    command = click.option(
+        "--key",
+        envvar=["ACCOUNTANT_KEY", "ACCOUNTANT_ADMIN_KEY"],
+        show_envvar=True,
+        help="The API key to call with. Prefer the environment: other users of this host "
+        "can read a command line.",
+    )(command)
+    return click.option(
+        "--url",
+        envvar="ACCOUNTANT_URL",
+        default="http://127.0.0.1:8000",
+        show_default=True,
+        show_envvar=True,
+        help="The service's base URL.",
+    )(command)
+
+
+@dataclass(frozen=True)
+class _Hints:
+    """What a command over the HTTP API says, besides the service's own detail, when it
+    cannot go on: which key it needs (``key``), which API it calls (``path``), who may
+    (``allowed``, after a 403) and where to look (``listing``, after a 404)."""
+
+    key: str
+    path: str
+    allowed: str
+    listing: str
+
+
+_POPULATIONS = _Hints(
+    key="an admin's to create or change a population",
+    path="/v1/populations",
+    allowed="creating or changing a population needs an admin's key, reading one an admin's "
+    "or an auditor's",
+    listing="'accountant populations list' shows the populations",
+)
+_REQUESTS = _Hints(
+    key="an admin's to approve or deny, a service's to ask for a quota",
+    path="/v1/requests",
+    allowed="approving or denying takes the key of an admin other than the requester; "
+    "reading every request an admin's or an auditor's (a service reads its own)",
+    listing="'accountant requests list' shows the requests",
+)
+_QUOTA_REQUEST = _Hints(
+    key=_REQUESTS.key,
+    path=_REQUESTS.path,
+    allowed="asking for a quota takes the key of a service granted the dataset",
+    listing="the service's key reads the datasets granted to it with GET /v1/datasets",
+)
+
+
+@contextmanager
+def _service(url: str, key: str | None, hints: _Hints = _POPULATIONS) -> Iterator[ApiClient]:
+    """A client of the service at ``url`` calling with ``key``, retrying for 10 s; a
+    refusal or no answer is one line saying what to do next (``hints``)."""
+    if not key:
+        raise click.UsageError(f"no API key: set ACCOUNTANT_KEY ({hints.key}) or pass --key")
+    try:
+        from accountant_client import AccountantError, Client
+    except ImportError as missing:
+        raise click.ClickException(
+            "these commands call the service through its Python client, which is not "
+            f"installed here ({missing.name} is missing): pip install ./client from the "
+            f"repository, or call the HTTP API ({hints.path}) directly"
+        ) from None
+    try:
+        with Client(url, key, deadline=10) as client:
+            yield client
+    except AccountantError as error:
+        raise click.ClickException(_next_step(error, url, hints)) from None
+
+
+def _next_step(error: ClientError, url: str, hints: _Hints) -> str:
+    """The service's refusal (whose detail says what to do), and what to do here."""
+    from accountant_client import Forbidden, InvalidRequest, NotFound, Unauthorized, Unavailable
+
+    detail = error.detail.rstrip(".")
+    if isinstance(error, Unavailable):
+        return (
+            f"no answer from {url} ({detail}); is the service running there? Set "
+            "ACCOUNTANT_URL or pass --url"
+        )
+    if isinstance(error, Unauthorized):
+        return (
+            f"{url} refused the key ({error.status}: {detail}); set ACCOUNTANT_KEY to a key of "
+            "this service ('accountant keys create --name NAME --role admin' prints one)"
+        )
+    if isinstance(error, Forbidden):
+        return f"{detail} ({error.status}); {hints.allowed}"
+    if isinstance(error, NotFound):
+        return f"{detail} ({error.status}); {hints.listing}"
+    if isinstance(error, InvalidRequest):  # each field at fault the detail does not name
+        unsaid = [
+            f"{e.get('field')}: {e.get('message')}"
+            for e in error.errors
+            if str(e.get("message")) not in detail
+        ]
+        return "; ".join([detail, *unsaid]) + f" ({error.status})"
+    return f"{detail} ({error.status})"
+
+
+def _print_json(answer: Any) -> None:
+    import json
+
+    click.echo(json.dumps(answer, indent=2))
+
+
+def _budget(epsilon: float, delta: float | None) -> dict[str, float]:
+    return {"epsilon": epsilon} if delta is None else {"epsilon": epsilon, "delta": delta}
+
+
+@populations.command("create")
+@click.argument("name", callback=_slug)
+@click.option(
+    "--accounting",
+    required=True,
+    metavar="MODE",
+    help="The accounting mode (pure, approx, zcdp, rdp or gdp; docs/accounting.md), which "
+    "every member dataset must have.",
+)
+@click.option("--epsilon", required=True, type=float, help="The lifetime limit's epsilon.")
+@click.option(
+    "--delta",
+    type=float,
+    help="The lifetime limit's delta (required on zcdp; none on pure).",
+)
+@click.option(
+    "--rdp-order",
+    type=float,
+    help="rdp only: the Renyi order (above 1) of the population and of every member, fixed "
+    "at creation.",
+)
+@_service_options
+def populations_create(
+    name: str,
+    accounting: str,
+    epsilon: float,
+    delta: float | None,
+    rdp_order: float | None,
+    url: str,
+    key: str | None,
+) -> None:
+    """Create population NAME (privacy unit user), with a lifetime limit of EPSILON (and
+    DELTA) over the datasets that will join it; print it.
+
+    Its loss is the sum of its members' lifetime losses, which bounds what they reveal
+    about one person only if every member identifies the same people by the same
+    person-level id: make sure of that before a dataset joins. Populations and datasets
+    share one namespace of names."""
+    with _service(url, key) as service:
+        created = service.create_population(
+            name, accounting=accounting, budget=_budget(epsilon, delta), rdp_order=rdp_order
+        )
+    _print_json(created)
+    if created.get("identity"):
+        click.echo(f"note: {created['identity']}", err=True)
+
+
+@populations.command("list")
+@_service_options
+def populations_list(url: str, key: str | None) -> None:
+    """Print every population, with its member datasets."""
+    with _service(url, key) as service:
+        listed = service.populations()
+    _print_json({"populations": listed})
+
+
+@populations.command("show")
+@click.argument("name", callback=_slug)
+@_service_options
+def populations_show(name: str, url: str, key: str | None) -> None:
+    """Print population NAME: its mode, limit and member datasets."""
+    with _service(url, key) as service:
+        _print_json(service.population(name))
+
+
+@populations.command("budget")
+@click.argument("name", callback=_slug)
+@_service_options
+def populations_budget(name: str, url: str, key: str | None) -> None:
+    """Print population NAME's budget: its loss (the sum of its members' lifetime losses),
+    limit and remaining, each member's loss, and the history of its limit."""
+    with _service(url, key) as service:
+        _print_json(service.population_budget(name))
+
+
+@populations.command("set-limit")
+@click.argument("name", callback=_slug)
+@click.option("--epsilon", required=True, type=float, help="The new lifetime limit's epsilon.")
+@click.option("--delta", type=float, help="The new lifetime limit's delta.")
+@click.option(
+    "--reason", required=True, help="Why, for the ledger (the population's own hash chain)."
+)
+@_service_options
+def populations_set_limit(
+    name: str, epsilon: float, delta: float | None, reason: str, url: str, key: str | None
+) -> None:
+    """Change population NAME's lifetime limit, ledgered with REASON; print the population.
+
+    A limit lowered below the population's loss blocks further charges on its members;
+    nothing is refunded. With approvals on (ACCOUNTANT_APPROVALS), a raise prints a pending
+    request instead and changes nothing until another admin approves it ('accountant
+    requests approve')."""
+    with _service(url, key) as service:
+        from accountant_client import PendingApproval
+
+        try:
+            changed = service.update_population(name, budget=_budget(epsilon, delta), reason=reason)
+        except PendingApproval as pending:
+            _print_pending(pending.request)
+            return
+    _print_json(changed)
+
+
+def _print_pending(request: ChangeRequest) -> None:
+    """A change that became a pending request: the request, and what happens next."""
+    _print_json(request.raw)
+    click.echo(
+        f"pending: nothing changed yet; an admin other than the requester approves request "
+        f"{request.request_id} with 'accountant requests approve {request.request_id} "
+        "--reason TEXT' (or denies it with 'accountant requests deny')",
+        err=True,
+    )
+
+
+@main.group()
+def requests() -> None:
+    """Change requests: changes that wait for a second admin (approvals).
+
+    With ACCOUNTANT_APPROVALS=on, a change that weakens a promise (a dataset's
+    or a population's limit raised, a new admin or admin key) is not made but
+    kept as a pending request; an admin other than the requester approves it
+    (the change is made then, ledgered with both names and both reasons) or
+    denies it. A service asks for a larger quota the same way, approvals on
+    or off. Pending requests expire (ACCOUNTANT_APPROVAL_EXPIRY_S, 7 days by
+    default).
+
+    These commands call the service's HTTP API at --url (ACCOUNTANT_URL) with the
+    key --key (ACCOUNTANT_KEY, else ACCOUNTANT_ADMIN_KEY): an admin's to approve
+    or deny, a service's to ask for a quota, an admin's, an auditor's or (its
+    own requests) a service's to read. Each prints the service's JSON answer.
+    They need the Python client: pip install ./client.
+    """
+
+
+_STATES = ("pending", "approved", "denied", "expired")
+
+
+def _request_id(_context: click.Context, parameter: click.Parameter, value: str) -> str:
+    """A request's id as the service makes them (a UUID): never a path of its own."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}", value):
+        raise click.BadParameter(
+            f"{value!r} is not a request id; 'accountant requests list' shows them",
+            param=parameter,
+        )
+    return value
+
+
+@requests.command("list")
+@click.option(
+    "--state", type=click.Choice(_STATES), help="Only the requests in this state (as of now)."
+)
+@_service_options
+def requests_list(state: str | None, url: str, key: str | None) -> None:
+    """Print the change requests, newest first: every one for an admin's or an auditor's
+    key, its own for a service's."""
+    with _service(url, key, _REQUESTS) as service:
+        listed = service.requests(state)
+    _print_json({"requests": [request.raw for request in listed]})
+
+
+@requests.command("show")
+@click.argument("request_id", metavar="ID", callback=_request_id)
+@_service_options
+def requests_show(request_id: str, url: str, key: str | None) -> None:
+    """Print change request ID: what it changes, who asked and why, and its state."""
+    with _service(url, key, _REQUESTS) as service:
+        _print_json(service.get_request(request_id).raw)
+
+
+_DECISION_REASON = "Why, for the ledger (and the requester)."
+
+
+@requests.command("approve")
+@click.argument("request_id", metavar="ID", callback=_request_id)
+@click.option("--reason", required=True, help=_DECISION_REASON)
+@_service_options
+def requests_approve(request_id: str, reason: str, url: str, key: str | None) -> None:
+    """Approve change request ID with REASON (an admin other than the requester): the change
+    is made now, ledgered with both names and both reasons; print the request.
+
+    A new admin's or admin key's api_key is printed this once, in "result": hand it to
+    the requester. A request already decided or expired, or whose target changed since it
+    was made, is refused: deny it, and ask again on what stands now."""
+    with _service(url, key, _REQUESTS) as service:
+        approved = service.approve(request_id, reason=reason)
+    _print_json(approved.raw)
+    if approved.result is not None:
+        click.echo(
+            f"note: the new key of {approved.result.consumer!r} (result.api_key) is shown "
+            f"this once: hand it to {approved.requested_by!r} (revoke it with DELETE "
+            f"/v1/keys/{approved.result.key_id})",
+            err=True,
+        )
+
+
+@requests.command("deny")
+@click.argument("request_id", metavar="ID", callback=_request_id)
+@click.option("--reason", required=True, help=_DECISION_REASON)
+@_service_options
+def requests_deny(request_id: str, reason: str, url: str, key: str | None) -> None:
+    """Deny change request ID with REASON (an admin other than the requester): the change
+    is never made; print the request."""
+    with _service(url, key, _REQUESTS) as service:
+        _print_json(service.deny(request_id, reason=reason).raw)
+
+
+@requests.command("ask-quota")
+@click.option(
+    "--dataset", required=True, callback=_slug, help="The dataset, granted to the key's service."
+)
+@click.option("--epsilon", required=True, type=float, help="The quota's epsilon.")
+@click.option("--delta", type=float, help="The quota's delta (none: no tighter delta limit).")
+@click.option("--reason", required=True, help="Why, for the admin who decides.")
+@_service_options
+def requests_ask_quota(
+    dataset: str, epsilon: float, delta: float | None, reason: str, url: str, key: str | None
+) -> None:
+    """Ask, with a service's key, for a quota of EPSILON (and DELTA) on DATASET, for REASON;
+    print the pending request, which an admin approves (the quota is set then) or denies."""
+    with _service(url, key, _QUOTA_REQUEST) as service:
+        asked = service.ask_quota(dataset, _budget(epsilon, delta), reason=reason)
+    _print_pending(asked)
 
 
 @main.group()

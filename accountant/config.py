@@ -71,6 +71,11 @@ class Settings:
     #: The dashboard cookie's Secure flag: "auto" sets it when the request came over HTTPS
     #: (directly, or through a proxy that says so in X-Forwarded-Proto); "true" or "false".
     cookie_secure: str = "auto"
+    #: "on": a change that raises a privacy limit or makes a new admin waits, as a pending
+    #: request, for another admin's approval (DESIGN.md, "Approvals"); "off": it applies.
+    approvals: str = "off"
+    #: How long a pending request waits for a decision before it expires, in seconds.
+    approval_expiry_s: int = 7 * 24 * 3600
     #: One JSON line per request on standard error (method, path, status, bytes, duration;
     #: never a header, so never a key): "true" or "false".
     access_log: bool = False
@@ -91,6 +96,7 @@ _INT_FIELDS = {
     "database_timeout_ms",
     "pool_size",
     "alert_webhook_timeout_ms",
+    "approval_expiry_s",
 }
 
 
@@ -156,6 +162,8 @@ def _validate(settings: Settings) -> None:
         raise ConfigError(f"{PREFIX}METRICS_KEY must be at least 32 printable characters")
     if settings.cookie_secure not in {"auto", "true", "false"}:
         raise ConfigError(f"{PREFIX}COOKIE_SECURE must be auto, true or false")
+    if settings.approvals not in {"on", "off"}:
+        raise ConfigError(f"{PREFIX}APPROVALS must be on or off, got {settings.approvals!r}")
     if settings.database_pooler not in {"", "pgbouncer"}:
         raise ConfigError(f"{PREFIX}DATABASE_POOLER must be empty or pgbouncer")
     if settings.sqlite_synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:

@@ -41,9 +41,13 @@ def _moment(args: Mapping[str, str], name: str) -> int | None:
 def parse_filter(
     args: Mapping[str, str], default_limit: int = 100, max_limit: int = 1000
 ) -> ledger.LedgerFilter:
-    """The filter a query string states: dataset and consumer by name, status, since and
-    until (RFC 3339), limit and cursor; anything else in one is a 400 naming it."""
-    dataset_id, consumer_id = ledger_reads.ids_of(db(), args.get("dataset"), args.get("consumer"))
+    """The filter a query string states: dataset (a dataset's or a population's chain, by
+    name: one namespace) and consumer by name, status, since and until (RFC 3339), limit
+    and cursor; anything else in one is a 400 naming it."""
+    dataset_id = population_id = None
+    if (name := args.get("dataset")) is not None:
+        dataset_id, population_id = ledger_reads.chain_ids(db(), name)
+    _, consumer_id = ledger_reads.ids_of(db(), None, args.get("consumer"))
     status = args.get("status")
     if status not in (None, "granted", "denied"):
         raise field_error("status", "must be granted or denied")
@@ -56,6 +60,7 @@ def parse_filter(
         raise field_error("cursor", "must be a next_cursor from an earlier page")
     return ledger.LedgerFilter(
         dataset_id=dataset_id,
+        population_id=population_id,
         consumer_id=consumer_id,
         status=status,
         since=_moment(args, "since"),
@@ -95,6 +100,7 @@ EXPORT_FIELDS = [
     "loss_after",
     "reason",
     "hold_id",
+    "population",
 ]
 
 
@@ -115,7 +121,7 @@ def stream_export(args: Mapping[str, str]) -> Response:
     if kind not in ("csv", "jsonl"):
         raise field_error("format", "must be csv or jsonl")
     filters = parse_filter(args, default_limit=2**62, max_limit=2**62)
-    through, heads = ledger_reads.export_end(db(), filters.dataset_id)
+    through, heads = ledger_reads.export_end(db(), filters)
     filters = replace(filters, through_id=through)
     claims = {
         "kind": "ledger-export",
@@ -138,7 +144,10 @@ def stream_export(args: Mapping[str, str]) -> Response:
         for row in rows():
             writer.writerow(
                 {
-                    k: _cell(json.dumps(v, default=float) if isinstance(v, dict | list) else v)
+                    # JSON's spelling for objects, lists and booleans ("population": true)
+                    k: _cell(
+                        json.dumps(v, default=float) if isinstance(v, dict | list | bool) else v
+                    )
                     for k, v in row.items()
                 }
             )
@@ -157,9 +166,10 @@ def stream_export(args: Mapping[str, str]) -> Response:
 
 def _signed_lines(rows: Iterator[dict[str, Any]], claims: dict[str, Any]) -> Iterator[str]:
     """The JSON Lines of ``rows``; the last one also carries ``export_signature``, the claims
-    signed with what the export holds of each dataset (``contents``: how many entries, and
-    the last one's seq and hash), so that a copy of the file alone shows a line deleted at
-    its end (``accountant ledger verify --file``)."""
+    signed with what the export holds of each chain, a dataset's or a population's, by its
+    name (``contents``: how many entries, and the last one's seq and hash), so that a copy
+    of the file alone shows a line deleted at its end (``accountant ledger verify
+    --file``)."""
     contents: dict[str, dict[str, Any]] = {}
     held = None
     for row in rows:

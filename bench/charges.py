@@ -8,6 +8,9 @@ charges/s, p50 and p99 latency, and the service/ceiling ratio. For reference it 
 prints the rate of the ceiling's transaction run in a loop in one process on one
 connection (the raw driver, no HTTP).
 
+With --population, the dataset is of privacy unit user and a member of a population: each
+charge also locks, checks and updates the population's row.
+
 With --hold, each of the 1000 partitions gets a hold when the service's database is
 prepared, and a third kind of slice, draw, sends the same charges to the service, each
 naming its partition's hold: a draw's cost comes out of the hold, not the scopes. Its
@@ -24,6 +27,7 @@ server warms up and is not counted.
 
     python bench/charges.py [--seconds 10] [--rounds 3] [--slice 1] [--clients 6]
                             [--workers 2] [--threads 4] [--accounting pure|rdp|gdp] [--hold]
+                            [--population]
                             [--postgres-url postgresql+psycopg://postgres@127.0.0.1/postgres]
 """
 
@@ -230,6 +234,10 @@ def prepare(url: str, folder: str, *, holds: bool = False) -> None:
     subprocess.run([BIN / "accountant", "db", "upgrade"], env=env, check=True, capture_output=True)
     terms, mechanism, params = _setup()
     dataset = {"name": "bench", "privacy_unit": "record", **terms}
+    population = None
+    if os.environ.get("BENCH_POPULATION"):  # a person-level dataset in a population
+        population = {"name": "people", "privacy_unit": "user", **terms}
+        dataset.update(privacy_unit="user", population="people")
     charge = {
         "dataset": "bench",
         "partitions": ["p0"],
@@ -242,7 +250,13 @@ def prepare(url: str, folder: str, *, holds: bool = False) -> None:
         "app = prepared_app()\n"
         "c = app.test_client()\n"
         f"h = {{'Authorization': 'Bearer {ADMIN_KEY}'}}\n"
-        f"r = c.post('/v1/datasets', headers=h, json={dataset!r})\n"
+        + (
+            ""
+            if population is None
+            else f"assert c.post('/v1/populations', headers=h, json={population!r}).status_code"
+            " == 201\n"
+        )
+        + f"r = c.post('/v1/datasets', headers=h, json={dataset!r})\n"
         "assert r.status_code == 201, r.get_data()\n"
         "c.post('/v1/datasets/bench/partitions', headers=h,"
         " json={'keys': [f'p{i}' for i in range(1000)]})\n"
@@ -443,8 +457,15 @@ def main() -> None:
         action="store_true",
         help="also draw on holds (one per partition), in slices of their own",
     )
+    parser.add_argument(
+        "--population",
+        action="store_true",
+        help="charge a dataset of privacy unit user that belongs to a population",
+    )
     args = parser.parse_args()
     os.environ["BENCH_ACCOUNTING"] = args.accounting  # read by the clients and the set-up
+    if args.population:
+        os.environ["BENCH_POPULATION"] = "1"
     if args.hold:
         os.environ["BENCH_HOLD"] = "1"
     with tempfile.TemporaryDirectory() as folder, dropped_afterwards(args.postgres_url):

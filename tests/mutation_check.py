@@ -553,6 +553,77 @@ MUTATIONS = [
         "        elif False:",
         ("tests/test_holds.py::test_a_settle_returns_what_the_job_did_not_use_to_every_scope",),
     ),
+    Mutation(
+        "population check removed",
+        "accountant/accounting/decide.py",
+        "        if population is not None:\n            checks.append(",
+        "        if False:\n            checks.append(",
+        ("tests/test_populations.py",),
+    ),
+    Mutation(
+        "population loss not moved by a grant",
+        "accountant/services/charge_plan.py",
+        "            main += population_loss(decision.dataset, decision.population_after)\n",
+        "",
+        ("tests/test_populations.py",),
+    ),
+    Mutation(
+        "population loss not lowered by a settle",
+        "accountant/services/settles.py",
+        "        *population_loss(dataset, _population_after(settlement, dataset)),\n",
+        "",
+        ("tests/test_populations.py",),
+    ),
+    Mutation(
+        "population lock after the dataset's in a batch",
+        "accountant/services/batches.py",
+        "    if driver.postgres:  # SQLite's write lock is the transaction's\n"
+        "        driver.send(_LOCK_POPULATIONS",
+        "    if False:\n        driver.send(_LOCK_POPULATIONS",
+        ("tests/test_populations.py",),
+    ),
+    Mutation(
+        "a raised limit applies without approval",
+        "accountant/api/datasets.py",
+        "        raised = requests.on() and (",
+        "        raised = False and (",
+        ("tests/test_approvals.py",),
+    ),
+    Mutation(
+        "a limit removed is no raise",
+        "accountant/services/approvals.py",
+        "    if new is None:\n        return True",
+        "    if new is None:\n        return False",
+        ("tests/test_approvals.py",),
+    ),
+    Mutation(
+        "the requester approves their own request",
+        "accountant/services/approvals.py",
+        "    if request.requested_by == caller.consumer_id:",
+        "    if False:",
+        ("tests/test_approvals.py",),
+    ),
+    Mutation(
+        "a request on a changed target is approved",
+        "accountant/services/approvals.py",
+        "        if now_digest != request.target_sha256:",
+        "        if False:",
+        ("tests/test_approvals.py",),
+    ),
+    Mutation(
+        "a pending request never expires",
+        "accountant/models/change_request.py",
+        'if self.state == "pending" and self.expires_at <= now_us:',
+        "if False:",
+        ("tests/test_approvals.py",),
+    ),
+    Mutation(
+        "a new admin needs no approval",
+        "accountant/api/consumers.py",
+        '    if body["role"] == "admin" and requests.on():',
+        "    if False:",
+        ("tests/test_approvals.py",),
+    ),
 ]
 
 #: Where each source folder lives as an importable package in the copy.

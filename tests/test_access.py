@@ -33,6 +33,21 @@ def _charge_id(api: Api) -> str:
 HOLD = {"partitions": ["p"], "amount": {"epsilon": 0.1}, "expires_in": 60}
 
 
+def _population(api: Api) -> str:
+    body = {"name": "customers", "privacy_unit": "user", "budget": {"epsilon": 1}}
+    assert api.post("/v1/populations", body).status_code == 201
+    return "/v1/populations/customers"
+
+
+def _request_id(api: Api) -> str:
+    """A quota request of a service of its own ("asker"), which no role tested made."""
+    asker = api.as_key(api.make_consumer("asker", datasets=["clicks"]))
+    body = {"kind": "quota", "dataset": "clicks", "quota": {"epsilon": 0.5}, "reason": "more"}
+    made = asker.post("/v1/requests", body)
+    assert made.status_code == 202, made.get_json()
+    return str(made.get_json()["request_id"])
+
+
 def _hold_id(api: Api) -> str:
     return str(api.post("/v1/holds", {"dataset": "clicks", **HOLD}).get_json()["hold_id"])
 
@@ -73,6 +88,54 @@ ROUTES: dict[str, tuple[Setup, dict[str, int]]] = {
     "partitions": (
         _route("GET", "/v1/datasets/clicks/partitions"),
         {"admin": 200, "auditor": 200, "service": 200, "outsider": 403},
+    ),
+    "create population": (
+        _route(
+            "POST",
+            "/v1/populations",
+            {"name": "customers", "privacy_unit": "user", "budget": {"epsilon": 1}},
+        ),
+        {"admin": 201, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "list populations": (
+        _route("GET", "/v1/populations"),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
+    "show population": (
+        lambda api: ("GET", _population(api), None),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
+    "patch population": (
+        lambda api: ("PATCH", _population(api), {"budget": {"epsilon": 0.5}}),
+        {"admin": 200, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "population budget": (
+        lambda api: ("GET", _population(api) + "/budget", None),
+        {"admin": 200, "auditor": 200, "service": 403, "outsider": 403},
+    ),
+    "ask for quota": (
+        _route(
+            "POST",
+            "/v1/requests",
+            {"kind": "quota", "dataset": "clicks", "quota": {"epsilon": 0.5}, "reason": "more"},
+        ),
+        {"admin": 403, "auditor": 403, "service": 202, "outsider": 403},
+    ),
+    "list requests": (
+        _route("GET", "/v1/requests"),
+        {"admin": 200, "auditor": 200, "service": 200, "outsider": 200},
+    ),
+    "show request": (
+        lambda api: ("GET", f"/v1/requests/{_request_id(api)}", None),
+        {"admin": 200, "auditor": 200, "service": 404, "outsider": 404},
+    ),
+    "approve request": (
+        lambda api: ("POST", f"/v1/requests/{_request_id(api)}/approve", {"reason": "ok"}),
+        {"admin": 200, "auditor": 403, "service": 403, "outsider": 403},
+    ),
+    "deny request": (
+        lambda api: ("POST", f"/v1/requests/{_request_id(api)}/deny", {"reason": "no"}),
+        {"admin": 200, "auditor": 403, "service": 403, "outsider": 403},
     ),
     "create consumer": (
         _route("POST", "/v1/consumers", {"name": "third", "role": "auditor"}),
@@ -181,6 +244,13 @@ def test_the_matrix_covers_every_v1_route() -> None:
         "/v1/datasets/{name}",
         "/v1/datasets/{name}/partitions",
         "/v1/datasets/{name}/budget",
+        "/v1/populations",
+        "/v1/populations/{name}",
+        "/v1/populations/{name}/budget",
+        "/v1/requests",
+        "/v1/requests/{request_id}",
+        "/v1/requests/{request_id}/approve",
+        "/v1/requests/{request_id}/deny",
         "/v1/consumers",
         "/v1/consumers/{name}/keys",
         "/v1/keys/{key_id}",

@@ -15,7 +15,7 @@ from tests.conftest import ADMIN_KEY, POOLED_BACKENDS, Api
 
 PROCESSES = 4
 THREADS = 4
-ROUNDS = 4  # per client: a batch one way, a batch the other way, and two charges
+ROUNDS = 5  # per client: batches naming datasets in either order, and single charges
 DATASETS = ("alpha", "beta", "gamma")
 
 
@@ -36,6 +36,7 @@ PLANS: list[list[dict[str, Any]]] = [
     [_item("beta", "0.1"), _item("gamma", "0.05"), _item("alpha", "0.1")],
     [_item("gamma", "0.1"), _item("alpha", "0.1")],
     [_item("beta", "0.15")],
+    [_item("gamma", "0.05"), _item("beta", "0.05")],
 ]
 
 
@@ -70,14 +71,28 @@ def _race(database_url: str, signing_key_file: str, start: Any, out: Any) -> Non
     out.put([(code, {k: str(v) for k, v in granted.items()}) for code, granted in results])
 
 
+#: With populations: each dataset's population, and the populations' limits. Their names
+#: sort against their datasets' (alpha in "west", beta in "east"), so that locking a
+#: dataset before its population would deadlock against a batch.
+MEMBERS = {"alpha": "west", "beta": "east", "gamma": "west"}
+POPULATION_LIMITS = {"west": Decimal("1.8"), "east": Decimal("1.2")}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("populations", [False, True], ids=["datasets", "populations"])
 @pytest.mark.parametrize("database_url", POOLED_BACKENDS, indirect=True)
 def test_batches_and_charges_racing_never_overspend_or_deadlock(
-    api: Api, database_url: str, signing_key_file: str
+    api: Api, database_url: str, signing_key_file: str, populations: bool
 ) -> None:
     limits = {"alpha": Decimal("2.0"), "beta": Decimal("1.5"), "gamma": Decimal("1.0")}
+    if populations:
+        for name, limit in POPULATION_LIMITS.items():
+            body = {"name": name, "privacy_unit": "user", "accounting": "pure"}
+            created = api.post("/v1/populations", {**body, "budget": {"epsilon": float(limit)}})
+            assert created.status_code == 201, created.get_json()
     for name, limit in limits.items():
-        api.make_dataset(name, budget={"epsilon": float(limit)})
+        member = {"privacy_unit": "user", "population": MEMBERS[name]} if populations else {}
+        api.make_dataset(name, budget={"epsilon": float(limit)}, **member)
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     start = context.Barrier(PROCESSES)
@@ -101,6 +116,12 @@ def test_batches_and_charges_racing_never_overspend_or_deadlock(
     for name in DATASETS:
         loss = Decimal(str(api.budget(name)["loss"]["epsilon"]))
         assert loss == spent[name] <= limits[name], (name, loss, spent[name])
+    if populations:
+        for name, limit in POPULATION_LIMITS.items():
+            budget = api.get(f"/v1/populations/{name}/budget").get_json()
+            members = [d for d, population in MEMBERS.items() if population == name]
+            loss = Decimal(str(budget["loss"]["epsilon"]))
+            assert loss == sum(spent[d] for d in members) <= limit, (name, loss)
     assert 0 < codes.count(201) < len(codes)  # the budgets grant some and refuse others
     print(f"granted {codes.count(201)}, refused {codes.count(409)}; spent {spent}")
     assert api.get("/v1/ledger/verify").get_json()["ok"] is True

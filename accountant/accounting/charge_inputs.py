@@ -25,6 +25,23 @@ class WindowLimit:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PopulationState:
+    """A population's row as read, locked, with its member dataset's.
+
+    Args:
+        id: the population's id.
+        name: its name.
+        limit: its lifetime limit, in its (and its datasets') mode's measure.
+        loss: the sum of its datasets' lifetime losses.
+    """
+
+    id: int
+    name: str
+    limit: Limit
+    loss: Amount
+
+
+@dataclass(frozen=True, kw_only=True)
 class DatasetState:
     """The columns of a dataset row that pricing, checking and the ledger need, with what
     the same statement read of the caller: its role, its grant and quota, its key.
@@ -49,6 +66,7 @@ class DatasetState:
         granted: whether the charging consumer holds a grant on it.
         key_valid: whether the caller's API key is unrevoked.
         role: the charging consumer's role (None: the consumer is gone).
+        population: the population the dataset belongs to, if any.
     """
 
     id: int
@@ -70,6 +88,7 @@ class DatasetState:
     granted: bool
     key_valid: bool
     role: str | None = None
+    population: PopulationState | None = None
 
     @property
     def limit_delta(self) -> int | None:

@@ -18,7 +18,7 @@ from accountant.accounting.windows import Window
 from accountant.exact import Amount, ComponentName, Limit
 
 #: The order in which scopes deny a charge (API.md): windows last, since only they reset.
-SCOPE_ORDER = ("dataset", "partition", "consumer", "window")
+SCOPE_ORDER = ("dataset", "population", "partition", "consumer", "window")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +32,7 @@ class ScopeCheck:
         after: its loss after the charge.
         partition: the partition a per-partition check names.
         window: the window of a window scope.
+        population: the population of a population scope.
     """
 
     scope: str
@@ -40,6 +41,7 @@ class ScopeCheck:
     after: Amount
     partition: str | None = None
     window: Window | None = None
+    population: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +56,7 @@ class Denial:
         partition: the partition a per-partition denial names.
         window: the window of a window denial.
         hold_state: the state of the hold a draw was refused on (scope ``hold``).
+        population: the population of a population denial.
     """
 
     scope: str
@@ -63,6 +66,7 @@ class Denial:
     partition: str | None = None
     window: Window | None = None
     hold_state: str | None = None
+    population: str | None = None
 
 
 def scope_check(
@@ -143,6 +147,27 @@ def partition_check(
     )
 
 
+def population_check(*, name: str, limit: Limit, loss: Amount, lifetime: ScopeCheck) -> ScopeCheck:
+    """A population's loss before and after a charge on one of its datasets: the sum of its
+    datasets' lifetime losses (``loss``) moves by what the charge adds to its own dataset's
+    (``lifetime``, the dataset's check), whatever the other datasets spent (DESIGN.md,
+    "Populations").
+
+    Args:
+        name: the population's name.
+        limit: its limit.
+        loss: its loss before the charge.
+        lifetime: the charged dataset's lifetime check.
+    """
+    return ScopeCheck(
+        scope="population",
+        limit=limit,
+        spent=loss,
+        after=loss.plus(lifetime.after.minus(lifetime.spent)),
+        population=name,
+    )
+
+
 def first_denial(
     checks: list[ScopeCheck], cost: Amount, names: tuple[ComponentName, ...]
 ) -> Denial | None:
@@ -162,6 +187,7 @@ def first_denial(
                 requested=cost,
                 partition=check.partition,
                 window=check.window,
+                population=check.population,
             )
     return None
 

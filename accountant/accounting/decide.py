@@ -16,7 +16,8 @@ its largest s(p)) it
    s(p) inside the charged set are padded with zeros to min(k, |P|), since a
    partition never charged in a scope has s(p) = 0 there;
 5. checks every scope in the order of ``checks.SCOPE_ORDER`` (the lifetime,
-   the per-partition limit, the consumer's quota, each window), takes the
+   the dataset's population, the per-partition limit, the consumer's quota,
+   each window), takes the
    first that denies, and whether the charge could ever fit it
    (``checks.never_fits``).
 
@@ -95,6 +96,16 @@ class ScopeChecker:
         )
         lifetime = self.states[("lifetime", 0, 0, 0)]
         checks = [check(scope="dataset", limit=dataset.limit, state=lifetime)]
+        population = dataset.population
+        if population is not None:
+            checks.append(
+                rules.population_check(
+                    name=population.name,
+                    limit=population.limit,
+                    loss=population.loss,
+                    lifetime=checks[0],
+                )
+            )
         if dataset.partition_limit is not None:
             checks.append(
                 rules.partition_check(
@@ -154,6 +165,11 @@ class Decision:
         if self.drawn_from is not None:
             return holds.draw_denial(self.drawn_from, cost, self.now_us, self.mode.components)
         return rules.first_denial(self.checker.checks(cost, m), cost, self.mode.components)
+
+    @property
+    def population_after(self) -> Amount | None:
+        """The loss of the dataset's population after a grant (None: it has none)."""
+        return next((c.after for c in self.checks if c.scope == "population"), None)
 
     @property
     def charged(self) -> Amount:

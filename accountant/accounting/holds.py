@@ -116,12 +116,13 @@ def draw_denial(
 class Settlement:
     """A hold settled: what its job used in all (per release, what charges drew included),
     what goes back to every scope it charged (its amount less that, per release; times its
-    multiplicity in the running totals), and the dataset's lifetime loss after."""
+    multiplicity in the running totals), and the dataset's lifetime loss before and after."""
 
     hold: HoldState
     used: Amount
     returned: Amount
     lifetime_after: Amount
+    lifetime_before: Amount
 
 
 def settle(
@@ -177,9 +178,12 @@ def settle(
             "steps) or release it if nothing ran outside the accountant",
         )
     returned = hold.amount.minus(used)
+    k = rule.max_partitions_per_user if rule.uses_top_k else None
+    before = loss_now(rule, lifetime.state(k), names)
     lifetime.remove(
         returned, hold.multiplicity, list(hold.partitions), hold.release, kept=rule.parts
     )
-    k = rule.max_partitions_per_user if rule.uses_top_k else None
     after = loss_now(rule, lifetime.state(k), names)
-    return Settlement(hold=hold, used=used, returned=returned, lifetime_after=after)
+    return Settlement(
+        hold=hold, used=used, returned=returned, lifetime_after=after, lifetime_before=before
+    )

@@ -165,6 +165,7 @@ def _denial(facts: dict[str, Any]) -> BudgetExhausted:
         "hold_id",
         "hold_state",
         "partition",
+        "population",
         "resets_at",
     )
     extra = {k: facts[k] for k in facts_named if k in facts}
@@ -188,6 +189,9 @@ def preview() -> Any:
         "multiplicity": evaluated.priced.multiplicity,
         "remaining_after": report(evaluated, evaluated.remaining),
         "scope": None if denial is None else denial.scope,
+        **(
+            {} if denial is None or denial.population is None else {"population": denial.population}
+        ),
         "reason": None if denial is None else reason(evaluated, denial),
         "accuracy": _accuracy(evaluated, body),
     }
@@ -213,6 +217,7 @@ def plan() -> Any:
             "scope": limited_by.scope,
             "partition": limited_by.partition if limited_by.scope == "partition" else None,
         }
+        | ({} if limited_by.population is None else {"population": limited_by.population})
         | ({} if limited_by.window is None else {"resets_at": isoformat(limited_by.window.end)}),
         "dataset": evaluated.dataset.name,
         "partitions": evaluated.partitions,

@@ -9,7 +9,7 @@ from flask.blueprints import BlueprintSetupState
 from werkzeug.routing import BaseConverter
 
 from accountant.accounting.windows import isoformat
-from accountant.api import schemas
+from accountant.api import requests, schemas
 from accountant.api.auth import principal
 from accountant.api.common import json_body
 from accountant.services import api_keys, consumers, grants
@@ -36,8 +36,13 @@ def _dataset_names() -> dict[int, str]:
 
 @bp.post("/v1/consumers")
 def create() -> Any:
-    principal("admin")
+    caller = principal("admin")
     body = json_body(schemas.CONSUMER_CREATE)
+    if body["role"] == "admin" and requests.on():  # a new admin: another admin approves
+        consumers.check_name_free(db(), body["name"])
+        return requests.pending(
+            kind="admin_consumer", target=body["name"], change=body, caller=caller
+        )
     with unit_of_work() as session:
         consumer, key = consumers.create_consumer(session, body, now_us(), runtime().key_hasher)
     view = consumers.describe_consumer(consumer, _dataset_names())
@@ -76,8 +81,10 @@ def me() -> Any:
 
 @bp.post("/v1/consumers/<name>/keys")
 def create_key(name: str) -> Any:
-    principal("admin")
-    json_body(schemas.KEY_CREATE, empty_ok=True)
+    caller = principal("admin")
+    body = json_body(schemas.KEY_CREATE, empty_ok=True)
+    if requests.on() and consumers.find_consumer(db(), name).role == "admin":
+        return requests.pending(kind="admin_key", target=name, change=body, caller=caller)
     with unit_of_work() as session:
         consumer = consumers.find_consumer(session, name)
         row, key = api_keys.issue_key(session, consumer, now_us(), runtime().key_hasher)

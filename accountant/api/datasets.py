@@ -6,12 +6,12 @@ from typing import Any
 
 from flask import Blueprint, request
 
-from accountant.api import schemas
+from accountant.api import requests, schemas
 from accountant.api.auth import principal
 from accountant.api.common import json_body
 from accountant.errors import Forbidden, field_error
 from accountant.models import Dataset
-from accountant.services import datasets, grants
+from accountant.services import approvals, datasets, grants
 from accountant.services.api_keys import Principal
 from accountant.services.ledger import Actor
 from accountant.web import db, now_us, runtime, unit_of_work
@@ -57,6 +57,7 @@ def patch(name: str) -> Any:
     body = json_body(schemas.DATASET_PATCH)
     with unit_of_work() as session:
         dataset = datasets.find(session, name, lock=True)
+        before = (dataset.limit, dataset.partition_limit)
         outcome = datasets.update_limits(
             session,
             dataset,
@@ -65,8 +66,15 @@ def patch(name: str) -> Any:
             now_us(),
             runtime().key_hasher,
         )
-        if not outcome.changed:  # the limits as they were: nothing to write
+        names = dataset.mode.components
+        raised = requests.on() and (
+            approvals.raises(before[0], dataset.limit, names)
+            or approvals.raises(before[1], dataset.partition_limit, names)
+        )
+        if raised or not outcome.changed:  # as it was, or not until approved
             session.rollback()
+    if raised:
+        return requests.pending(kind="dataset_limits", target=name, change=body, caller=caller)
     return {**datasets.describe(dataset), **outcome.view()}
 
 

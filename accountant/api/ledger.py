@@ -1,4 +1,5 @@
-"""/v1/ledger: the append-only record of charges and limit changes (auditors, admins)."""
+"""/v1/ledger: the append-only record of charges and limit changes (auditors, admins), the
+datasets' chains and the populations' (``"population": true``)."""
 
 from __future__ import annotations
 

@@ -63,6 +63,26 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         200,
         [400, 401, 403, 404],
     ),
+    ("POST", "/v1/populations"): (
+        "Register a population: a lifetime budget over datasets of the same people",
+        schemas.POPULATION_CREATE,
+        201,
+        [400, 401, 403, 409],
+    ),
+    ("GET", "/v1/populations"): ("Populations", None, 200, [401, 403]),
+    ("GET", "/v1/populations/{name}"): ("One population", None, 200, [401, 403, 404]),
+    ("PATCH", "/v1/populations/{name}"): (
+        "Change its limit (ledgered in its own chain)",
+        schemas.POPULATION_PATCH,
+        200,
+        [400, 401, 403, 404],
+    ),
+    ("GET", "/v1/populations/{name}/budget"): (
+        "Its loss (the sum of its datasets'), limit, remaining, and each dataset's loss",
+        None,
+        200,
+        [401, 403, 404],
+    ),
     ("POST", "/v1/consumers"): (
         "Create a consumer and its first key",
         schemas.CONSUMER_CREATE,
@@ -110,6 +130,26 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         [400, 401, 403, 404],
     ),
     ("GET", "/v1/charges/{charge_id}"): ("One charge as recorded", None, 200, [401, 403, 404]),
+    ("POST", "/v1/requests"): (
+        "A service asks for a quota; an admin approves or denies",
+        schemas.REQUEST_CREATE,
+        202,
+        [400, 401, 403, 404],
+    ),
+    ("GET", "/v1/requests"): ("Requests for approval", None, 200, [400, 401, 403]),
+    ("GET", "/v1/requests/{request_id}"): ("One request", None, 200, [401, 403, 404]),
+    ("POST", "/v1/requests/{request_id}/approve"): (
+        "Approve another admin's or a service's request: its change applies (ledgered)",
+        schemas.REQUEST_DECISION,
+        200,
+        [400, 401, 403, 404, 409],
+    ),
+    ("POST", "/v1/requests/{request_id}/deny"): (
+        "Deny a request: nothing changes",
+        schemas.REQUEST_DECISION,
+        200,
+        [400, 401, 403, 404, 409],
+    ),
     ("GET", "/v1/ledger"): ("Ledger entries, oldest first", None, 200, [400, 401, 403, 404]),
     ("GET", "/v1/ledger/export"): (
         "The filtered entries as CSV or JSON Lines",
@@ -142,6 +182,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
     ("POST", "/v1/receipts/verify"): ("Verify a receipt", VERIFY, 200, [400, 401]),
 }
 
+#: The operations that, with approvals on, may answer 202 with a pending request.
+PENDING = {
+    ("PATCH", "/v1/datasets/{name}"),
+    ("PATCH", "/v1/populations/{name}"),
+    ("POST", "/v1/consumers"),
+    ("POST", "/v1/consumers/{name}/keys"),
+}
+
 #: (method, path) -> (operation id, schema of the success answer, or None for none or text)
 ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("GET", "/healthz"): ("health", "Health"),
@@ -156,6 +204,11 @@ ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("POST", "/v1/datasets/{name}/partitions"): ("declarePartitions", "PartitionsDeclared"),
     ("GET", "/v1/datasets/{name}/budget"): ("getBudget", "Budget"),
     ("GET", "/v1/datasets/{name}/partitions"): ("listPartitions", "PartitionPage"),
+    ("POST", "/v1/populations"): ("createPopulation", "Population"),
+    ("GET", "/v1/populations"): ("listPopulations", "PopulationList"),
+    ("GET", "/v1/populations/{name}"): ("getPopulation", "Population"),
+    ("PATCH", "/v1/populations/{name}"): ("updatePopulation", "PopulationUpdate"),
+    ("GET", "/v1/populations/{name}/budget"): ("getPopulationBudget", "PopulationBudget"),
     ("POST", "/v1/consumers"): ("createConsumer", "NewConsumer"),
     ("GET", "/v1/consumers"): ("listConsumers", "ConsumerList"),
     ("PATCH", "/v1/consumers/{name}"): ("updateConsumer", "ConsumerUpdate"),
@@ -172,6 +225,11 @@ ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
     ("POST", "/v1/holds/{hold_id}/release"): ("releaseHold", "Settlement"),
     ("GET", "/v1/holds"): ("listHolds", "HoldList"),
     ("GET", "/v1/holds/{hold_id}"): ("getHold", "Hold"),
+    ("POST", "/v1/requests"): ("createRequest", "ChangeRequest"),
+    ("GET", "/v1/requests"): ("listRequests", "ChangeRequestList"),
+    ("GET", "/v1/requests/{request_id}"): ("getRequest", "ChangeRequest"),
+    ("POST", "/v1/requests/{request_id}/approve"): ("approveRequest", "ChangeRequestDecided"),
+    ("POST", "/v1/requests/{request_id}/deny"): ("denyRequest", "ChangeRequestDecided"),
     ("GET", "/v1/ledger"): ("listLedgerEntries", "LedgerPage"),
     ("GET", "/v1/ledger/export"): ("exportLedger", None),
     ("GET", "/v1/ledger/verify"): ("verifyLedger", "LedgerVerification"),
@@ -182,10 +240,12 @@ ANSWERS: dict[tuple[str, str], tuple[str, str | None]] = {
 _TAGS = [
     ("/v1/charges", "charges"),
     ("/v1/datasets", "datasets"),
+    ("/v1/populations", "populations"),
     ("/v1/consumers", "consumers"),
     ("/v1/keys", "consumers"),
     ("/v1/holds", "holds"),
     ("/v1/ledger", "ledger"),
+    ("/v1/requests", "requests"),
     ("/v1/receipts", "receipts"),
     ("/v1/mechanisms", "mechanisms"),
     ("/", "service"),
@@ -225,6 +285,7 @@ _QUERY: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     "/v1/ledger/export": [("format", {"enum": ["csv", "jsonl"]}), *_FILTERS],
     "/v1/holds": [("dataset", _SLUG_QUERY), ("state", {"enum": ["open", "settled", "expired"]})],
+    "/v1/requests": [("state", {"enum": ["pending", "approved", "denied", "expired"]})],
     "/v1/datasets/{name}/partitions": [
         ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
         ("cursor", {"type": "string", "pattern": "^[0-9]{1,9}$"}),
@@ -278,6 +339,15 @@ def document(server: str | None = None, settings: Settings | None = None) -> dic
                 }
             },
         }
+        if (method, path) in PENDING:
+            operation["responses"]["202"] = {
+                "description": "with approvals on (ACCOUNTANT_APPROVALS=on), a change that "
+                "raises a privacy limit or makes a new admin: kept as a pending request, "
+                "nothing changed until another admin approves it (reason required)",
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/ChangeRequest"}}
+                },
+            }
         for status in errors:
             operation["responses"][str(status)] = _problem()
             if status in (429, 503):

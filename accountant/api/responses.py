@@ -226,6 +226,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         partition_budget=OPTIONAL_AMOUNT,
         windows=_list(ANY_OBJECT),
         created_at=TIME,
+        population={
+            "type": "string",
+            "description": "the population the dataset belongs to, for life (absent: none)",
+        },
     ),
     "DatasetList": _object(["datasets"], datasets=_list(_ref("Dataset"))),
     "Budget": _object(
@@ -247,6 +251,53 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         composition={"enum": ["basic", "advanced"]},
         composition_delta={"type": "number"},
     ),
+    "Population": _object(
+        ["name", "privacy_unit", "accounting", "budget", "datasets"],
+        "a budget over several datasets of the same people (identity: what its datasets "
+        "must share)",
+        name=STRING,
+        privacy_unit=STRING,
+        accounting=STRING,
+        rdp_order={"type": "number"},
+        budget=_ref("Amount"),
+        datasets=STRINGS,
+        created_at=TIME,
+        identity=STRING,
+    ),
+    "PopulationList": _object(["populations"], populations=_list(_ref("Population"))),
+    "PopulationBudget": _object(
+        ["population", "loss", "limit", "remaining", "datasets"],
+        "the population's loss (the sum of its datasets' lifetime losses), limit and "
+        "remaining, and each dataset's own loss",
+        population=STRING,
+        privacy_unit=STRING,
+        accounting=STRING,
+        loss=_ref("Amount"),
+        limit=_ref("Amount"),
+        remaining=_ref("Amount"),
+        at_limit=BOOLEAN,
+        datasets={"type": "object", "additionalProperties": _ref("Amount")},
+        limit_history=_list(ANY_OBJECT),
+    ),
+    "ChangeRequest": _object(
+        ["request_id", "state", "kind", "requested_by", "change", "reason", "expires_at"],
+        "a change waiting for another admin's approval (DESIGN.md, Approvals)",
+        request_id=STRING,
+        state={"enum": ["pending", "approved", "denied", "expired"]},
+        kind={
+            "enum": ["dataset_limits", "population_limit", "admin_consumer", "admin_key", "quota"]
+        },
+        target=STRING,
+        requested_by=STRING,
+        change=ANY_OBJECT,
+        reason=STRING,
+        created_at=TIME,
+        expires_at=TIME,
+        decided_by=OPTIONAL_STRING,
+        decision_reason=OPTIONAL_STRING,
+        decided_at={"type": ["string", "null"], "format": "date-time"},
+    ),
+    "ChangeRequestList": _object(["requests"], requests=_list(_ref("ChangeRequest"))),
     "PartitionsDeclared": _object(
         ["dataset", "created", "existing"], dataset=STRING, created=STRINGS, existing=STRINGS
     ),
@@ -388,6 +439,13 @@ def _changed(name: str, what: str) -> dict[str, Any]:
 
 SCHEMAS["DatasetUpdate"] = _changed("Dataset", "the dataset")
 SCHEMAS["ConsumerUpdate"] = _changed("Consumer", "the consumer")
+SCHEMAS["PopulationUpdate"] = _changed("Population", "the population")
+SCHEMAS["ChangeRequestDecided"] = {
+    **SCHEMAS["ChangeRequest"],
+    "description": "the request as decided; an approved new admin or admin key comes with "
+    "result: its api_key, shown this once",
+    "properties": {**SCHEMAS["ChangeRequest"]["properties"], "result": ANY_OBJECT},
+}
 
 
 NUMBER: dict[str, Any] = {"type": "number"}

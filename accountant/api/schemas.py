@@ -88,6 +88,12 @@ DATASET_CREATE: dict[str, Any] = {
         "partition_budget": {"anyOf": [SUB_BUDGET, {"type": "null"}]},
         "windows": {"type": "array", "items": WINDOW, "maxItems": len(PERIODS)},
         "description": {"type": "string", "maxLength": 1000},
+        "population": {
+            "type": "string",
+            "pattern": SLUG,
+            "description": "the population the dataset joins, for life: its privacy unit "
+            "must be user and its accounting (and rdp order) the population's",
+        },
     },
     "required": ["name", "privacy_unit", "budget"],
     "additionalProperties": False,
@@ -103,6 +109,62 @@ DATASET_PATCH: dict[str, Any] = {
     },
     "additionalProperties": False,
     "minProperties": 1,
+}
+
+POPULATION_CREATE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": SLUG},
+        "privacy_unit": {
+            "enum": ["record", "user", "partition"],
+            "description": "user: a population counts people (any other unit is refused)",
+        },
+        "accounting": {
+            "enum": ["pure", "approx", "zcdp", "rdp", "gdp"],
+            "default": "approx",
+            "description": "the mode in which its datasets' losses add, fixed for life; every "
+            "member dataset has the same (approx: with basic composition)",
+        },
+        "rdp_order": {
+            "type": "number",
+            "exclusiveMinimum": 1,
+            "maximum": 1000000,
+            "description": "the Renyi order of an rdp population and of all its datasets, "
+            "fixed for life; by default the best for its budget",
+        },
+        "budget": BUDGET,
+        "reason": {"type": "string", "maxLength": 1000},
+    },
+    "required": ["name", "privacy_unit", "budget"],
+    "additionalProperties": False,
+}
+
+POPULATION_PATCH: dict[str, Any] = {
+    "type": "object",
+    "properties": {"budget": BUDGET, "reason": {"type": "string", "maxLength": 1000}},
+    "required": ["budget"],
+    "additionalProperties": False,
+}
+
+REASON: dict[str, Any] = {"type": "string", "maxLength": 1000}
+
+REQUEST_CREATE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "kind": {"const": "quota"},
+        "dataset": {"type": "string", "pattern": SLUG},
+        "quota": SUB_BUDGET,
+        "reason": REASON,
+    },
+    "required": ["kind", "dataset", "quota", "reason"],
+    "additionalProperties": False,
+}
+
+REQUEST_DECISION: dict[str, Any] = {
+    "type": "object",
+    "properties": {"reason": REASON},
+    "required": ["reason"],
+    "additionalProperties": False,
 }
 
 PARTITION_KEY: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 128}
@@ -131,6 +193,7 @@ CONSUMER_CREATE: dict[str, Any] = {
             'dataset name: {"clicks": {"epsilon": 3}} (an amount, as a sub-budget: epsilon, '
             "optionally delta, or rho on zcdp); none by default",
         },
+        "reason": {"type": "string", "maxLength": 1000},
     },
     "required": ["name", "role"],
     "additionalProperties": False,
@@ -152,7 +215,11 @@ CONSUMER_PATCH: dict[str, Any] = {
     "minProperties": 1,
 }
 
-KEY_CREATE: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+KEY_CREATE: dict[str, Any] = {
+    "type": "object",
+    "properties": {"reason": {"type": "string", "maxLength": 1000}},
+    "additionalProperties": False,
+}
 
 CHARGE: dict[str, Any] = {
     "type": "object",

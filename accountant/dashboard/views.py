@@ -8,17 +8,23 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Response, redirect, render_template, request, url_for
+from flask import Blueprint, Response, redirect, request, url_for
 from flask.blueprints import BlueprintSetupState
 
 from accountant.accounting.windows import isoformat
 from accountant.dashboard import charts
-from accountant.dashboard.session import check_csrf, csrf_token, sign_in, sign_out, signed_in
+from accountant.dashboard import requests as change_requests
+from accountant.dashboard.pages import figure as _figure
+from accountant.dashboard.pages import limits as _limits
+from accountant.dashboard.pages import name as _name
+from accountant.dashboard.pages import page as _page
+from accountant.dashboard.pages import when as _when
+from accountant.dashboard.session import check_csrf, sign_in, sign_out, signed_in
 from accountant.errors import AccountantError, NotFound, field_error
 from accountant.exact import COMPONENTS, Component, ComponentName
 from accountant.ledger_export import parse_filter, stream_export
-from accountant.models import Dataset
-from accountant.services import dashboard_reads, datasets
+from accountant.models import Dataset, Population
+from accountant.services import dashboard_reads, datasets, populations
 from accountant.services.api_keys import Principal
 from accountant.services.dashboard_reads import DAY_US
 from accountant.services.verification import verify
@@ -31,6 +37,7 @@ bp = Blueprint(
     template_folder=str(Path(__file__).parent / "templates"),
     static_folder=str(Path(__file__).parent / "static"),
 )
+change_requests.register(bp)  # /dashboard/requests: approvals (accountant/dashboard/requests.py)
 
 
 #: The dashboard runs no script and loads nothing from another host; no page may be framed.
@@ -49,24 +56,12 @@ def _security_headers(response: Response) -> Response:
     return response
 
 
-def _page(template: str, who: Principal | None, **context: Any) -> str:
-    return render_template(template, who=who, csrf=csrf_token(), **context)
-
-
 def _measure(dataset: Dataset) -> str:
     """The field of the dataset's amounts that adds up and that its limits bind (epsilon,
     rho, rdp or mu2): every bar, percentage and chart of its pages is in it. On gdp that is
     mu^2, not mu: a bar at half of mu^2 means half the budget is spent, at half of mu only
     a quarter (docs/dashboard.md)."""
     return dataset.mode.measure
-
-
-def _name(field: str) -> str:
-    """A field of an amount as the pages name it."""
-    return _NAMES.get(field, field)
-
-
-_NAMES = {"mu2": "mu²"}
 
 
 def _column(dataset: Dataset) -> ComponentName:
@@ -136,9 +131,12 @@ def _used(loss: dict[str, Any], limit: dict[str, Any]) -> float:
     return max(shares, default=0.0)
 
 
-def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
+def _scopes(
+    dataset: Dataset, report: dict[str, Any], population: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Every scope that bounds or allocates the dataset's loss, with its use: the lifetime
-    limit, the partition limit (with the partitions at it), each window and each quota."""
+    limit, its population's limit (``population``: the population's budget report), the
+    partition limit (with the partitions at it), each window and each quota."""
     scopes = [
         {
             "scope": "lifetime",
@@ -149,6 +147,18 @@ def _scopes(dataset: Dataset, report: dict[str, Any]) -> list[dict[str, Any]]:
             "exhausted": report["at_limit"],
         }
     ]
+    if population is not None:  # a charge here is granted only within it too (DESIGN.md)
+        scopes.append(
+            {
+                "scope": f"population {population['population']}",
+                "population": population["population"],
+                "kind": "privacy bound, shared",
+                "used_pct": _used(population["loss"], population["limit"]),
+                "loss": population["loss"],
+                "limit": population["limit"],
+                "exhausted": population["at_limit"],
+            }
+        )
     if "partition_limit" in report:
         full = dashboard_reads.partitions_at_limit(db(), dataset)
         scopes.append(
@@ -224,10 +234,13 @@ def _marks(scopes: list[dict[str, Any]]) -> list[dict[str, str]]:
 def overview(who: Principal) -> Any:
     rows = []
     now = runtime().clock.now_us() / 1e6
+    groups = {p.id: p for p in populations.all_populations(db())}
+    shared = {key: populations.budget_report(db(), p) for key, p in groups.items()}
     for dataset in datasets.all_datasets(db()):
         report = datasets.budget_report(db(), dataset, now)
         measure = _measure(dataset)
-        scopes = _scopes(dataset, report)
+        population = None if dataset.population_id is None else shared[dataset.population_id]
+        scopes = _scopes(dataset, report, population)
         windows = [
             {
                 "period": s["period"],
@@ -243,6 +256,7 @@ def overview(who: Principal) -> Any:
         rows.append(
             {
                 "name": dataset.name,
+                "population": None if population is None else population["population"],
                 "unit": dataset.privacy_unit,
                 "accounting": dataset.accounting,
                 "loss": _figure(report["loss"][measure]),
@@ -260,7 +274,37 @@ def overview(who: Principal) -> Any:
                 "state": max((s["state"] for s in scopes), key=_STATES.index),
             }
         )
-    return _page("overview.html", who, rows=rows)
+    return _page(
+        "overview.html",
+        who,
+        rows=rows,
+        populations=[_population_row(groups[key], shared[key]) for key in groups],
+    )
+
+
+def _population_row(population: Population, report: dict[str, Any]) -> dict[str, Any]:
+    """A population's status, as the overview lists it: its loss (the sum of its datasets'
+    lifetime losses), limit and what remains in its measure, the epsilon of the loss and of
+    the limit beside them where epsilon is not the measure, whether it is at its limit, and
+    how many datasets it has."""
+    measure = population.mode.measure
+    used = _used(report["loss"], report["limit"])
+    state = "exhausted" if report["at_limit"] else "warn" if used >= 80 else "ok"
+    return {
+        "name": population.name,
+        "accounting": population.accounting,
+        "loss": _figure(report["loss"][measure]),
+        "limit": _figure(report["limit"][measure]),
+        "remaining": _figure(report["remaining"][measure]),
+        "measure": _name(measure),
+        "epsilon": None
+        if "epsilon_alone" not in report["loss"]
+        else (_figure(report["loss"]["epsilon"]), _figure(report["limit"]["epsilon"])),
+        "used_pct": used,
+        "at_limit": report["at_limit"],
+        "members": len(report["datasets"]),
+        "state": state,
+    }
 
 
 _STATES = ["ok", "warn", "exhausted"]
@@ -346,7 +390,9 @@ def dataset(who: Principal, name: str) -> Any:
         (at / 1e6, float(found.mode.in_measure(amount)))
         for at, amount in dashboard_reads.loss_history(db(), found, now_us)
     ]
-    scopes = _scopes(found, report)
+    population = dashboard_reads.population_of(db(), found)
+    shared = None if population is None else populations.budget_report(db(), population)
+    scopes = _scopes(found, report, shared)
     whole = sum(total for _, total in seen.consumer_totals) or 1
     used = scopes[0]["used_pct"]
     held, spent = _split(report, measure)
@@ -356,6 +402,13 @@ def dataset(who: Principal, name: str) -> Any:
         who,
         name=name,
         report=report,
+        population=None
+        if shared is None
+        else {
+            "name": shared["population"],
+            "loss": _figure(shared["loss"][measure]),
+            "limit": _figure(shared["limit"][measure]),
+        },
         measure=_name(measure),
         loss=_figure(report["loss"][measure]),
         limit=_figure(report["limit"][measure]),
@@ -370,7 +423,13 @@ def dataset(who: Principal, name: str) -> Any:
         delta=report["loss"].get("delta") if found.mode.converts else None,
         loss_chart=charts.loss_over_time(
             history,
-            _limit_steps(found, report, measure, float(report["limit"][measure])),
+            _limit_steps(
+                found.created_at,
+                report["limit_history"],
+                "dataset",
+                measure,
+                float(report["limit"][measure]),
+            ),
             found.created_at / 1e6,
             now_us / 1e6,
             _name(measure),
@@ -388,24 +447,94 @@ def dataset(who: Principal, name: str) -> Any:
     )
 
 
+@bp.get("/populations/<name>", endpoint="population")
+@signed_in
+def population_page(who: Principal, name: str) -> Any:
+    """A population's page, for auditors and admins as GET /v1/populations is (a service
+    cannot sign in: a population sums datasets it may not be granted)."""
+    try:
+        found = populations.find(db(), name)
+    except NotFound:
+        return _page("not_found.html", who, what=f"There is no population named “{name}”."), 404
+    now_us = runtime().clock.now_us()
+    report = populations.budget_report(db(), found)
+    mode = found.mode
+    measure = mode.measure
+    loss, limit = report["loss"], report["limit"]
+    history = [
+        (at / 1e6, float(mode.in_measure(amount)))
+        for at, amount in dashboard_reads.population_loss_history(db(), found, now_us)
+    ]
+    used = _used(loss, limit)
+    return _page(
+        "population.html",
+        who,
+        name=name,
+        report=report,
+        identity=populations.IDENTITY[0].upper() + populations.IDENTITY[1:] + ".",
+        measure=_name(measure),
+        loss=_figure(loss[measure]),
+        limit=_figure(limit[measure]),
+        remaining=_figure(report["remaining"][measure]),
+        used_pct=used,
+        state="exhausted" if report["at_limit"] else "warn" if used >= 80 else "ok",
+        converts=mode.converts,
+        delta=loss.get("delta") if mode.converts else None,
+        members=_shares(report, measure),
+        loss_chart=charts.loss_over_time(
+            history,
+            _limit_steps(
+                found.created_at,
+                report["limit_history"],
+                "population",
+                measure,
+                float(limit[measure]),
+            ),
+            found.created_at / 1e6,
+            now_us / 1e6,
+            _name(measure),
+        ),
+        changes=[_row(e) for e in dashboard_reads.population_limit_changes(db(), found)],
+    )
+
+
+def _shares(report: dict[str, Any], measure: str) -> list[dict[str, Any]]:
+    """Each member dataset's lifetime loss in the measure (and its epsilon beside it, where
+    epsilon is not the measure), as a share of the population's loss (the sum of them all)
+    and of its limit, by name."""
+    whole, limit = report["loss"][measure], report["limit"][measure]
+    return [
+        {
+            "name": member,
+            "loss": _figure(loss[measure]),
+            "epsilon": _figure(loss["epsilon"]) if "epsilon_alone" in loss else None,
+            "of_loss": _pct(float(loss[measure]), float(whole)) if whole > 0 else 0.0,
+            "of_limit": _pct(float(loss[measure]), float(limit)),
+        }
+        for member, loss in sorted(report["datasets"].items())
+    ]
+
+
 def _limit_steps(
-    dataset: Dataset, report: dict[str, Any], measure: str, limit: float
+    created_us: int, history: list[dict[str, Any]], scope: str, measure: str, limit: float
 ) -> list[tuple[float, float]]:
-    """The lifetime limit's history as (seconds, limit) steps, from the dataset's creation:
-    the first change's old limit (or today's, if it never changed), then each new one. A
-    change records a gdp limit as mu: its square is the measure."""
+    """A lifetime limit's history (``limit_history`` of a budget report, its changes of
+    ``scope``: a dataset's or a population's) as (seconds, limit) steps, from the creation
+    at ``created_us``: the first change's old limit (or today's, if it never changed), then
+    each new one. A population's creation is ledgered as a change with no old limit: it is
+    not a step. A change records a gdp limit as mu: its square is the measure."""
     stated, power = ("mu", 2) if measure == "mu2" else (measure, 1)
     changes = [
         c
-        for c in report["limit_history"]
-        if c["scope"] == "dataset"
+        for c in history
+        if c["scope"] == scope
         and isinstance(c["old"], dict)
         and stated in c["old"]
         and isinstance(c["new"], dict)
         and stated in c["new"]
     ]
     first = float(changes[0]["old"][stated]) ** power if changes else limit
-    steps = [(dataset.created_at / 1e6, first)]
+    steps = [(created_us / 1e6, first)]
     steps += [(_seconds(c["at"]), float(c["new"][stated]) ** power) for c in changes]
     return steps
 
@@ -416,19 +545,6 @@ def _seconds(iso: str) -> float:
 
 def _units(unit: Component, value: int) -> str:
     return _figure(unit.to_decimal(value))
-
-
-def _figure(value: Decimal | float) -> str:
-    """Every number the dashboard shows, in one format: 6 significant digits, written out
-    from 0.001 to 10^9 (0.25, 1500), else as a power of ten (3e-7, 1e-6, 2.5e12)."""
-    number = float(value)
-    if number == 0:
-        return "0"
-    if 1e-3 <= abs(number) < 1e9:
-        text = f"{number:.6g}"
-        return text if "e" not in text else f"{number:.0f}"
-    mantissa, exponent = f"{number:.5e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 def _shown(value: Any) -> Any:
@@ -443,11 +559,6 @@ def _print_numbers_alike(state: BlueprintSetupState) -> None:
     state.app.jinja_env.finalize = _shown
 
 
-def _when(iso: str) -> str:
-    """Every moment the dashboard shows, in one format: 2026-11-24 20:36:40 UTC."""
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _row(entry: dict[str, Any]) -> dict[str, Any]:
     """A ledger entry as a table row: a charge's cost, what it added to the running total and
     the lifetime loss after it, each in the dataset's measure (``measure``: epsilon, rho, rdp
@@ -460,6 +571,8 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
         if scope == "consumer":
             scope = f"quota of {detail.get('consumer', '')}"
         change = f"{scope}: {_limits(detail.get('old'))} → {_limits(detail.get('new'))}"
+        if scope == "population" and detail.get("old") is None:  # its chain's first entry
+            change = f"population created with the limit {_limits(detail.get('new'))}"
         if scope == "seals":  # accountant seals init: what it vouched for as it stood
             what = " and ".join(detail.get("sealed", ["terms"]))
             change = f"{what} sealed as they stood, by {detail.get('sealed_by', '')}"
@@ -475,6 +588,10 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
             "outcome": "limit change",
             "badge": "change",
             "reason": entry["reason"],
+            # a change that waited for a second admin (DESIGN.md, "Approvals") names both
+            "approval": f"approved by {detail['approved_by']}: {detail.get('approval_reason')}"
+            if detail.get("approved_by")
+            else "",
             "what": "limit change",
             "hold": "",
             "note": "",
@@ -524,29 +641,6 @@ def _measured(amount: dict[str, Any]) -> Decimal:
     """An amount's figure in its measure."""
     value: Decimal = amount[amount["measure"]]
     return value
-
-
-def _limits(stated: Any) -> str:
-    """Limits as a limit change records them: a mapping of amounts (a consumer's with whether
-    it is granted), a list of windows, or none."""
-    if stated is None:
-        return "none"
-    if isinstance(stated, list):
-        return "; ".join(_limits(item) for item in stated) or "none"
-    if not isinstance(stated, dict):
-        return str(stated)
-    terms = []
-    for name, value in stated.items():
-        if name == "granted":
-            terms.append("granted" if value else "not granted")
-        elif value is None or isinstance(value, dict | list):
-            terms.append(f"{name} {_limits(value)}")
-        elif name == "mu":  # the measure is mu^2: a gdp page shows no mu
-            terms.append(f"{_name('mu2')} {_figure(Decimal(value) ** 2)}")
-        else:
-            amount = name in ("epsilon", "delta", "rho", "rdp", "order")
-            terms.append(f"{name} {_figure(Decimal(value)) if amount else value}")
-    return ", ".join(terms)
 
 
 def _filters() -> dict[str, str]:

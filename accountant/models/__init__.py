@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from accountant.models.base import Base
+from accountant.models.change_request import ChangeRequest
 from accountant.models.charge_count import ChargeCount
 from accountant.models.consumer import ApiKey, Consumer, Grant
 from accountant.models.dashboard_session import DashboardSession
@@ -13,12 +14,14 @@ from accountant.models.key_hash_secret import KeyHashSecret
 from accountant.models.ledger import LedgerEntry
 from accountant.models.noise_secret import NoiseSecret
 from accountant.models.partition import Partition
+from accountant.models.population import Population
 from accountant.models.signing_key import SigningKey
 from accountant.models.tally import Tally, TallySpend
 
 __all__ = [
     "ApiKey",
     "Base",
+    "ChangeRequest",
     "ChargeCount",
     "Consumer",
     "DashboardSession",
@@ -30,6 +33,7 @@ __all__ = [
     "LedgerEntry",
     "NoiseSecret",
     "Partition",
+    "Population",
     "SigningKey",
     "Tally",
     "TallySpend",

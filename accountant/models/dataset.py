@@ -8,6 +8,7 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from accountant.accounting.modes import Mode, mode_of
 from accountant.exact import Limit
 from accountant.models.base import Base, LimitUnits, Microseconds, Name
+from accountant.models.population import Population
 
 
 class Dataset(Base):
@@ -35,6 +36,10 @@ class Dataset(Base):
     composition: Mapped[str] = mapped_column(String(16), default="basic", server_default="basic")
     #: advanced composition only: delta', the filter's share of the delta budget (units).
     composition_delta: Mapped[LimitUnits]
+    #: The population the dataset joined at creation, for life (None: none).
+    population_id: Mapped[int | None] = mapped_column(
+        ForeignKey("populations.id", ondelete="RESTRICT"), nullable=True, index=True
+    )
     max_partitions_per_user: Mapped[int | None] = mapped_column(Integer)
     max_records_per_user: Mapped[int | None] = mapped_column(Integer)
     limit_epsilon: Mapped[LimitUnits]
@@ -54,6 +59,7 @@ class Dataset(Base):
     terms_seal: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[Microseconds]
 
+    population: Mapped[Population | None] = relationship()
     windows: Mapped[list[WindowBudget]] = relationship(
         back_populates="dataset",
         order_by="WindowBudget.period_seconds",

@@ -66,7 +66,7 @@ from accountant.errors import (
     field_error,
 )
 from accountant.exact import DELTA, EPSILON, Amount
-from accountant.models import LedgerEntry
+from accountant.models import Dataset, LedgerEntry, Population
 from accountant.services import charge_plan, charge_reads, idempotency, ledger
 from accountant.services.api_keys import UNKNOWN_KEY
 from accountant.services.charge_responses import report, report_cost
@@ -220,9 +220,13 @@ def dry_run(
 
 
 def lock(driver: Driver, names: list[str], caller: Caller) -> dict[str, DatasetState]:
-    """Lock each dataset in name order (one at a time: each waits for the one before) and
-    read it with the caller's role and key; a 404 for a dataset that does not exist, a 401
-    for a key revoked since it was authenticated."""
+    """Lock the datasets' populations, then each dataset, each in name order (one at a time:
+    each waits for the one before), and read each dataset with the caller's role and key; a
+    404 for a dataset that does not exist, a 401 for a key revoked since it was
+    authenticated. Every other writer takes a population's lock before its dataset's, so no
+    two of them deadlock."""
+    if driver.postgres:  # SQLite's write lock is the transaction's
+        driver.send(_LOCK_POPULATIONS, {"names": names}, list)
     states = {}
     for name in names:
         state = charge_reads.send_dataset(driver, name, caller, lock=True).result()
@@ -231,6 +235,21 @@ def lock(driver: Driver, names: list[str], caller: Caller) -> dict[str, DatasetS
         states[name] = state
     return states
 
+
+#: The populations of the datasets named :names, locked in name order (a dataset's
+#: population never changes, so reading it before its dataset's lock is safe).
+_LOCK_POPULATIONS = statement(
+    select(Population.id)
+    .where(
+        Population.id.in_(
+            select(Dataset.population_id).where(
+                Dataset.name.in_(bindparam("names", expanding=True))
+            )
+        )
+    )
+    .order_by(Population.name)
+    .with_for_update()
+)
 
 #: A grouped item as its group was priced: the parameters it must run with and the
 #: partitions it must charge.
@@ -468,7 +487,10 @@ def _items(
 
 
 def _scope_of(dataset: str, check: ScopeCheck) -> tuple[Any, ...]:
-    """A scope's identity across the items of a batch."""
+    """A scope's identity across the items of a batch: a population's is shared by the
+    items of all its datasets."""
+    if check.scope == "population":
+        return (None, check.scope, check.population, None)
     window = None if check.window is None else (check.window.period, check.window.start)
     partition = check.partition if check.scope == "partition" else None
     return (dataset, check.scope, partition, window)
@@ -540,16 +562,21 @@ def _denied_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
             max(0, after.delta - spent.delta),
             max(0, after.rho - spent.rho),
         )
+        # a population's amounts are stated at its own delta
+        population = decision.dataset.population
+        at = None if population is None or check.population is None else population.limit.delta
         entry: dict[str, Any] = {
             "item": denial.item,
             "dataset": denial.dataset,
             "scope": check.scope,
-            "limit": report(decision, check.limit.bounds()),
-            "spent": report(decision, spent),
+            "limit": report(decision, check.limit.bounds(), at),
+            "spent": report(decision, spent, at),
             "requested": report_cost(decision, requested),
         }
         if check.scope == "partition":
             entry["partition"] = check.partition
+        if check.population is not None:
+            entry["population"] = check.population
         if check.window is not None:
             entry["resets_at"] = isoformat(check.window.end)
             if not check.limit.is_exceeded_by(requested, decision.mode.components):
@@ -598,6 +625,7 @@ def _refusal_writes(
             "denials": [
                 {"item": d.item, "scope": d.check.scope}
                 | ({"partition": d.check.partition} if d.check.scope == "partition" else {})
+                | ({"population": d.check.population} if d.check.population else {})
                 for d in mine
             ],
             "terms_sha256": state.terms_sha256,

@@ -14,7 +14,8 @@ the rule when the block is built):
   by its release kind) of every charged partition in every scope, in one
   upsert that finds partitions and scope rows created by the blocks before
   by their keys, and writes every other scope's new T, T_J, T_P and largest
-  s(p) (computed by ``accounting.loss``). Every charge appends its ledger
+  s(p) (computed by ``accounting.loss``), and the new loss of the dataset's
+  population, if it has one. Every charge appends its ledger
   entry and moves the chain's head to it, counts itself for /metrics and,
   with an idempotency key, remembers its response; the first grant signed
   with a receipt key publishes that key.
@@ -48,13 +49,13 @@ from sqlalchemy import (
     update,
 )
 
-from accountant.accounting.charge_inputs import ChargeRequest, PlanShare
+from accountant.accounting.charge_inputs import ChargeRequest, DatasetState, PlanShare
 from accountant.accounting.decide import Decision
 from accountant.accounting.loss import Part, ScopeKey, ScopeState, holds, max_after, total_after
 from accountant.accounting.windows import PERIODS
 from accountant.exact import COMPONENTS, DELTA, EPSILON, Amount
 from accountant.key_hashing import KeyHasher
-from accountant.models import ChargeCount, Hold, Partition, Tally, TallySpend
+from accountant.models import ChargeCount, Hold, Partition, Population, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import charge_responses, idempotency, ledger, receipts
 from accountant.statements import Block, Statement, Write, WritePlan, statement, upsert
@@ -108,6 +109,7 @@ def plan(
         else:
             opening, scopes = _scope_writes(decision)
             main += scopes
+            main += population_loss(decision.dataset, decision.population_after)
         if signing.publish:
             main.append(receipts.published(signing.signer, now))
         if hold is None:
@@ -191,6 +193,24 @@ def _count(decision: Decision, request: ChargeRequest) -> Write:
         _COUNT_CHARGE,
         {"d": decision.dataset.id, "m": request.mechanism_to_run.name, "o": outcome},
     )
+
+
+def population_loss(dataset: DatasetState, after: Amount | None) -> list[Write]:
+    """The write that sets the loss of ``dataset``'s population to ``after`` (none when it
+    has no population, or its loss stays as it was). The population's row is locked, so its
+    new figure is computed here."""
+    population = dataset.population
+    if population is None or after is None or after == population.loss:
+        return []
+    params = {"id": population.id, "e": after.epsilon, "d": after.delta, "r": after.rho}
+    return [Write(_SET_POPULATION_LOSS, params)]
+
+
+_SET_POPULATION_LOSS = statement(
+    update(Population)
+    .where(Population.id == bindparam("id"))
+    .values(loss_epsilon=bindparam("e"), loss_delta=bindparam("d"), loss_rho=bindparam("r"))
+)
 
 
 def _hold_row(decision: Decision, request: ChargeRequest) -> Write:
@@ -291,6 +311,8 @@ def _denial_detail(decision: Decision) -> dict[str, Any]:
     if denial.window is not None:
         detail["window_start"] = denial.window.start
         detail["period"] = denial.window.name
+    if denial.population is not None:
+        detail["population"] = denial.population
     return detail
 
 

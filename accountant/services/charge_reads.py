@@ -4,11 +4,15 @@
 
 1. the statement that locks the dataset's row (``BEGIN IMMEDIATE`` on
    SQLite, ``FOR UPDATE`` on PostgreSQL) and reads it, one row per window
-   budget, joined to the caller's consumer (its role), its grant and quota,
-   and its API key, read again here so that a key revoked before the lock
-   charges nothing (``KnownKeys``). Every scope of a charge belongs to one
-   dataset, so this one lock serialises every charge that could touch the
-   same totals, across processes and hosts, and no two charges deadlock;
+   budget, joined to its population's row (if it has one), the caller's
+   consumer (its role), its grant and quota, and its API key, read again
+   here so that a key revoked before the lock charges nothing
+   (``KnownKeys``). Every scope of a charge belongs to one dataset, so this
+   one lock serialises every charge that could touch the same totals,
+   across processes and hosts. On PostgreSQL a statement before it locks
+   the dataset's population, the one scope shared with other datasets:
+   populations are always locked before datasets, so no two charges
+   deadlock;
 2. the charged partitions that exist, each with its s(p) in the lifetime
    scope when the dataset has a per-partition limit (decided in the
    statement itself, so that no other charge reads them);
@@ -50,6 +54,7 @@ from accountant.accounting.charge_inputs import (
     ChargeReads,
     ChargeRequest,
     DatasetState,
+    PopulationState,
     ScopeRow,
     WindowLimit,
 )
@@ -67,6 +72,7 @@ from accountant.models import (
     Grant,
     Hold,
     Partition,
+    Population,
     Tally,
     TallySpend,
     WindowBudget,
@@ -130,7 +136,12 @@ def _send(driver: Driver, request: ChargeRequest, now: float, *, lock: bool) -> 
 
 def send_dataset(driver: Driver, name: str, caller: Caller, *, lock: bool) -> Pending[DatasetState]:
     """Send the statement that reads dataset ``name`` with ``caller``'s role, grant, quota
-    and key (``lock``: and takes the dataset's lock); a 404 when read, if there is none."""
+    and key, and its population's row (``lock``: and takes the dataset's lock, after its
+    population's); a 404 when read, if there is none."""
+    if lock and driver.postgres:  # SQLite's write lock is the transaction's
+        # Every writer of a member dataset's loss locks the population first, and a batch
+        # locks every population before any dataset: no two of them deadlock.
+        driver.send(_LOCK_POPULATION, {"name": name}, list)
     return driver.send(
         _DATASET[lock],
         {"name": name, "consumer": caller.consumer_id, "key": caller.key_id},
@@ -262,6 +273,16 @@ def _state(name: str, rows: Rows) -> DatasetState:
         granted=d.granted is not None,
         key_valid=d.key_id is not None,
         role=d.role,
+        population=None
+        if d.population_id is None
+        else PopulationState(
+            id=d.population_id,
+            name=d.population_name,
+            limit=Limit(
+                d.population_limit_epsilon, d.population_limit_delta, d.population_limit_rho
+            ),
+            loss=Amount(d.population_loss_epsilon, d.population_loss_delta, d.population_loss_rho),
+        ),
     )
 
 
@@ -301,8 +322,17 @@ def _dataset_statement(lock: bool) -> Statement:
             Grant.quota_delta,
             Grant.quota_rho,
             ApiKey.id.label("key_id"),
+            Population.id.label("population_id"),
+            Population.name.label("population_name"),
+            Population.limit_epsilon.label("population_limit_epsilon"),
+            Population.limit_delta.label("population_limit_delta"),
+            Population.limit_rho.label("population_limit_rho"),
+            Population.loss_epsilon.label("population_loss_epsilon"),
+            Population.loss_delta.label("population_loss_delta"),
+            Population.loss_rho.label("population_loss_rho"),
         )
         .select_from(Dataset)
+        .outerjoin(Population, Population.id == Dataset.population_id)
         .outerjoin(WindowBudget, WindowBudget.dataset_id == Dataset.id)
         .outerjoin(Consumer, Consumer.id == bindparam("consumer"))
         .outerjoin(
@@ -431,5 +461,14 @@ def _scopes_statement(touched: bool) -> Statement:
 
 
 _DATASET = {lock: _dataset_statement(lock) for lock in (False, True)}
+#: The lock of the population of the dataset named :name (no row: it has none).
+_LOCK_POPULATION = statement(
+    select(Population.id)
+    .where(
+        Population.id
+        == select(Dataset.population_id).where(Dataset.name == bindparam("name")).scalar_subquery()
+    )
+    .with_for_update()
+)
 _PARTITIONS = {some: _partitions_statement(some) for some in (False, True)}
 _SCOPES = {touched: _scopes_statement(touched) for touched in (False, True)}

@@ -145,11 +145,13 @@ def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any
         "charge_id": charge_id,
         "scope": denial.scope,
         "limit": _limit_report(evaluation, denial),
-        "spent": report(evaluation, denial.spent),
+        "spent": report(evaluation, denial.spent, _delta_of(evaluation, denial)),
         "requested": report_cost(evaluation, denial.requested),
     }
     if denial.partition is not None and denial.scope == "partition":
         facts["partition"] = denial.partition
+    if denial.population is not None:
+        facts["population"] = denial.population
     if denial.hold_state is not None:  # open (over the remainder), settled or expired
         facts["hold_state"] = denial.hold_state
     text = reason(evaluation, denial)
@@ -164,10 +166,21 @@ def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any
     return stored
 
 
-def report(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
-    """``amount`` as the dataset's mode states it (with epsilon at its delta for zcdp)."""
+def report(evaluation: Evaluation, amount: Amount, delta: int | None = None) -> dict[str, Any]:
+    """``amount`` as the dataset's mode states it (with epsilon at its delta for zcdp, or at
+    ``delta``, a population's)."""
     mode = evaluation.mode
-    return mode.labelled(mode.report(amount, evaluation.dataset.limit_delta or 0), amount)
+    at = evaluation.dataset.limit_delta if delta is None else delta
+    return mode.labelled(mode.report(amount, at or 0), amount)
+
+
+def _delta_of(evaluation: Evaluation, denial: Denial) -> int | None:
+    """The delta a denying scope's amounts are stated at: its population's, for a
+    population, else the dataset's."""
+    population = evaluation.dataset.population
+    if denial.scope == "population" and population is not None:
+        return population.limit.delta
+    return evaluation.dataset.limit_delta
 
 
 def report_cost(evaluation: Evaluation, amount: Amount) -> dict[str, Any]:
@@ -199,6 +212,8 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
     where = {
         "hold": "the hold's remainder (its amount less what charges drew from it)",
         "dataset": "the dataset's lifetime budget",
+        "population": f"the lifetime budget of population {denial.population!r}, the sum of "
+        "its datasets' losses",
         "partition": f"the budget of partition {denial.partition!r}",
         "consumer": "your quota on this dataset",
         "window": "the current window budget",
@@ -206,7 +221,7 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
     text = (
         f"this charge would exceed {where}: limit "
         f"{_text(_limit_report(evaluation, denial))}, spent "
-        f"{_text(report(evaluation, denial.spent))}, requested "
+        f"{_text(report(evaluation, denial.spent, _delta_of(evaluation, denial)))}, requested "
         f"{_text(report_cost(evaluation, denial.requested), alone=True)}"
     )
     if denial.window is not None:
@@ -217,7 +232,7 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
 def _limit_report(evaluation: Evaluation, denial: Denial) -> dict[str, Any]:
     mode = evaluation.mode
     limited = Amount(**{n: v for n in mode.components if (v := denial.limit[n]) is not None})
-    stated = mode.report(limited, evaluation.dataset.limit_delta or 0)
+    stated = mode.report(limited, _delta_of(evaluation, denial) or 0)
     if not mode.converts:
         stated = {k: v for k, v in stated.items() if denial.limit[k] is not None}  # type: ignore[index]  # k is a component name
     return mode.labelled(stated, limited)

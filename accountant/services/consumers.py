@@ -132,6 +132,12 @@ def all_consumers(session: Session) -> list[Consumer]:
     )
 
 
+def check_name_free(session: Session, name: str) -> None:
+    """A 409 if a consumer named ``name`` exists."""
+    if session.execute(select(Consumer.id).where(Consumer.name == name)).first():
+        raise Conflict(f"a consumer named {name!r} exists; choose another name")
+
+
 def find_consumer(session: Session, name: str) -> Consumer:
     consumer = session.execute(select(Consumer).where(Consumer.name == name)).scalar_one_or_none()
     if consumer is None:

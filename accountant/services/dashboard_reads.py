@@ -17,6 +17,7 @@ from accountant.models import (
     Hold,
     LedgerEntry,
     Partition,
+    Population,
     Tally,
     TallySpend,
 )
@@ -146,6 +147,82 @@ def loss_history(session: Session, dataset: Dataset, until_us: int) -> list[tupl
     ]
 
 
+def population_of(session: Session, dataset: Dataset) -> Population | None:
+    """The population ``dataset`` joined at its creation, or None."""
+    if dataset.population_id is None:
+        return None
+    return session.get(Population, dataset.population_id)
+
+
+def population_loss_history(
+    session: Session, population: Population, until_us: int
+) -> list[tuple[int, Amount]]:
+    """(time in microseconds, the population's loss then) from its creation to
+    ``until_us``, at the end of each of at most LOSS_POINTS equal spans that saw an entry of
+    a member dataset.
+
+    The population's loss is the sum of its datasets' lifetime losses (DESIGN.md), and each
+    member's entries carry that dataset's lifetime loss after them (``loss_after``). So at
+    the end of a span the population's loss is the sum, over its members, of the
+    ``loss_after`` of each member's last entry up to then: its last entry (largest id, as
+    ``loss_history`` takes it) in the latest span in which it has one. The ledger is read
+    grouped, one row per member and span, so the cost does not grow with the ledger; the
+    last point is the sum of every member's latest loss, the population's loss now. Each
+    point is at the time of the last entry of its span."""
+    start = population.created_at
+    span = max(1, until_us - start)
+    bucket = (LedgerEntry.created_at - start) * LOSS_POINTS // span
+    members = select(Dataset.id).where(Dataset.population_id == population.id)
+    last = (
+        select(func.max(LedgerEntry.id))
+        .where(
+            LedgerEntry.dataset_id.in_(members.scalar_subquery()),
+            LedgerEntry.loss_after_epsilon.is_not(None),
+        )
+        .group_by(LedgerEntry.dataset_id, bucket)
+    )
+    rows = session.execute(
+        select(
+            LedgerEntry.dataset_id,
+            LedgerEntry.created_at,
+            LedgerEntry.loss_after_epsilon,
+            LedgerEntry.loss_after_delta,
+            LedgerEntry.loss_after_rho,
+        )
+        .where(LedgerEntry.id.in_(last.scalar_subquery()))
+        .order_by(LedgerEntry.id)
+    ).all()
+    spans: dict[int, list[tuple[int, int, Amount]]] = {}
+    for dataset_id, at, epsilon, delta, rho in rows:
+        # the same span as the statement's, in integers: floor division of non-negatives
+        spans.setdefault((int(at) - start) * LOSS_POINTS // span, []).append(
+            # dataset_id is never None here: the statement reads member datasets' entries
+            (dataset_id or 0, int(at), Amount(int(epsilon or 0), int(delta or 0), int(rho or 0)))
+        )
+    latest: dict[int, Amount] = {}
+    points = []
+    for index in sorted(spans):
+        for dataset_id, _at, loss in spans[index]:
+            latest[dataset_id] = loss
+        total = Amount()
+        for loss in latest.values():
+            total = total.plus(loss)
+        points.append((max(at for _, at, _ in spans[index]), total))
+    return points
+
+
+def population_limit_changes(session: Session, population: Population) -> list[dict[str, Any]]:
+    """The population's latest limit changes (its own chain, its creation first of them),
+    described, newest first, at most LIMIT_CHANGES."""
+    rows = session.execute(
+        ledger.query(ledger.LedgerFilter(population_id=population.id, limit=LIMIT_CHANGES))
+        .where(LedgerEntry.kind == "limit_change")
+        .order_by(None)
+        .order_by(LedgerEntry.id.desc())
+    ).all()
+    return [describe_entry(entry, population, consumer) for entry, _name, consumer in rows]
+
+
 def partitions_at_limit(session: Session, dataset: Dataset) -> list[str]:
     """The keys of the partitions whose lifetime spend is at the partition limit
     (``checks.at_limit``: in a component the dataset's mode binds), at most 20, by key; none
@@ -242,8 +319,15 @@ def ledger_view(
     if not page_filter.newest_first:
         rows.reverse()
     datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
+    populations = {p.id: p for p in session.execute(select(Population)).scalars()}
     entries = [
-        describe_entry(entry, datasets[entry.dataset_id], consumer)
+        describe_entry(
+            entry,
+            populations[entry.population_id]
+            if entry.dataset_id is None and entry.population_id is not None
+            else datasets[entry.dataset_id or 0],
+            consumer,
+        )
         for entry, _name, consumer in rows
     ]
     plain = replace(filters, limit=1)

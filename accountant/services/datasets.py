@@ -15,13 +15,21 @@ from accountant.accounting import advanced
 from accountant.accounting.admits import AdmitsNothing, admitting_limit
 from accountant.accounting.checks import at_limit, remaining
 from accountant.accounting.loss import PARTS, LossRule, Part, ScopeBooks, ScopeState, Top, loss_now
-from accountant.accounting.modes import MODES, Mode, limit_of, mode_of, mu_of, rdp_order
+from accountant.accounting.modes import Mode, limit_of, mode_of, mu_of, rdp_order
 from accountant.accounting.windows import PERIOD_NAMES, PERIODS, Window, isoformat
 from accountant.driver import Driver
 from accountant.errors import Conflict, NotFound, field_error
 from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
 from accountant.key_hashing import KeyHasher
-from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend, WindowBudget
+from accountant.models import (
+    Dataset,
+    LedgerEntry,
+    Partition,
+    Population,
+    Tally,
+    TallySpend,
+    WindowBudget,
+)
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import holds, ledger, limit_notes, terms
 
@@ -75,19 +83,18 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
     budget = body["budget"]
     if accounting != "rdp" and "rdp_order" in body:
         raise field_error("rdp_order", "rdp_order applies only to accounting rdp")
-    if MODES[accounting].converts and not budget.get("delta"):
-        raise field_error(
-            "budget.delta", f"a {accounting} dataset states its budget as epsilon and 0 < delta < 1"
+    if any(
+        session.execute(select(table.id).where(table.name == body["name"])).first()
+        for table in (Dataset, Population)
+    ):
+        raise Conflict(
+            f"a dataset or population named {body['name']!r} exists (they share one "
+            "namespace); choose another name"
         )
-    if session.execute(select(Dataset.id).where(Dataset.name == body["name"])).first():
-        raise Conflict(f"a dataset named {body['name']!r} exists; choose another name")
-    order = _rdp_order(body) if accounting == "rdp" else None
+    order = rdp_order_of(body) if accounting == "rdp" else None
     share = _composition_delta(body, accounting)
     mode = mode_of(accounting, order, share)
-    lifetime = _limit(mode, budget, budget.get("delta"), "budget")
-    _check_delta(mode, lifetime)
-    if mode.name == "approx" and lifetime.delta is None:
-        lifetime = Limit(lifetime.epsilon, 0, None)
+    lifetime = lifetime_limit(mode, budget)
     dataset = Dataset(
         name=body["name"],
         privacy_unit=unit,
@@ -102,6 +109,8 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
         limit_rho=lifetime.rho,
         created_at=now,
     )
+    if body.get("population") is not None:
+        _join(session, dataset, body["population"])
     _set_partition_limit(dataset, mode, body.get("partition_budget"))
     _set_windows(dataset, mode, body.get("windows", []))
     seal_terms(dataset, hasher)
@@ -116,7 +125,58 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
     return dataset
 
 
-def _rdp_order(body: dict[str, Any]) -> str:
+def _join(session: Session, dataset: Dataset, name: str) -> None:
+    """Make the new ``dataset`` a member of population ``name``, for life: a 400 unless its
+    unit is ``user`` and its mode (and rdp order) the population's, with losses that add."""
+    population = session.execute(
+        select(Population).where(Population.name == name)
+    ).scalar_one_or_none()
+    if population is None:
+        raise field_error(
+            "population", f"no population named {name!r}; create it with POST /v1/populations"
+        )
+    if dataset.privacy_unit != "user":
+        raise field_error(
+            "population",
+            f"population {name!r} counts people: only a dataset of privacy unit user may "
+            f"join it, not {dataset.privacy_unit!r}",
+        )
+    if dataset.accounting != population.accounting:
+        raise field_error(
+            "population",
+            f"population {name!r} adds losses in accounting {population.accounting!r}; "
+            f"create the dataset with accounting {population.accounting!r}",
+        )
+    if dataset.composition == "advanced":
+        raise field_error(
+            "population",
+            "a dataset with advanced composition cannot join a population: its loss is not "
+            "a sum of its releases' costs, so it cannot be added to other datasets' losses",
+        )
+    if dataset.rdp_order != population.rdp_order:
+        raise field_error(
+            "rdp_order",
+            f"population {name!r} adds Renyi divergences at order {population.rdp_order}; "
+            f"create the dataset with rdp_order {population.rdp_order}",
+        )
+    dataset.population_id = population.id
+
+
+def lifetime_limit(mode: Mode, budget: dict[str, Any]) -> Limit:
+    """The enforced lifetime limit of ``budget`` as a dataset or a population of ``mode``
+    states it: a 400 for a converted mode's budget without a usable delta."""
+    if mode.converts and not budget.get("delta"):
+        raise field_error(
+            "budget.delta", f"a {mode.name} budget is stated as epsilon and 0 < delta < 1"
+        )
+    lifetime = _limit(mode, budget, budget.get("delta"), "budget")
+    _check_delta(mode, lifetime)
+    if mode.name == "approx" and lifetime.delta is None:
+        lifetime = Limit(lifetime.epsilon, 0, None)
+    return lifetime
+
+
+def rdp_order_of(body: dict[str, Any]) -> str:
     """The order an rdp dataset keeps for life: the one given, or the best for its budget."""
     given = body.get("rdp_order")
     if given is not None:
@@ -247,6 +307,8 @@ def describe(dataset: Dataset) -> dict[str, Any]:
     if mode.order is not None:
         view["rdp_order"] = mode.order
     view.update(composition_of(dataset))
+    if dataset.population is not None:
+        view["population"] = dataset.population.name
     if dataset.privacy_unit == "partition":
         view["note"] = (
             "privacy unit 'partition' protects one whole partition, not a person "
@@ -291,10 +353,13 @@ def update_limits(
     actor: Any,
     now: int,
     hasher: KeyHasher,
+    *,
+    approval: dict[str, Any] | None = None,
 ) -> limit_notes.Outcome:
     """Apply a PATCH (the dataset row is locked); ledger each limit that changed, with the
-    reason given or none, never one whose new limit equals the old (``limit_notes``).
-    Refused (``Conflict``) when the terms are not the ones the service last set and sealed."""
+    reason given or none (and ``approval``: the approver's name and reason, when it was
+    approved), never one whose new limit equals the old (``limit_notes``). Refused
+    (``Conflict``) when the terms are not the ones the service last set and sealed."""
     if not terms_hold(dataset, hasher):
         raise Conflict(seals.refusal(f"dataset {dataset.name!r}"))
     mode = dataset.mode
@@ -358,7 +423,9 @@ def update_limits(
     if not changes:
         return limit_notes.Outcome(False, (limit_notes.nothing_changed(),))
     seal_terms(dataset, hasher)
-    ledger_limit_changes(session, dataset, actor, changes, body.get("reason"), now, hasher)
+    ledger_limit_changes(
+        session, dataset, actor, changes, body.get("reason"), now, hasher, approval=approval
+    )
     notes += _spent_and_lifetime_notes(session, dataset, {scope for scope, _, _ in changes}, now)
     if not limit_notes.given(body.get("reason")):
         notes.append(limit_notes.UNSTATED)
@@ -456,10 +523,13 @@ def ledger_limit_changes(
     reason: str | None,
     now: int,
     hasher: KeyHasher | None,
+    *,
+    approval: dict[str, Any] | None = None,
 ) -> None:
     """One ``limit_change`` entry per changed scope, (scope, old, new): the old and new terms
-    as exact text, the reason, and the terms digest the dataset now has. A limit change
-    leaves the loss as it was. ``hasher`` seals the chain's new head (``ledger.append``)."""
+    as exact text, the reason (and an approved change's ``approval``), and the terms digest
+    the dataset now has. A limit change leaves the loss as it was. ``hasher`` seals the
+    chain's new head (``ledger.append``)."""
     loss = lifetime_loss(session, dataset)
     for scope, old, new in changes:
         ledger.append(
@@ -471,10 +541,11 @@ def ledger_limit_changes(
             created_at=now,
             detail={
                 "scope": scope,
-                "old": _decimals_as_text(old),
-                "new": _decimals_as_text(new),
+                "old": as_text(old),
+                "new": as_text(new),
                 "reason": reason,
                 "terms_sha256": dataset.terms_sha256,
+                **(approval or {}),
             },
             loss_after=loss,
             hasher=hasher,
@@ -558,14 +629,14 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
         )
 
 
-def _decimals_as_text(value: Any) -> Any:
+def as_text(value: Any) -> Any:
     """Decimals as strings, so ledger details hash and store exactly."""
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, dict):
-        return {k: _decimals_as_text(v) for k, v in value.items()}
+        return {k: as_text(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_decimals_as_text(v) for v in value]
+        return [as_text(v) for v in value]
     return value
 
 
@@ -699,8 +770,8 @@ def budget_report(
                 "at": isoformat(entry.created_at / 1e6),
                 "scope": entry.detail.get("scope"),
                 **_quota_owner(entry.detail),
-                "old": _as_numbers(entry.detail.get("old")),
-                "new": _as_numbers(entry.detail.get("new")),
+                "old": as_numbers(entry.detail.get("old")),
+                "new": as_numbers(entry.detail.get("new")),
                 "reason": limit_notes.reason_of(entry.detail),
             }
             for entry in session.execute(
@@ -748,16 +819,16 @@ def budget_report(
     return report
 
 
-def _as_numbers(terms: Any) -> Any:
+def as_numbers(terms: Any) -> Any:
     """Ledgered terms with their amounts (kept as exact text, which the hash covers) as
     decimals, so that the report shows them as JSON numbers like every other amount."""
     if isinstance(terms, list):
-        return [_as_numbers(item) for item in terms]
+        return [as_numbers(item) for item in terms]
     if isinstance(terms, dict):
         return {
             key: Decimal(value)
             if key in _AMOUNT_NAMES and isinstance(value, str)
-            else _as_numbers(value)
+            else as_numbers(value)
             for key, value in terms.items()
         }
     return terms

@@ -114,12 +114,15 @@ def update_consumer(
     actor: Principal,
     now: int,
     hasher: KeyHasher,
+    *,
+    approval: dict[str, Any] | None = None,
 ) -> tuple[Consumer, limit_notes.Outcome]:
     """Apply a PATCH of grants (``datasets``: the new set) and quotas (a limit, or null to
     remove one), in ``session``'s write transaction. Each dataset whose grant or quota
     changes gets a ledgered limit change on its own chain, under its lock, stating the old
     and new terms, who changed them and the reason given or none; a quota restated as it
-    was is not ledgered (``limit_notes``)."""
+    was is not ledgered (``limit_notes``). ``approval``: who approved the change and why,
+    ledgered with it."""
     consumer = session.execute(
         select(Consumer).options(selectinload(Consumer.grants)).where(Consumer.name == name)
     ).scalar_one_or_none()
@@ -197,6 +200,7 @@ def update_consumer(
                 "new": new,
                 "reason": body.get("reason"),
                 "terms_sha256": dataset.terms_sha256,
+                **(approval or {}),
             },
             loss_after=lifetime_loss(session, dataset),
             hasher=hasher,

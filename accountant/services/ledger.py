@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from sqlalchemy import Select, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -23,7 +23,7 @@ from accountant.accounting.charge_inputs import DatasetState
 from accountant.driver import Driver
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
-from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.models import Consumer, Dataset, LedgerEntry, Population
 from accountant.statements import Write, statement
 
 GENESIS = "0" * 64
@@ -100,9 +100,13 @@ def chain_hash(prev_hash: str, content: bytes) -> str:
     return hashlib.sha256(prev_hash.encode() + content).hexdigest()
 
 
+#: Whose chain an entry joins: a dataset's, or a population's (its limit changes).
+ChainOwner = Dataset | DatasetState | Population
+
+
 def append(
     driver: Driver,
-    dataset: Dataset | DatasetState,
+    dataset: ChainOwner,
     consumer: Actor | None,
     *,
     hasher: KeyHasher | None,
@@ -114,7 +118,7 @@ def append(
     added = entry(dataset, consumer, hasher=hasher, **fields)
     for write in added.writes:
         driver.run(write.statement, write.params)
-    if isinstance(dataset, Dataset):  # keep a loaded ORM row in step with the database
+    if isinstance(dataset, Dataset | Population):  # keep a loaded ORM row in step
         set_committed_value(dataset, "ledger_seq", added.head.seq)
         set_committed_value(dataset, "ledger_head", added.head.hash)
         set_committed_value(dataset, "head_seal", added.seal)
@@ -122,7 +126,7 @@ def append(
 
 
 def entry(
-    dataset: Dataset | DatasetState,
+    dataset: ChainOwner,
     consumer: Actor | None,
     *,
     kind: str,
@@ -144,17 +148,20 @@ def entry(
 ) -> Entry:
     """The writes that add one entry at the end of ``dataset``'s chain, as it stands in
     ``dataset`` (whose row must be locked until they are committed), and the chain's new
-    head: the entry's own seq and hash.
+    head: the entry's own seq and hash. A population's chain is hashed as a dataset's, its
+    name in the entry's ``dataset`` field: populations and datasets share one namespace.
 
     The statement that moves the dataset's head also writes its seal
     (``seals.next_head_seal``: with ``hasher``, the new head's seal if the old one holds).
     Two driver statements, which do not depend on each other's writes, and no ORM object:
     this runs on every charge."""
+    population = isinstance(dataset, Population)
     values: dict[str, Any] = {
         "seq": dataset.ledger_seq + 1,
         "kind": kind,
         "charge_id": charge_id,
-        "dataset_id": dataset.id,
+        "dataset_id": None if population else dataset.id,
+        "population_id": dataset.id if population else None,
         "consumer_id": consumer.id if consumer else None,
         "status": status,
         "mechanism": mechanism,
@@ -188,7 +195,7 @@ def entry(
     )
     advance = {"seq": values["seq"], "head": values["hash"], "seal": seal, "id": dataset.id}
     return Entry(
-        (Write(_INSERT, values), Write(_ADVANCE_HEAD, advance)),
+        (Write(_INSERT, values), Write(_ADVANCE[population], advance)),
         ChainHead(values["seq"], values["hash"]),
         seal,
     )
@@ -213,11 +220,17 @@ class Entry(NamedTuple):
 #: Every column an entry is written with (its id is the database's).
 _COLUMNS = tuple(c.name for c in LedgerEntry.__table__.columns if c.name != "id")
 _INSERT = statement(insert(LedgerEntry).values({name: bindparam(name) for name in _COLUMNS}))
-_ADVANCE_HEAD = statement(
-    update(Dataset)
-    .where(Dataset.id == bindparam("id"))
-    .values(ledger_seq=bindparam("seq"), ledger_head=bindparam("head"), head_seal=bindparam("seal"))
-)
+#: The chain's head moved to a new entry: a dataset's (False) or a population's (True).
+_ADVANCE = {
+    population: statement(
+        update(owner)
+        .where(owner.id == bindparam("id"))
+        .values(
+            ledger_seq=bindparam("seq"), ledger_head=bindparam("head"), head_seal=bindparam("seal")
+        )
+    )
+    for population, owner in ((False, Dataset), (True, Population))
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,6 +239,7 @@ class LedgerFilter:
 
     Args:
         dataset_id: only this dataset's entries.
+        population_id: only this population's entries (its own chain: its limit changes).
         consumer_id: only this consumer's entries.
         status: only entries of this status.
         since: only entries created at or after this time (microseconds).
@@ -238,6 +252,7 @@ class LedgerFilter:
     """
 
     dataset_id: int | None = None
+    population_id: int | None = None
     consumer_id: int | None = None
     status: str | None = None
     since: int | None = None
@@ -250,8 +265,8 @@ class LedgerFilter:
 
 
 def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
-    """Entries matching ``filters``, oldest first (or newest first), with their dataset and
-    consumer names."""
+    """Entries matching ``filters``, oldest first (or newest first), with their chain's name
+    (a dataset's, or a population's) and their consumer's."""
     return matching(filters).limit(filters.limit)
 
 
@@ -263,16 +278,28 @@ def count(filters: LedgerFilter) -> Select[int]:
 
 
 def matching(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
-    """Every entry matching ``filters``, in its order."""
+    """Every entry matching ``filters``, in its order, with its chain's name: the name its
+    hash covers as ``dataset``, a dataset's or a population's (one namespace). Both
+    kinds of chain are read unless ``filters`` names one."""
+    if filters.dataset_id is None:
+        statement = (
+            select(LedgerEntry, func.coalesce(Dataset.name, Population.name), Consumer.name)
+            .outerjoin(Dataset, Dataset.id == LedgerEntry.dataset_id)
+            .outerjoin(Population, Population.id == LedgerEntry.population_id)
+        )
+    else:  # one dataset's chain
+        statement = select(LedgerEntry, Dataset.name, Consumer.name).join(
+            Dataset, Dataset.id == LedgerEntry.dataset_id
+        )
     statement = (
-        select(LedgerEntry, Dataset.name, Consumer.name)
-        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
-        .outerjoin(Consumer, Consumer.id == LedgerEntry.consumer_id)
+        statement.outerjoin(Consumer, Consumer.id == LedgerEntry.consumer_id)
         .where(LedgerEntry.id > filters.after_id)
         .order_by(LedgerEntry.id.desc() if filters.newest_first else LedgerEntry.id)
     )
     if filters.dataset_id is not None:
         statement = statement.where(LedgerEntry.dataset_id == filters.dataset_id)
+    if filters.population_id is not None:
+        statement = statement.where(LedgerEntry.population_id == filters.population_id)
     if filters.consumer_id is not None:
         statement = statement.where(LedgerEntry.consumer_id == filters.consumer_id)
     if filters.status is not None:
@@ -291,30 +318,58 @@ def matching(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
 def anchors_missing(session: Session, anchors: dict[str, tuple[int, str]]) -> list[str]:
     """What an earlier copy of the ledger shows that the chains no longer hold.
 
-    ``anchors`` maps each dataset to the last (seq, hash) an earlier export showed. The
-    chain links every entry to the ones before it, so when the current chain (verified
-    first) holds that hash at that seq, it holds the whole earlier copy unchanged; when it
-    does not, entries were truncated, rewritten or the chain deleted since the copy.
+    ``anchors`` maps each chain, by its owner's name (a dataset's or a population's: one
+    namespace), to the last (seq, hash) an earlier export showed. The chain links every
+    entry to the ones before it, so when the current chain (verified first) holds that hash
+    at that seq, it holds the whole earlier copy unchanged; when it does not, entries were
+    truncated, rewritten or the chain deleted since the copy.
     """
     problems = []
     for name, (seq, expected) in sorted(anchors.items()):
-        dataset_id = session.execute(select(Dataset.id).where(Dataset.name == name)).scalar()
-        if dataset_id is None:
-            problems.append(f"dataset {name!r} is gone; an earlier copy has {seq} entries")
+        chain = chain_of(session, name)
+        if chain is None:
+            problems.append(
+                f"dataset or population {name!r} is gone; an earlier copy has {seq} entries"
+            )
             continue
         found = session.execute(
-            select(LedgerEntry.hash).where(
-                LedgerEntry.dataset_id == dataset_id, LedgerEntry.seq == seq
-            )
+            select(LedgerEntry.hash).where(chain.entries, LedgerEntry.seq == seq)
         ).scalar()
         if found is None:
             problems.append(
-                f"dataset {name!r} has no entry {seq}, which an earlier copy has "
+                f"{chain.what} {name!r} has no entry {seq}, which an earlier copy has "
                 "(entries deleted and the chain's head rewound?)"
             )
         elif found != expected:
             problems.append(
-                f"dataset {name!r} entry {seq} is not the one an earlier copy has "
+                f"{chain.what} {name!r} entry {seq} is not the one an earlier copy has "
                 "(the chain was rewritten)"
             )
     return problems
+
+
+class Chain(NamedTuple):
+    """A chain of the ledger, known by its owner's name: a dataset's or a population's."""
+
+    what: str  # "dataset" or "population"
+    dataset_id: int | None
+    population_id: int | None
+
+    @property
+    def entries(self) -> ColumnElement[bool]:
+        """The condition on ledger rows that selects this chain's entries."""
+        if self.population_id is not None:
+            return LedgerEntry.population_id == self.population_id
+        return LedgerEntry.dataset_id == self.dataset_id
+
+
+def chain_of(session: Session, name: str) -> Chain | None:
+    """The chain of the dataset or population named ``name`` (they share one namespace of
+    names), or None if neither has that name."""
+    dataset_id = session.execute(select(Dataset.id).where(Dataset.name == name)).scalar()
+    if dataset_id is not None:
+        return Chain("dataset", dataset_id, None)
+    population_id = session.execute(select(Population.id).where(Population.name == name)).scalar()
+    if population_id is not None:
+        return Chain("population", None, population_id)
+    return None

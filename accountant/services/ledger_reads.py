@@ -1,5 +1,10 @@
 """The ledger as its readers see it: entries described, pages, the export's rows, and the
-first bad entry of a failed verification."""
+first bad entry of a failed verification.
+
+Besides the datasets' chains the ledger holds one chain per population, which records its
+limit changes. Its entries are described as a dataset's are, under the population's name
+(the ``dataset`` their hash covers: populations and datasets share one namespace of
+names), with ``"population": true``, which is ``false`` on a dataset's entries."""
 
 from __future__ import annotations
 
@@ -14,14 +19,18 @@ from accountant.accounting.windows import isoformat
 from accountant.errors import NotFound
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
-from accountant.models import ChargeCount, Consumer, Dataset, LedgerEntry
+from accountant.models import ChargeCount, Consumer, Dataset, LedgerEntry, Population
 from accountant.services import ledger, limit_notes
 from accountant.services.ledger import LedgerFilter
 from accountant.services.verification import verify
 
 
-def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -> dict[str, Any]:
-    """One entry as the API, the export and the dashboard state it (docs/ledger.md)."""
+def describe_entry(
+    entry: LedgerEntry, dataset: Dataset | Population, consumer: str | None
+) -> dict[str, Any]:
+    """One entry as the API, the export and the dashboard state it (docs/ledger.md), in the
+    chain of ``dataset``: a dataset's, or a population's (``"population": true``; its
+    ``loss_after`` is the population's loss, the sum of its datasets' lifetime losses)."""
     mode, delta = dataset.mode, dataset.limit_delta or 0
     charged = None  # what the running total grew by: cost x multiplicity, when granted
     if entry.kind in ("charge", "hold", "settle"):
@@ -40,6 +49,8 @@ def describe_entry(entry: LedgerEntry, dataset: Dataset, consumer: str | None) -
         "kind": entry.kind,
         "charge_id": entry.charge_id,
         "dataset": dataset.name,
+        # not hashed: whether the chain is a population's (its name is in "dataset")
+        "population": isinstance(dataset, Population),
         "consumer": consumer,
         "status": entry.status,
         "mechanism": entry.mechanism,
@@ -86,33 +97,54 @@ def ids_of(
     return dataset_id, consumer_id
 
 
+def chain_ids(session: Session, name: str) -> tuple[int | None, int | None]:
+    """(dataset id, population id) of the chain named ``name``, one of them None: a filter
+    by name selects a dataset's chain or a population's (one namespace); a 404 if neither
+    has that name."""
+    chain = ledger.chain_of(session, name)
+    if chain is None:
+        raise NotFound(f"no dataset or population named {name!r}")
+    return chain.dataset_id, chain.population_id
+
+
+class _Owners:
+    """Every dataset and population by id, to describe entries of either's chain."""
+
+    def __init__(self, session: Session) -> None:
+        self.datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
+        self.populations = {p.id: p for p in session.execute(select(Population)).scalars()}
+
+    def of(self, entry: LedgerEntry) -> Dataset | Population:
+        if entry.population_id is not None:
+            return self.populations[entry.population_id]
+        assert entry.dataset_id is not None
+        return self.datasets[entry.dataset_id]
+
+
 def page(session: Session, filters: LedgerFilter) -> tuple[list[dict[str, Any]], str | None]:
     """One page of entries and the cursor of the next (None on the last page)."""
-    datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
+    owners = _Owners(session)
     rows = session.execute(ledger.query(filters)).all()
-    entries = [
-        describe_entry(entry, datasets[entry.dataset_id], consumer)
-        for entry, _name, consumer in rows
-    ]
+    entries = [describe_entry(entry, owners.of(entry), consumer) for entry, _name, consumer in rows]
     return entries, str(rows[-1][0].id) if len(rows) == filters.limit else None
 
 
 def export_rows(
     session: Session, filters: LedgerFilter, heads: dict[str, dict[str, Any]]
 ) -> Iterator[dict[str, Any]]:
-    """Every entry ``filters`` selects up to its dataset's head in ``heads`` (``export_end``),
+    """Every entry ``filters`` selects up to its chain's head in ``heads`` (``export_end``),
     described, read 1000 at a time: each page in a read transaction of its own (never a
     snapshot held for a whole download), its objects forgotten after it, so memory stays
-    flat. An entry past its dataset's head is left out: ids are drawn before commit, so an
-    entry of another dataset with an id below the export's last may commit after its heads
-    were read; a dataset's own entries commit in ``seq`` order, under its row's lock."""
+    flat. An entry past its chain's head is left out: ids are drawn before commit, so an
+    entry of another chain with an id below the export's last may commit after its heads
+    were read; a chain's own entries commit in ``seq`` order, under its owner's row lock."""
     after, left = filters.after_id, filters.limit
     while left > 0:
-        datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
+        owners = _Owners(session)
         page_filter = replace(filters, after_id=after, limit=min(1000, left))
         rows = session.execute(ledger.query(page_filter)).all()
         described = [
-            describe_entry(entry, datasets[entry.dataset_id], consumer)
+            describe_entry(entry, owners.of(entry), consumer)
             for entry, name, consumer in rows
             if entry.seq <= heads.get(name, {"seq": 0})["seq"]
         ]
@@ -138,12 +170,10 @@ def verification(session: Session, hasher: KeyHasher) -> dict[str, Any]:
         }
     bad = None
     if result.first_bad is not None:
-        dataset = session.get(Dataset, result.first_bad.dataset_id)
-        assert dataset is not None
         consumer = session.execute(
             select(Consumer.name).where(Consumer.id == result.first_bad.consumer_id)
         ).scalar()
-        bad = describe_entry(result.first_bad, dataset, consumer)
+        bad = describe_entry(result.first_bad, _Owners(session).of(result.first_bad), consumer)
     return {
         "ok": False,
         "entries": result.entries,
@@ -171,23 +201,32 @@ def schema_revision(session: Session) -> str | None:
     return revision
 
 
-def export_end(session: Session, dataset_id: int | None) -> tuple[int, dict[str, Any]]:
-    """(the last entry's id now, the chain head of each dataset, or of ``dataset_id``, at
-    that entry: its seq and hash). An export stops at that id, so that what it contains and
-    the heads it is signed with describe the same moment."""
+def export_end(session: Session, filters: LedgerFilter) -> tuple[int, dict[str, Any]]:
+    """(the last entry's id now, the head at that entry of each chain ``filters`` reads:
+    every dataset's and population's, or the one chain it names; its seq and hash, by its
+    owner's name). An export stops at that id, so that what it contains and the heads it is
+    signed with describe the same moment."""
     through = session.execute(select(func.max(LedgerEntry.id))).scalar() or 0
     last = (
-        select(LedgerEntry.dataset_id, func.max(LedgerEntry.id).label("id"))
+        select(
+            LedgerEntry.dataset_id,
+            LedgerEntry.population_id,
+            func.max(LedgerEntry.id).label("id"),
+        )
         .where(LedgerEntry.id <= through)
-        .group_by(LedgerEntry.dataset_id)
+        .group_by(LedgerEntry.dataset_id, LedgerEntry.population_id)
     )
-    if dataset_id is not None:
-        last = last.where(LedgerEntry.dataset_id == dataset_id)
+    if filters.dataset_id is not None:
+        last = last.where(LedgerEntry.dataset_id == filters.dataset_id)
+    elif filters.population_id is not None:
+        last = last.where(LedgerEntry.population_id == filters.population_id)
     ends = last.subquery()
+    owner = func.coalesce(Dataset.name, Population.name)
     rows = session.execute(
-        select(Dataset.name, LedgerEntry.seq, LedgerEntry.hash)
+        select(owner, LedgerEntry.seq, LedgerEntry.hash)
         .join(ends, ends.c.id == LedgerEntry.id)
-        .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
-        .order_by(Dataset.name)
+        .outerjoin(Dataset, Dataset.id == LedgerEntry.dataset_id)
+        .outerjoin(Population, Population.id == LedgerEntry.population_id)
+        .order_by(owner)
     ).all()
     return through, {name: {"seq": seq, "hash": hash_} for name, seq, hash_ in rows}

@@ -13,7 +13,8 @@ group commit, ``GroupCommit.transactions``), read, decided, written:
 3. its writes (``_plan``): the returned amount taken off s(p) of each of the
    hold's partitions in every scope it charged (the windows it was charged
    to included), then those scopes' running totals and largest s(p), a
-   ledger entry of kind ``settle``, the hold settled, and the answer's facts
+   ledger entry of kind ``settle``, the loss of the dataset's population
+   lowered by what the dataset's own loss fell, the hold settled, and the answer's facts
    with a receipt of kind ``settle``.
 """
 
@@ -42,7 +43,7 @@ from accountant.models import Dataset, Hold, Partition, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import charge_reads, charge_responses, idempotency, ledger, receipts
 from accountant.services.api_keys import UNKNOWN_KEY
-from accountant.services.charge_plan import Signing
+from accountant.services.charge_plan import Signing, population_loss
 from accountant.services.charges import ChargeContext
 from accountant.statements import Block, Statement, Write, WritePlan, statement
 
@@ -285,6 +286,7 @@ def _plan(
     last = [
         Write(_update_totals(len(hold.scopes), parts), totals),
         *entry.writes,
+        *population_loss(dataset, _population_after(settlement, dataset)),
         Write(
             _SETTLE_HOLD,
             {
@@ -302,6 +304,15 @@ def _plan(
         last.append(idempotency.remembered(consumer, request.key, request.fingerprint, facts, now))
     blocks = [Block((Write(_update_spends(len(hold.scopes), parts), spends),)), Block(tuple(last))]
     return WritePlan(tuple(blocks)), facts
+
+
+def _population_after(settlement: Settlement, dataset: DatasetState) -> Amount | None:
+    """The loss of the dataset's population once the dataset's own loss falls by what the
+    settle gives back (None: it has no population)."""
+    if dataset.population is None:
+        return None
+    fall = settlement.lifetime_before.minus(settlement.lifetime_after)
+    return dataset.population.loss.minus(fall)
 
 
 def _units(amount: Amount) -> list[int]:

@@ -2,7 +2,8 @@
 
 The terms are everything that decides what a charge may spend: the privacy unit, the
 accounting mode (with its rdp order, or its composition and delta'), the contribution
-bounds, and the lifetime, partition and window limits in exact units. Their SHA-256 (of
+bounds, the lifetime, partition and window limits in exact units, and the population the
+dataset belongs to. Their SHA-256 (of
 sorted-key JSON) is stored with the dataset when it is created and whenever a PATCH changes
 a limit, and each limit change's ledger entry records it, inside the hash chain. ``ledger
 verify`` recomputes it: a limit edited in the database behind the service's back no longer
@@ -33,6 +34,7 @@ FIELDS = (
     "partition_limit_epsilon",
     "partition_limit_delta",
     "partition_limit_rho",
+    "population_id",
 )
 
 
@@ -44,6 +46,8 @@ def digest_of(values: Mapping[str, Any], windows: Iterable[Iterable[Any]]) -> st
         del content["rdp_order"]
     if content["composition"] in (None, "basic"):  # and those of basic composition
         del content["composition"], content["composition_delta"]
+    if content["population_id"] is None:  # and those outside a population
+        del content["population_id"]
     content["has_partition_limit"] = bool(content["has_partition_limit"])
     content["windows"] = sorted([list(window) for window in windows])
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))

@@ -8,6 +8,10 @@ means the totals or the ledger were changed outside the service (or, for
 T_J, T_P, s_J and s_P only, that the tally dates from before migration 0014
 and did not equal its ledger then, so all of its spend was counted as
 parallel).
+
+A population's loss (``populations.loss_*``) is the sum of its datasets' lifetime losses;
+it is checked against the sum of the lifetime losses the ledger rebuilds, each by its
+dataset's loss rule.
 """
 
 from __future__ import annotations
@@ -18,20 +22,29 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from accountant.accounting.loss import PARTS, Books, LossRule, Part, ScopeBooks, ScopeKey
-from accountant.exact import Amount
-from accountant.models import Dataset, LedgerEntry, Partition, Tally, TallySpend
+from accountant.accounting.loss import (
+    PARTS,
+    Books,
+    LossRule,
+    Part,
+    ScopeBooks,
+    ScopeKey,
+    loss_now,
+)
+from accountant.exact import COMPONENTS, Amount, ComponentName
+from accountant.models import Dataset, LedgerEntry, Partition, Population, Tally, TallySpend
 from accountant.services.ledger import CHANGES_TOTALS
 
 
 @dataclass(frozen=True, kw_only=True)
 class Difference:
-    """Where a dataset's stored totals differ from the ledger's.
+    """Where a dataset's stored totals, or a population's loss, differ from the ledger's.
 
     Args:
-        dataset: the dataset's name.
+        dataset: the dataset's name (scope ``population``: the population's).
         scope: the scope's key.
-        what: the figure: T, T_J or T_P, or s(p), s_J(p) or s_P(p) of a partition.
+        what: the figure: T, T_J or T_P, or s(p), s_J(p) or s_P(p) of a partition; a
+            population's ``loss``.
         stored: the figure as stored.
         rebuilt: the figure as the ledger rebuilds it.
     """
@@ -44,9 +57,10 @@ class Difference:
 
 
 def check(session: Session) -> tuple[int, list[Difference]]:
-    """(entries replayed, differences) over every dataset."""
+    """(entries replayed, differences) over every dataset, and every population's loss."""
     replayed = 0
     differences: list[Difference] = []
+    members: dict[int, Amount] = defaultdict(Amount)  # population id -> the sum rebuilt
     for dataset in session.execute(select(Dataset).order_by(Dataset.id)).scalars():
         tallies = {
             (t.kind, t.consumer_id, t.period_seconds, t.window_start): t
@@ -86,14 +100,41 @@ def check(session: Session) -> tuple[int, list[Difference]]:
                 held[entry.hold_id] = scopes
             for key in scopes:
                 books[key].add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
+        rule = LossRule(dataset.privacy_unit, dataset.max_partitions_per_user)
         for key in set(tallies) | set(books):
             tally = tallies.get(key)
             scope = key[0] if key[0] == "lifetime" else f"{key[0]}:{key[1] or key[3]}"
             stored = _stored(session, tally, keys)
-            for part in LossRule(dataset.privacy_unit, dataset.max_partitions_per_user).parts:
+            for part in rule.parts:
                 rebuilt = books[key].parts[part]
                 differences += _compare(dataset.name, scope, part, stored[part], rebuilt)
+        if dataset.population_id is not None:
+            lifetime = books[("lifetime", 0, 0, 0)]
+            k = rule.max_partitions_per_user if rule.uses_top_k else None
+            loss = loss_now(rule, lifetime.state(k), _components(dataset))
+            members[dataset.population_id] = members[dataset.population_id].plus(loss)
+    for population in session.execute(select(Population).order_by(Population.id)).scalars():
+        summed = members[population.id]
+        if population.loss != summed:
+            differences.append(
+                Difference(
+                    dataset=population.name,
+                    scope="population",
+                    what="loss",
+                    stored=population.loss,
+                    rebuilt=summed,
+                )
+            )
     return replayed, differences
+
+
+def _components(dataset: Dataset) -> tuple[ComponentName, ...]:
+    """The components of the dataset's measure, in which its loss is stated; every one if
+    its accounting names no mode (edited: ``ledger verify`` reports that)."""
+    try:
+        return dataset.mode.components
+    except (KeyError, ValueError, ArithmeticError):
+        return tuple(COMPONENTS)
 
 
 def _stored(session: Session, tally: Tally | None, keys: dict[int, str]) -> dict[Part, Books]:

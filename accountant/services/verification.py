@@ -8,23 +8,28 @@ make: ``verify`` finds the last head the service sealed and names the first entr
 it. ``loss_after`` is not hashed; it follows from the chain (the lifetime loss after each
 entry, by the dataset's loss rule), so ``verify`` recomputes it and names the first entry
 that differs (docs/ledger.md).
+
+Each population's chain, which records its limit changes, is walked like a dataset's
+(hashes, links, ids, its recorded head and the head's seal), with no loss to replay; its
+limit must be the ``new`` limit of its last limit change.
 """
 
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from accountant import seals
 from accountant.accounting.loss import LossRule, RunningLoss
 from accountant.exact import COMPONENTS, Amount, ComponentName
 from accountant.key_hashing import KeyHasher
-from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry
-from accountant.services import terms
+from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry, Population
+from accountant.services import datasets, terms
 from accountant.services.ledger import (
     GENESIS,
     adds_to_totals,
@@ -41,9 +46,9 @@ class Verification:
     Args:
         ok: whether ``verify`` found no problem.
         entries: the entries checked.
-        heads: each chain's head hash, by dataset name.
+        heads: each chain's head hash, by its owner's name (a dataset's or a population's).
         first_bad: the first entry that does not verify, if one does not.
-        dataset: the dataset of the first break (None: none in particular).
+        dataset: the dataset or population of the first break (None: none in particular).
         reason: what is wrong there.
         seals_checked: whether every seal, the chain heads' included, was recomputed
             (``accountant.seals``).
@@ -60,7 +65,8 @@ class Verification:
 
 @dataclass(frozen=True)
 class Problem:
-    """What is wrong, in which dataset (None: none in particular), at which entry."""
+    """What is wrong, in which dataset or population (None: none in particular), at which
+    entry."""
 
     dataset: str | None
     reason: str
@@ -68,7 +74,8 @@ class Problem:
 
 
 def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = None) -> Verification:
-    """Recompute each dataset's chain from its first entry, and report the first problem.
+    """Recompute each dataset's chain, then each population's, from its first entry, and
+    report the first problem.
 
     An edited entry no longer matches its hash; a deleted or reordered one
     breaks the seq count or the prev_hash link; entries whose ids were swapped
@@ -76,7 +83,8 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
     with seq; a deleted last entry leaves the dataset's recorded head pointing
     past the chain's end, and an entry appended without moving it lies past that
     head; a limit, bound or window edited in the database no longer matches the
-    terms digest the service recorded.
+    terms digest the service recorded; a population's limit edited in the database is not
+    the one its last limit change set.
 
     With ``hasher`` (the key-hash secret), every seal is recomputed then: terms edited
     together with their digest (before a dataset's first entry, say) and consumers' roles,
@@ -96,12 +104,10 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
     checked = 0
     heads: dict[str, str] = {}
     wrong_loss: Problem | None = None
-    for dataset in session.execute(select(Dataset).order_by(Dataset.id)).scalars():
-        walk = _Walk(dataset, _running_loss(dataset))
+    for owner in _owners(session):
+        walk = _Walk(owner, None if isinstance(owner, Population) else _running_loss(owner))
         for entry in session.execute(
-            select(LedgerEntry)
-            .where(LedgerEntry.dataset_id == dataset.id)
-            .order_by(LedgerEntry.seq)
+            select(LedgerEntry).where(_chain_of(owner) == owner.id).order_by(LedgerEntry.seq)
         ).scalars():
             problem = walk.step(entry, consumers.get(entry.consumer_id or 0))
             if problem:
@@ -110,25 +116,29 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
                     entries=checked,
                     heads=heads,
                     first_bad=entry,
-                    dataset=dataset.name,
+                    dataset=owner.name,
                     reason=problem,
                 )
             checked += 1
             if progress is not None and checked % 10_000 == 0:
                 progress(checked)
-        found = walk.end_problem() or _terms_problem(dataset, walk.recorded_terms)
+        found = walk.end_problem() or (
+            _limit_problem(owner, walk.limit_set)
+            if isinstance(owner, Population)
+            else _terms_problem(owner, walk.recorded_terms)
+        )
         if found:
             return Verification(
                 ok=False,
                 entries=checked,
                 heads=heads,
                 first_bad=found.entry,
-                dataset=dataset.name,
+                dataset=owner.name,
                 reason=found.reason,
             )
         wrong_loss = wrong_loss or walk.wrong_loss
-        if dataset.ledger_seq:
-            heads[dataset.name] = walk.head
+        if owner.ledger_seq:
+            heads[owner.name] = walk.head
     if hasher is not None:
         sealed = seals.problem(session, hasher)
         found = Problem(*sealed) if sealed else head_problem(session, hasher)
@@ -146,15 +156,30 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
     return Verification(ok=True, entries=checked, heads=heads, seals_checked=hasher is not None)
 
 
-class _Walk:
-    """One dataset's chain as ``verify`` reads it, entry by entry, in seq order."""
+def _owners(session: Session) -> Iterator[Dataset | Population]:
+    """Every chain's owner: each dataset, then each population."""
+    yield from session.execute(select(Dataset).order_by(Dataset.id)).scalars()
+    yield from session.execute(select(Population).order_by(Population.id)).scalars()
 
-    def __init__(self, dataset: Dataset, loss: RunningLoss | None) -> None:
+
+def _chain_of(owner: Dataset | Population) -> InstrumentedAttribute[int | None]:
+    """The ledger column that names the owner of an entry's chain, of ``owner``'s kind."""
+    return LedgerEntry.population_id if isinstance(owner, Population) else LedgerEntry.dataset_id
+
+
+class _Walk:
+    """One chain as ``verify`` reads it, entry by entry, in seq order: a dataset's, or a
+    population's (``loss`` None: nothing to replay)."""
+
+    def __init__(self, dataset: Dataset | Population, loss: RunningLoss | None) -> None:
         self.dataset = dataset
+        self.what = "population" if isinstance(dataset, Population) else "dataset"
         self.loss = loss
         self.head, self.seq, self.previous_id = GENESIS, 0, 0
-        self.recorded_terms = dataset.terms_sha256  # unless an entry records them
-        self.past_head: LedgerEntry | None = None  # the entry after the dataset's recorded head
+        # unless an entry records them (a population has no terms digest)
+        self.recorded_terms = dataset.terms_sha256 if isinstance(dataset, Dataset) else ""
+        self.limit_set: LedgerEntry | None = None  # a population's last limit change
+        self.past_head: LedgerEntry | None = None  # the entry after the recorded head
         self.wrong_loss: Problem | None = None
         self.loss_recorded = False  # whether an earlier entry recorded its loss_after
 
@@ -174,6 +199,8 @@ class _Walk:
         self.head, self.seq, self.previous_id = entry.hash, entry.seq, entry.id
         if (entry.detail or {}).get("terms_sha256"):  # a limit change, or a charge
             self.recorded_terms = entry.detail["terms_sha256"]
+        if entry.kind == "limit_change" and (entry.detail or {}).get("scope") == "population":
+            self.limit_set = entry
         if entry.seq == self.dataset.ledger_seq + 1:
             self.past_head = entry
         if self.loss is not None and self.wrong_loss is None:
@@ -181,7 +208,7 @@ class _Walk:
         return None
 
     def end_problem(self) -> Problem | None:
-        """Why the chain does not end where the dataset records its head, if it does not."""
+        """Why the chain does not end where its owner records its head, if it does not."""
         dataset = self.dataset
         if dataset.ledger_seq == self.seq and (dataset.ledger_head or GENESIS) == self.head:
             return None
@@ -189,7 +216,7 @@ class _Walk:
         if past is not None and past.prev_hash == (dataset.ledger_head or GENESIS):
             return Problem(
                 dataset.name,
-                f"the chain goes on past the head the dataset records (seq "
+                f"the chain goes on past the head the {self.what} records (seq "
                 f"{dataset.ledger_seq}): entries from seq {past.seq} to {self.seq} were "
                 "appended in the database, not by the service, which moves the head with "
                 "every entry (forged?)",
@@ -197,7 +224,7 @@ class _Walk:
             )
         return Problem(
             dataset.name,
-            f"the chain ends at seq {self.seq} but the dataset records "
+            f"the chain ends at seq {self.seq} but the {self.what} records "
             f"{dataset.ledger_seq} entries (entries deleted?)",
         )
 
@@ -264,23 +291,54 @@ def _terms_problem(dataset: Dataset, recorded: str) -> Problem | None:
     return None
 
 
+def _limit_problem(population: Population, last: LedgerEntry | None) -> Problem | None:
+    """Why ``population``'s limit is not the one its last limit change (``last``) set, if it
+    is not: both as that entry states it, exact decimal text in the population's mode. Every
+    population's chain begins with the limit it was created with."""
+    if last is None:
+        return Problem(
+            population.name,
+            "the population's chain records no limit, though the service ledgers the limit a "
+            "population is created with as its first entry (entries deleted?)",
+        )
+    try:
+        limit = datasets.as_text(datasets.describe_limit(population.limit, population.mode))
+    except (KeyError, ValueError, ArithmeticError):  # its accounting edited to no mode
+        limit = None
+    if limit != last.detail.get("new"):
+        return Problem(
+            population.name,
+            f"the population's limit ({limit}) is not the one its last limit change set "
+            f"({last.detail.get('new')}) (edited in the database?)",
+        )
+    return None
+
+
 def head_problem(session: Session, hasher: KeyHasher) -> Problem | None:
-    """The first dataset whose chain head is not one the service sealed (``seals.of_head``),
-    with the first entry appended after the last head it did seal when there is one; None
-    if every head's seal holds. Run after ``verify`` has found each chain ending at its
-    recorded head, with the database's secret in ``hasher``."""
+    """The first dataset or population whose chain head is not one the service sealed
+    (``seals.of_head``, with its owner's name), with the first entry appended after the last
+    head it did seal when there is one; None if every head's seal holds. Run after
+    ``verify`` has found each chain ending at its recorded head, with the database's secret
+    in ``hasher``."""
     begun = session.execute(select(KeyHashSecret.heads_sealed_at)).scalar()
-    rows = session.execute(
-        select(
-            Dataset.id, Dataset.name, Dataset.ledger_seq, Dataset.ledger_head, Dataset.head_seal
-        ).order_by(Dataset.id)
-    ).all()
+    rows = [
+        (column, row)
+        for owner, column in (
+            (Dataset, LedgerEntry.dataset_id),
+            (Population, LedgerEntry.population_id),
+        )
+        for row in session.execute(
+            select(
+                owner.id, owner.name, owner.ledger_seq, owner.ledger_head, owner.head_seal
+            ).order_by(owner.id)
+        ).all()
+    ]
     if begun is None:
-        carried = sum(1 for row in rows if row.head_seal is not None)
+        carried = sum(1 for _, row in rows if row.head_seal is not None)
         if carried:
             return Problem(None, seals.heads_cleared(carried))
-        return Problem(rows[0].name, seals.HEADS_NEVER_SEALED) if rows else None
-    for row in rows:
+        return Problem(rows[0][1].name, seals.HEADS_NEVER_SEALED) if rows else None
+    for column, row in rows:
         if row.head_seal is None:
             return Problem(row.name, seals.HEAD_UNSEALED)
         head = row.ledger_head or GENESIS
@@ -288,7 +346,7 @@ def head_problem(session: Session, hasher: KeyHasher) -> Problem | None:
             row.head_seal, seals.of_head(hasher, row.name, row.ledger_seq, head)
         ):
             continue
-        unsealed = _first_unsealed(session, hasher, row.id, row.name, row.head_seal)
+        unsealed = _first_unsealed(session, hasher, column == row.id, row.name, row.head_seal)
         if unsealed is None:
             return Problem(row.name, seals.head_not_sealed(row.ledger_seq))
         return Problem(row.name, seals.appended_after(unsealed.seq, row.ledger_seq), unsealed)
@@ -296,19 +354,16 @@ def head_problem(session: Session, hasher: KeyHasher) -> Problem | None:
 
 
 def _first_unsealed(
-    session: Session, hasher: KeyHasher, dataset_id: int, name: str, seal: str
+    session: Session, hasher: KeyHasher, chain: ColumnElement[bool], name: str, seal: str
 ) -> LedgerEntry | None:
     """The entry right after the head that ``seal`` seals (the chain's first entry if it
-    seals the empty chain), or None if no head of the chain is the one sealed."""
+    seals the empty chain), or None if no head of the chain is the one sealed. ``chain``
+    selects the chain's entries, ``name`` is its owner's."""
     if hmac.compare_digest(seal, seals.of_head(hasher, name, 0, GENESIS)):
-        return session.execute(
-            select(LedgerEntry).where(LedgerEntry.dataset_id == dataset_id, LedgerEntry.seq == 1)
-        ).scalar()
+        return session.execute(select(LedgerEntry).where(chain, LedgerEntry.seq == 1)).scalar()
     sealed_seq = None
     for seq, head in session.execute(
-        select(LedgerEntry.seq, LedgerEntry.hash)
-        .where(LedgerEntry.dataset_id == dataset_id)
-        .order_by(LedgerEntry.seq)
+        select(LedgerEntry.seq, LedgerEntry.hash).where(chain).order_by(LedgerEntry.seq)
     ).all():
         if hmac.compare_digest(seal, seals.of_head(hasher, name, seq, head)):
             sealed_seq = seq
@@ -316,7 +371,5 @@ def _first_unsealed(
     if sealed_seq is None:
         return None
     return session.execute(
-        select(LedgerEntry).where(
-            LedgerEntry.dataset_id == dataset_id, LedgerEntry.seq == sealed_seq + 1
-        )
+        select(LedgerEntry).where(chain, LedgerEntry.seq == sealed_seq + 1)
     ).scalar()

@@ -21,10 +21,10 @@
 - Receipts are verified offline against the service's JWK set, fetched once and cached by
   key id (refetched once for an unknown key id, after a rotation), and the output's SHA-256
   is checked against the receipt.
-- Denials raise ``BudgetExhausted`` (scope, partition, limit, spent, requested) or
-  ``WindowExhausted`` (and ``resets_at``); a draw past its hold's remainder raises
-  ``HoldExhausted``; invalid requests raise ``InvalidRequest`` with the problem's field
-  errors.
+- Denials raise ``BudgetExhausted`` (scope, partition, population, limit, spent,
+  requested) or ``WindowExhausted`` (and ``resets_at``); a draw past its hold's remainder
+  raises ``HoldExhausted``; invalid requests raise ``InvalidRequest`` with the problem's
+  field errors.
 - ``batch`` charges a list of charges (a release plan, on one dataset or several) all
   together or not at all; a refusal raises ``BatchRefused`` (a ``BudgetExhausted``) or
   ``BatchWindowRefused`` (a ``WindowExhausted``) listing every overflowing scope in
@@ -34,9 +34,20 @@
   draws on it (``charge``) and ends it (``settle``, ``release``). As a context manager it
   never refunds by itself: a block that neither settled nor released it settles it at its
   full amount on exit, as the job may have published.
+- ``create_population`` makes a population, a lifetime budget over several ``user``
+  datasets of the same people (they join it with ``create_dataset(..., population=...)``);
+  ``population_budget`` reports its loss, the sum of its members'. A charge that would take
+  it over its limit raises ``BudgetExhausted`` with ``scope`` ``population`` and
+  ``population`` naming it.
+- Approvals (``ACCOUNTANT_APPROVALS=on``): a change that weakens a promise (a dataset's or
+  population's limit raised, a new admin or admin key) is not made but raises
+  ``PendingApproval``, whose ``request`` (a ``ChangeRequest``) another admin ``approve``s
+  or ``deny``s; ``requests`` and ``get_request`` read them. An approved new admin's or admin
+  key's ``api_key`` comes back once, in the approval's ``result`` (an ``IssuedKey``). A
+  service asks for a larger quota with ``ask_quota``.
 
-``AsyncClient`` makes the charging calls, batches and holds included, with the same
-guarantees under asyncio.
+``AsyncClient`` makes the charging calls, batches and holds included, reads budgets
+(populations' too) and asks for quotas, with the same guarantees under asyncio.
 
 The distribution ``privacy-accountant-client`` (the ``client/`` folder of the accountant's
 repository: ``pip install ./client``) needs only httpx and cryptography (Ed25519, for the
@@ -65,6 +76,7 @@ from accountant_client._errors import (
     WindowExhausted,
 )
 from accountant_client._holds import AsyncHold, Hold
+from accountant_client._requests import ChangeRequest, IssuedKey, PendingApproval
 from accountant_client._results import Charge, Plan, Preview, Settlement
 
 __all__ = [
@@ -78,6 +90,7 @@ __all__ = [
     "BatchResult",
     "BatchWindowRefused",
     "BudgetExhausted",
+    "ChangeRequest",
     "Charge",
     "Client",
     "Conflict",
@@ -86,7 +99,9 @@ __all__ = [
     "Hold",
     "HoldExhausted",
     "InvalidRequest",
+    "IssuedKey",
     "NotFound",
+    "PendingApproval",
     "Plan",
     "Preview",
     "ReceiptInvalid",

@@ -22,6 +22,12 @@ from accountant_client._batches import (
 from accountant_client._client import _Backoff
 from accountant_client._holds import AsyncHold, _hold_body, _hold_query
 from accountant_client._receipts import _Receipt, _remember_keys
+from accountant_client._requests import (
+    ChangeRequest,
+    _quota_body,
+    _request_of,
+    _requests_query,
+)
 from accountant_client._results import (
     Charge,
     Plan,
@@ -37,8 +43,9 @@ from accountant_client._results import (
 class AsyncClient:
     """The client for asyncio (``httpx.AsyncClient``) with the calls a charging service
     makes: charge, batch, preview, plan, get_charge, hold, holds, get_hold, budget, me,
-    mechanisms, datasets and verify_receipt; the same retries, idempotency keys, receipt
-    checks and errors."""
+    mechanisms, datasets and verify_receipt, ask_quota, requests and get_request, and, for an
+    admin's or an auditor's key, populations, population and population_budget; the same
+    retries, idempotency keys, receipt checks and errors."""
 
     def __init__(
         self,
@@ -255,6 +262,35 @@ class AsyncClient:
 
     async def datasets(self) -> list[dict[str, Any]]:
         return list((await self._request("GET", "/v1/datasets", {}))["datasets"])
+
+    async def populations(self) -> list[dict[str, Any]]:
+        """As ``Client.populations``."""
+        return list((await self._request("GET", "/v1/populations", {}))["populations"])
+
+    async def population(self, name: str) -> dict[str, Any]:
+        """As ``Client.population``."""
+        return dict(await self._request("GET", f"/v1/populations/{name}", {}))
+
+    async def population_budget(self, name: str) -> dict[str, Any]:
+        """As ``Client.population_budget``."""
+        return dict(await self._request("GET", f"/v1/populations/{name}/budget", {}))
+
+    async def ask_quota(
+        self, dataset: str, quota: Mapping[str, Any], *, reason: str
+    ) -> ChangeRequest:
+        """As ``Client.ask_quota``."""
+        body = _quota_body(dataset, quota, reason)
+        return _request_of(await self._request("POST", "/v1/requests", {"json": body}))
+
+    async def requests(self, state: str | None = None) -> list[ChangeRequest]:
+        """As ``Client.requests``."""
+        query = {"params": _requests_query(state)}
+        listed = (await self._request("GET", "/v1/requests", query))["requests"]
+        return [_request_of(answer) for answer in listed]
+
+    async def get_request(self, request_id: str) -> ChangeRequest:
+        """As ``Client.get_request``."""
+        return _request_of(await self._request("GET", f"/v1/requests/{request_id}", {}))
 
     async def verify_receipt(
         self, receipt: str, *, output: Any = None, kind: str | None = None

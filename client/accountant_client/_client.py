@@ -22,7 +22,15 @@ from accountant_client._batches import (
 )
 from accountant_client._errors import Unavailable, _error, _retry_after, _retryable
 from accountant_client._holds import Hold, _hold_body, _hold_query
+from accountant_client._populations import _limit_body, _population_body
 from accountant_client._receipts import _Receipt, _remember_keys
+from accountant_client._requests import (
+    ChangeRequest,
+    PendingApproval,
+    _quota_body,
+    _request_of,
+    _requests_query,
+)
 from accountant_client._results import (
     Charge,
     Plan,
@@ -277,13 +285,24 @@ class Client:
     def dataset(self, name: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/v1/datasets/{name}"))
 
-    def create_dataset(self, **definition: Any) -> dict[str, Any]:
-        """Admin: ``create_dataset(name=..., privacy_unit=..., budget={...}, ...)``."""
+    def create_dataset(self, *, population: str | None = None, **definition: Any) -> dict[str, Any]:
+        """Admin: ``create_dataset(name=..., privacy_unit=..., budget={...}, ...)``. With
+        ``population`` (a population's name), the dataset joins that population for good:
+        its privacy unit and accounting mode (and rdp order) must be the population's, and it
+        must identify the same people by the same person-level id as its other members."""
+        if population is not None:
+            definition["population"] = population
         return dict(self._call("POST", "/v1/datasets", json=definition))
 
     def update_dataset(self, name: str, **changes: Any) -> dict[str, Any]:
-        """Admin: new limits, ledgered as limit changes (``reason=...`` is recorded)."""
-        return dict(self._call("PATCH", f"/v1/datasets/{name}", json=changes))
+        """Admin: new limits, ledgered as limit changes (``reason=...`` is recorded); the
+        dataset as it now stands.
+
+        With approvals on (``ACCOUNTANT_APPROVALS=on``), a change that raises the lifetime
+        or partition limit (or removes one) is not made: it raises ``PendingApproval``
+        carrying the pending request, which another admin approves or denies. ``reason``
+        is then required (``InvalidRequest`` without)."""
+        return dict(self._change("PATCH", f"/v1/datasets/{name}", json=changes))
 
     def budget(self, dataset: str) -> dict[str, Any]:
         """The budget report: loss, limit and remaining of every scope, and, for a service,
@@ -298,6 +317,61 @@ class Client:
     def partitions(self, dataset: str) -> Iterator[dict[str, Any]]:
         """Every partition with its spend, page after page."""
         yield from self._pages(f"/v1/datasets/{dataset}/partitions", "partitions", {})
+
+    # populations: budgets over several datasets of the same people -----------------------
+
+    def populations(self) -> list[dict[str, Any]]:
+        """Admin or auditor: every population. A population spans datasets a service may not
+        be granted, so a service's key gets ``Forbidden`` here and on the other reads."""
+        return list(self._call("GET", "/v1/populations")["populations"])
+
+    def population(self, name: str) -> dict[str, Any]:
+        """Admin or auditor: the population as created (its ``budget`` the limit as
+        currently set), with its member ``datasets``."""
+        return dict(self._call("GET", f"/v1/populations/{name}"))
+
+    def create_population(
+        self,
+        name: str,
+        *,
+        accounting: str,
+        budget: Mapping[str, Any],
+        privacy_unit: str = "user",
+        rdp_order: float | str | None = None,
+    ) -> dict[str, Any]:
+        """Admin: a population, a lifetime ``budget`` over the datasets that later join it
+        (``create_dataset(..., population=name)``), in one ``accounting`` mode (and, on rdp,
+        ``rdp_order``, fixed at creation). Its loss is the sum of its members' lifetime
+        losses, which bounds what they reveal about one person only if every member
+        identifies the same people by the same person-level id (the answer's ``identity``
+        says so): make sure of that before a dataset joins. Populations and datasets share
+        one namespace of names."""
+        body = _population_body(
+            name,
+            accounting=accounting,
+            budget=budget,
+            privacy_unit=privacy_unit,
+            rdp_order=rdp_order,
+        )
+        return dict(self._call("POST", "/v1/populations", json=body))
+
+    def update_population(
+        self, name: str, *, budget: Mapping[str, Any], reason: str | None = None
+    ) -> dict[str, Any]:
+        """Admin: a new limit, ledgered in the population's own chain with ``reason``; the
+        population as it now stands. A limit lowered below the population's loss blocks
+        further charges on its members; nothing is refunded. With approvals on, a raise is
+        not made: it raises ``PendingApproval`` carrying the pending request, which another
+        admin approves or denies (``reason`` is then required)."""
+        return dict(
+            self._change("PATCH", f"/v1/populations/{name}", json=_limit_body(budget, reason))
+        )
+
+    def population_budget(self, name: str) -> dict[str, Any]:
+        """Admin or auditor: the population's budget report: ``loss`` (the sum of its
+        members' lifetime losses), ``limit``, ``remaining`` and ``at_limit``, each member's
+        loss by name in ``datasets``, and its ``limit_history``."""
+        return dict(self._call("GET", f"/v1/populations/{name}/budget"))
 
     # consumers and mechanisms ------------------------------------------------------------
 
@@ -314,12 +388,29 @@ class Client:
         role: str,
         datasets: Sequence[str] = (),
         quotas: Mapping[str, Any] | None = None,
+        reason: str | None = None,
     ) -> dict[str, Any]:
-        """Admin: a new consumer and its first key (``api_key``, shown once)."""
+        """Admin: a new consumer and its first key (``api_key``, shown once).
+
+        With approvals on, an ``admin`` is not made: it raises ``PendingApproval`` carrying
+        the pending request (``reason`` is then required); the approval's ``result`` holds
+        the new admin's key."""
         body: dict[str, Any] = {"name": name, "role": role, "datasets": list(datasets)}
         if quotas:
             body["quotas"] = dict(quotas)
-        return dict(self._call("POST", "/v1/consumers", json=body))
+        if reason is not None:
+            body["reason"] = reason
+        return dict(self._change("POST", "/v1/consumers", json=body))
+
+    def create_key(self, consumer: str, *, reason: str | None = None) -> dict[str, Any]:
+        """Admin: a new key of ``consumer``: ``{"id", "prefix", "consumer", "api_key" (shown
+        once), "created_at"}``; its other keys stay valid.
+
+        With approvals on, an admin's key is not issued: it raises ``PendingApproval``
+        carrying the pending request (``reason`` is then required); the approval's
+        ``result`` holds the key."""
+        body = {} if reason is None else {"reason": reason}
+        return dict(self._change("POST", f"/v1/consumers/{consumer}/keys", json=body))
 
     def update_consumer(self, name: str, **changes: Any) -> dict[str, Any]:
         """Admin: new grants (``datasets=[...]``) or quotas, ledgered like limit changes."""
@@ -327,6 +418,44 @@ class Client:
 
     def mechanisms(self) -> list[dict[str, Any]]:
         return list(self._call("GET", "/v1/mechanisms")["mechanisms"])
+
+    # approvals: changes that wait for a second admin -------------------------------------
+
+    def requests(self, state: str | None = None) -> list[ChangeRequest]:
+        """The change requests the key may read (an admin's or an auditor's: all; a
+        service's: its own), newest first; only those in ``state`` (``pending``,
+        ``approved``, ``denied`` or ``expired``) if given."""
+        listed = self._call("GET", "/v1/requests", params=_requests_query(state))["requests"]
+        return [_request_of(answer) for answer in listed]
+
+    def get_request(self, request_id: str) -> ChangeRequest:
+        """One change request (a service's key reads only its own: ``NotFound`` else)."""
+        return _request_of(self._call("GET", f"/v1/requests/{request_id}"))
+
+    def approve(self, request_id: str, *, reason: str) -> ChangeRequest:
+        """Admin, other than the requester: make the requested change, ledgered with both
+        names and both reasons; the request, ``approved``. For a new admin or admin key, its
+        ``result`` holds the key, shown this once: hand it to the requester.
+
+        The requester's own key raises ``Forbidden``; a request already decided or expired,
+        or whose target changed since it was made, raises ``Conflict`` (deny it, and ask
+        again on what stands now)."""
+        body = {"reason": reason}
+        return _request_of(self._call("POST", f"/v1/requests/{request_id}/approve", json=body))
+
+    def deny(self, request_id: str, *, reason: str) -> ChangeRequest:
+        """Admin, other than the requester: refuse the change, which is never made; the
+        request, ``denied``. ``Forbidden`` and ``Conflict`` as for ``approve``."""
+        body = {"reason": reason}
+        return _request_of(self._call("POST", f"/v1/requests/{request_id}/deny", json=body))
+
+    def ask_quota(self, dataset: str, quota: Mapping[str, Any], *, reason: str) -> ChangeRequest:
+        """A service, on a dataset granted to it: ask an admin for ``quota`` (an amount, as
+        a sub-budget: ``{"epsilon": 3}``, optionally ``delta``) as its quota on ``dataset``;
+        the pending request, which an admin approves (the quota is set then) or denies.
+        Approvals on or off: quotas are limits an admin allocates."""
+        body = _quota_body(dataset, quota, reason)
+        return _request_of(self._call("POST", "/v1/requests", json=body))
 
     # the ledger ----------------------------------------------------------------------------
 
@@ -378,7 +507,19 @@ class Client:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._request(method, path, kwargs)
 
+    def _change(self, method: str, path: str, **kwargs: Any) -> Any:
+        """A call that makes a change approvals may hold back: its answer, or, for a 202
+        (the change became a pending request), ``PendingApproval``."""
+        response = self._answer(method, path, kwargs)
+        if response.status_code == 202:
+            raise PendingApproval(_request_of(response.json()))
+        return response.json() if response.content else None
+
     def _request(self, method: str, path: str, kwargs: Mapping[str, Any]) -> Any:
+        response = self._answer(method, path, kwargs)
+        return response.json() if response.content else None
+
+    def _answer(self, method: str, path: str, kwargs: Mapping[str, Any]) -> httpx.Response:
         """Send until answered or the deadline passes: connection errors, 503, 429 (not a
         window denial) and 409 idempotency-in-progress are retried with jittered
         exponential backoff, waiting at least what ``Retry-After`` says."""
@@ -390,7 +531,7 @@ class Client:
                 time.sleep(backoff.after(None, error))
                 continue
             if response.status_code < 400:
-                return response.json() if response.content else None
+                return response
             time.sleep(backoff.after(response, None))
 
 

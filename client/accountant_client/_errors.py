@@ -34,7 +34,8 @@ class Unauthorized(AccountantError):
 
 
 class Forbidden(AccountantError):
-    """403: the key's role or grants do not allow this."""
+    """403: the key's role or grants do not allow this (or, approving or denying a change
+    request, the key is the requester's: another admin decides it)."""
 
 
 class NotFound(AccountantError):
@@ -42,8 +43,10 @@ class NotFound(AccountantError):
 
 
 class Conflict(AccountantError):
-    """409 other than a denial: a replay that cannot be given again, or a settle or release
-    of a hold that is already settled or has expired (a hold is settled once, while open)."""
+    """409 other than a denial: a replay that cannot be given again, a settle or release
+    of a hold that is already settled or has expired (a hold is settled once, while open),
+    or a decision on a change request already decided or expired, or whose target changed
+    since it was made."""
 
 
 class Denied(AccountantError):
@@ -56,6 +59,11 @@ class Denied(AccountantError):
     @property
     def partition(self) -> str | None:
         return self.problem.get("partition")
+
+    @property
+    def population(self) -> str | None:
+        """The population whose limit refused it (``scope`` ``population``), else None."""
+        return self.problem.get("population")
 
     @property
     def limit(self) -> dict[str, Decimal]:
@@ -71,7 +79,8 @@ class Denied(AccountantError):
 
 
 class BudgetExhausted(Denied):
-    """409: the lifetime, a partition's or the consumer's budget would be exceeded."""
+    """409: the lifetime, a partition's, the consumer's or a population's budget would be
+    exceeded (for a population, ``population`` names it)."""
 
 
 class HoldExhausted(BudgetExhausted):
@@ -114,8 +123,9 @@ class BatchDenied(Denied):
     """A batch refused as a whole: nothing in it was charged or run. ``denials`` lists
     **every** scope it would take over its limit, on every dataset it names, so that the
     plan can be fixed in one go; ``batch_id`` names the refusal in the ledger. ``scope``,
-    ``partition``, ``limit``, ``spent`` and ``requested`` are the first denial's. Raised as
-    ``BatchRefused`` (409) or ``BatchWindowRefused`` (429); catch this class for both."""
+    ``partition``, ``population``, ``limit``, ``spent`` and ``requested`` are the first
+    denial's. Raised as ``BatchRefused`` (409) or ``BatchWindowRefused`` (429); catch this
+    class for both."""
 
     @property
     def batch_id(self) -> str:
@@ -134,6 +144,11 @@ class BatchDenied(Denied):
     def partition(self) -> str | None:
         first = self._first
         return first.partition if first else super().partition
+
+    @property
+    def population(self) -> str | None:
+        first = self._first
+        return first.population if first else super().population
 
     @property
     def limit(self) -> dict[str, Decimal]:

@@ -1,0 +1,188 @@
+"""Approvals: raising a privacy limit or making an admin takes two admins (DESIGN.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from accountant.app import prepared_app
+from accountant.clock import FrozenClock
+from tests.conftest import ADMIN_KEY, FROZEN_AT_US, Api
+
+WEEK_S = 7 * 24 * 3600
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock(FROZEN_AT_US)
+
+
+@pytest.fixture
+def app(database_url: str, signing_key_file: str, clock: FrozenClock) -> Flask:
+    settings = {
+        "database_url": database_url,
+        "admin_key": ADMIN_KEY,
+        "signing_key_file": signing_key_file,
+        "approvals": "on",
+    }
+    return prepared_app(settings, clock=clock)
+
+
+@pytest.fixture
+def second(api: Api, database_url: str, signing_key_file: str) -> Iterator[Api]:
+    """Another admin, made as the first admins are: before approvals apply to it (here by
+    the same database served with approvals off)."""
+    bootstrap = prepared_app(
+        {"database_url": database_url, "admin_key": ADMIN_KEY, "signing_key_file": signing_key_file}
+    )
+    with bootstrap.test_client() as client:
+        made = Api(client).post("/v1/consumers", {"name": "second", "role": "admin"})
+        assert made.status_code == 201, made.get_json()
+    yield api.as_key(made.get_json()["api_key"])
+
+
+def _pending(response: Any) -> dict[str, Any]:
+    assert response.status_code == 202, response.get_json()
+    body = dict(response.get_json())
+    assert body["state"] == "pending" and body["requested_by"] == "admin"
+    return body
+
+
+def test_raising_a_limit_waits_for_another_admin(api: Api, second: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    no_reason = api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2.0}})
+    assert no_reason.status_code == 400
+    assert no_reason.get_json()["errors"][0]["field"] == "reason"
+    asked = _pending(
+        api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2.0}, "reason": "Q4 report"})
+    )
+    assert asked["kind"] == "dataset_limits" and asked["change"] == {"budget": {"epsilon": 2.0}}
+    # nothing changed: the limit, and the ledger
+    assert api.budget()["limit"]["epsilon"] == 1.0
+    assert not [e for e in api.ledger() if e["kind"] == "limit_change"]
+    request_id = asked["request_id"]
+    mine = api.post(f"/v1/requests/{request_id}/approve", {"reason": "fine by me"})
+    assert mine.status_code == 403
+    approved = second.post(f"/v1/requests/{request_id}/approve", {"reason": "budget review ok"})
+    assert approved.status_code == 200, approved.get_json()
+    assert approved.get_json()["state"] == "approved"
+    assert approved.get_json()["decided_by"] == "second"
+    assert api.budget()["limit"]["epsilon"] == 2.0
+    [change] = [e for e in api.ledger() if e["kind"] == "limit_change"]
+    assert change["consumer"] == "admin"
+    detail = change["detail"]
+    assert (detail["reason"], detail["approved_by"], detail["approval_reason"]) == (
+        "Q4 report",
+        "second",
+        "budget review ok",
+    )
+    assert detail["requested_by"] == "admin" and detail["request_id"] == request_id
+    again = second.post(f"/v1/requests/{request_id}/approve", {"reason": "twice"})
+    assert again.status_code == 409
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+
+
+def test_lowering_a_limit_needs_no_approval_and_removing_one_does(api: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0}, partition_budget={"epsilon": 0.5})
+    lowered = api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 0.8}})
+    assert lowered.status_code == 200 and lowered.get_json()["changed"] is True
+    tighter = api.patch("/v1/datasets/clicks", {"partition_budget": {"epsilon": 0.4}})
+    assert tighter.status_code == 200
+    _pending(api.patch("/v1/datasets/clicks", {"partition_budget": None, "reason": "drop it"}))
+    # one raise in a PATCH makes the whole of it a request
+    mixed = {"budget": {"epsilon": 0.5}, "partition_budget": {"epsilon": 0.45}, "reason": "x"}
+    _pending(api.patch("/v1/datasets/clicks", mixed))
+    assert api.budget()["limit"]["epsilon"] == 0.8
+    # windows and quotas are allocation limits: an admin changes them directly
+    windows = api.patch("/v1/datasets/clicks", {"windows": [{"period": "1d", "epsilon": 0.7}]})
+    assert windows.status_code == 200
+
+
+def test_a_denied_or_expired_request_changes_nothing(
+    api: Api, second: Api, clock: FrozenClock
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    raise_to = {"budget": {"epsilon": 3.0}, "reason": "more"}
+    denied = _pending(api.patch("/v1/datasets/clicks", raise_to))["request_id"]
+    refused = second.post(f"/v1/requests/{denied}/deny", {"reason": "not this quarter"})
+    assert refused.status_code == 200 and refused.get_json()["state"] == "denied"
+    assert second.post(f"/v1/requests/{denied}/approve", {"reason": "y"}).status_code == 409
+    late = _pending(api.patch("/v1/datasets/clicks", raise_to))
+    clock.advance(WEEK_S)
+    listed = api.get("/v1/requests?state=expired").get_json()["requests"]
+    assert [r["request_id"] for r in listed] == [late["request_id"]]
+    expired = second.post(f"/v1/requests/{late['request_id']}/approve", {"reason": "y"})
+    assert expired.status_code == 409
+    assert api.budget()["limit"]["epsilon"] == 1.0
+    assert api.get("/v1/requests?state=bogus").status_code == 400
+
+
+def test_a_request_on_a_target_that_changed_cannot_be_approved(api: Api, second: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    asked = _pending(api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2}, "reason": "r"}))
+    assert second.patch("/v1/datasets/clicks", {"budget": {"epsilon": 0.9}}).status_code == 200
+    stale = second.post(f"/v1/requests/{asked['request_id']}/approve", {"reason": "ok"})
+    assert stale.status_code == 409 and "changed since" in stale.get_json()["detail"]
+    assert api.budget()["limit"]["epsilon"] == 0.9
+
+
+def test_a_new_admin_or_admin_key_waits_for_another_admin(api: Api, second: Api) -> None:
+    service = api.post("/v1/consumers", {"name": "reporter", "role": "service"})
+    assert service.status_code == 201  # not an admin: no approval
+    asked = _pending(
+        api.post("/v1/consumers", {"name": "third", "role": "admin", "reason": "on call"})
+    )
+    assert api.get("/v1/consumers").get_json()["consumers"][-1]["name"] != "third"
+    approved = second.post(f"/v1/requests/{asked['request_id']}/approve", {"reason": "yes"})
+    assert approved.status_code == 200, approved.get_json()
+    third = api.as_key(approved.get_json()["result"]["api_key"])
+    assert third.get("/v1/consumers/me").get_json()["role"] == "admin"
+    key = _pending(api.post("/v1/consumers/second/keys", {"reason": "laptop"}))
+    assert key["kind"] == "admin_key" and key["target"] == "second"
+    issued = third.post(f"/v1/requests/{key['request_id']}/approve", {"reason": "ok"})
+    assert issued.get_json()["result"]["consumer"] == "second"
+    assert api.post("/v1/consumers/reporter/keys", {}).status_code == 201
+
+
+def test_raising_a_population_limit_waits_for_another_admin(api: Api, second: Api) -> None:
+    body = {"name": "customers", "privacy_unit": "user", "budget": {"epsilon": 1, "delta": 0}}
+    assert api.post("/v1/populations", body).status_code == 201
+    asked = _pending(
+        api.patch("/v1/populations/customers", {"budget": {"epsilon": 2}, "reason": "merge"})
+    )
+    shown = api.get("/v1/populations/customers").get_json()
+    assert shown["budget"]["epsilon"] == 1
+    approved = second.post(f"/v1/requests/{asked['request_id']}/approve", {"reason": "ok"})
+    assert approved.status_code == 200, approved.get_json()
+    history = api.get("/v1/populations/customers/budget").get_json()["limit_history"]
+    assert [h["new"]["epsilon"] for h in history] == [1, 2]
+    lowered = api.patch("/v1/populations/customers", {"budget": {"epsilon": 1.5}})
+    assert lowered.status_code == 200
+
+
+def test_a_service_asks_for_quota_and_an_admin_decides(api: Api, second: Api) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    key = api.make_consumer("reporter", datasets=["clicks"], quotas={"clicks": {"epsilon": 0.2}})
+    service = api.as_key(key)
+    body = {"kind": "quota", "dataset": "clicks", "quota": {"epsilon": 0.5}}
+    assert service.post("/v1/requests", body).status_code == 400  # no reason
+    asked = service.post("/v1/requests", {**body, "reason": "weekly report grew"})
+    assert asked.status_code == 202, asked.get_json()
+    request_id = asked.get_json()["request_id"]
+    assert service.post(f"/v1/requests/{request_id}/approve", {"reason": "x"}).status_code == 403
+    assert [r["request_id"] for r in service.get("/v1/requests").get_json()["requests"]] == [
+        request_id
+    ]
+    approved = api.post(f"/v1/requests/{request_id}/approve", {"reason": "ok"})
+    assert approved.status_code == 200, approved.get_json()
+    quota = service.get("/v1/consumers/me").get_json()["quotas"]["clicks"]
+    assert quota["epsilon"] == 0.5
+    other = api.make_dataset("orders")
+    assert other["name"] == "orders"
+    refused = service.post(
+        "/v1/requests", {**body, "dataset": "orders", "reason": "not granted to me"}
+    )
+    assert refused.status_code == 403
