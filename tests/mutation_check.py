@@ -575,14 +575,6 @@ MUTATIONS = [
         ("tests/test_populations.py",),
     ),
     Mutation(
-        "population lock after the dataset's in a batch",
-        "accountant/services/batches.py",
-        "    if driver.postgres:  # SQLite's write lock is the transaction's\n"
-        "        driver.send(_LOCK_POPULATIONS",
-        "    if False:\n        driver.send(_LOCK_POPULATIONS",
-        ("tests/test_populations.py",),
-    ),
-    Mutation(
         "a raised limit applies without approval",
         "accountant/api/datasets.py",
         "        raised = requests.on() and (",

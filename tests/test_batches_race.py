@@ -15,7 +15,7 @@ from tests.conftest import ADMIN_KEY, POOLED_BACKENDS, Api
 
 PROCESSES = 4
 THREADS = 4
-ROUNDS = 5  # per client: batches naming datasets in either order, and single charges
+ROUNDS = 4  # per client: a batch one way, a batch the other way, and two charges
 DATASETS = ("alpha", "beta", "gamma")
 
 
@@ -36,7 +36,6 @@ PLANS: list[list[dict[str, Any]]] = [
     [_item("beta", "0.1"), _item("gamma", "0.05"), _item("alpha", "0.1")],
     [_item("gamma", "0.1"), _item("alpha", "0.1")],
     [_item("beta", "0.15")],
-    [_item("gamma", "0.05"), _item("beta", "0.05")],
 ]
 
 

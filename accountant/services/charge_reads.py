@@ -83,13 +83,14 @@ from accountant.statements import Statement, statement
 
 
 def read(
-    driver: Driver, request: ChargeRequest, clock: Clock
+    driver: Driver, request: ChargeRequest, clock: Clock, *, outside: set[str] | None = None
 ) -> ChargeReads | idempotency.Remembered:
     """Lock ``request``'s dataset and read what its charge needs; or, for an idempotency key
     seen before, the response remembered for it. A 404 for a dataset that does not exist,
     then a 401 for a key revoked since it was authenticated. The charge's time is read from
-    ``clock`` once the lock is held."""
-    sent = _send(driver, request, clock.now_us() / 1e6, lock=True)
+    ``clock`` once the lock is held. ``outside``: the names of datasets known to belong to
+    no population, which need no population lock (``send_dataset``)."""
+    sent = _send(driver, request, clock.now_us() / 1e6, lock=True, outside=outside)
     # Sent after the lock: a duplicate that waited for it sees the first one's row.
     key, caller = request.key, request.principal
     remembered = None if key is None else idempotency.find(driver, caller.consumer_id, key)
@@ -119,13 +120,20 @@ class _Sent:
     hold: Pending[HoldState | None] | None = None  # the hold a charge draws on
 
 
-def _send(driver: Driver, request: ChargeRequest, now: float, *, lock: bool) -> _Sent:
+def _send(
+    driver: Driver,
+    request: ChargeRequest,
+    now: float,
+    *,
+    lock: bool,
+    outside: set[str] | None = None,
+) -> _Sent:
     """Send the dataset's statement (``lock``: take its lock), then the charged partitions'
     and every scope row's; read none of them yet. The scope rows are those of the windows
     containing ``now`` and the next ones, of every window length: the dataset's window
     budgets are not known yet, and the charge's own clock is read after the lock."""
     caller, name = request.principal, request.dataset
-    dataset = send_dataset(driver, name, caller, lock=lock)
+    dataset = send_dataset(driver, name, caller, lock=lock, outside=outside)
     keys = None if request.partitions == "*" else list(request.partitions)
     params = {"name": name} | ({} if keys is None else {"keys": keys})
     partitions = driver.send(_PARTITIONS[keys is not None], params, list)
@@ -134,18 +142,30 @@ def _send(driver: Driver, request: ChargeRequest, now: float, *, lock: bool) -> 
     return _Sent(dataset, partitions, scopes, keys, now, hold)
 
 
-def send_dataset(driver: Driver, name: str, caller: Caller, *, lock: bool) -> Pending[DatasetState]:
+def send_dataset(
+    driver: Driver, name: str, caller: Caller, *, lock: bool, outside: set[str] | None = None
+) -> Pending[DatasetState]:
     """Send the statement that reads dataset ``name`` with ``caller``'s role, grant, quota
     and key, and its population's row (``lock``: and takes the dataset's lock, after its
-    population's); a 404 when read, if there is none."""
-    if lock and driver.postgres:  # SQLite's write lock is the transaction's
+    population's); a 404 when read, if there is none. ``outside``: the names of datasets
+    known to belong to no population, to which a dataset read as such is added: a dataset
+    joins a population only when it is created, so theirs is never locked again."""
+    if lock and driver.postgres and (outside is None or name not in outside):
         # Every writer of a member dataset's loss locks the population first, and a batch
-        # locks every population before any dataset: no two of them deadlock.
+        # locks every population before any dataset: no two of them deadlock. (SQLite's
+        # write lock is the transaction's.)
         driver.send(_LOCK_POPULATION, {"name": name}, list)
+
+    def state(rows: Rows) -> DatasetState:
+        read = _state(name, rows)
+        if outside is not None and read.population is None:
+            outside.add(name)
+        return read
+
     return driver.send(
         _DATASET[lock],
         {"name": name, "consumer": caller.consumer_id, "key": caller.key_id},
-        lambda rows: _state(name, rows),
+        state,
     )
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -69,6 +69,9 @@ class ChargeContext:
     group: GroupCommit
     #: The key-hash secret, which seals each chain head a charge writes (``accountant.seals``).
     hasher: KeyHasher
+    #: The datasets read so far that belong to no population: a dataset never joins one
+    #: after its creation, so their charges need not lock one (``charge_reads``).
+    outside_populations: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,9 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
     duplicates = request.key is not None
     for tx in context.group.transactions(request.dataset, connection, duplicates=duplicates):
         with tx:
-            reads = charge_reads.read(tx.driver, request, context.clock)
+            reads = charge_reads.read(
+                tx.driver, request, context.clock, outside=context.outside_populations
+            )
             if isinstance(reads, idempotency.Remembered):  # a known key: nothing to write
                 done = _first_response(reads, request)
             else:
