@@ -9,7 +9,7 @@ from flask import Blueprint, request
 from accountant.api import schemas
 from accountant.api.auth import principal
 from accountant.api.common import json_body
-from accountant.errors import field_error
+from accountant.errors import NotFound, field_error
 from accountant.models import ChangeRequest
 from accountant.services import approvals
 from accountant.services.api_keys import Principal
@@ -73,7 +73,8 @@ def show(request_id: str) -> Any:
     caller = principal("admin", "auditor", "service")
     found = approvals.find(db(), request_id)
     if caller.role == "service" and found.requested_by != caller.consumer_id:
-        approvals.find(db(), "")  # a service sees only its own: as if there were no other
+        # a service sees only its own: as if there were no other
+        raise NotFound(f"no request with id {request_id!r}; list yours with GET /v1/requests")
     return approvals.describe(found, now_us())
 
 

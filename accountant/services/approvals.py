@@ -205,39 +205,20 @@ def decide(
     return made
 
 
-def _requester(session: Session, request: ChangeRequest) -> ledger.Actor:
-    return ledger.Actor(request.requested_by or 0, request.requested_by_name)
-
-
-def _apply_dataset_limits(
+def _apply_limits(
     session: Session, request: ChangeRequest, approval: dict[str, Any], now: int, hasher: KeyHasher
 ) -> dict[str, Any]:
-    dataset = datasets.find(session, request.target, lock=True)
-    datasets.update_limits(
-        session,
-        dataset,
-        {**change_of(request), "reason": request.reason},
-        _requester(session, request),
-        now,
-        hasher,
-        approval=approval,
-    )
-    return {}
-
-
-def _apply_population_limit(
-    session: Session, request: ChangeRequest, approval: dict[str, Any], now: int, hasher: KeyHasher
-) -> dict[str, Any]:
-    population = populations.find(session, request.target, lock=True)
-    populations.update_limit(
-        session,
-        population,
-        {**change_of(request), "reason": request.reason},
-        _requester(session, request),
-        now,
-        hasher,
-        approval=approval,
-    )
+    """A raised dataset or population limit: the PATCH applied as its requester asked it."""
+    body = {**change_of(request), "reason": request.reason}
+    requester = ledger.Actor(request.requested_by or 0, request.requested_by_name)
+    if request.kind == "dataset_limits":
+        dataset = datasets.find(session, request.target, lock=True)
+        datasets.update_limits(session, dataset, body, requester, now, hasher, approval=approval)
+    else:
+        population = populations.find(session, request.target, lock=True)
+        populations.update_limit(
+            session, population, body, requester, now, hasher, approval=approval
+        )
     return {}
 
 
@@ -260,7 +241,7 @@ def _apply_quota(
     session: Session, request: ChangeRequest, approval: dict[str, Any], now: int, hasher: KeyHasher
 ) -> dict[str, Any]:
     change = change_of(request)
-    approver = Principal(
+    requester = Principal(
         consumer_id=request.requested_by or 0,
         name=request.requested_by_name,
         role="service",
@@ -270,7 +251,7 @@ def _apply_quota(
         session,
         change["consumer"],
         {"quotas": {request.target: change["quota"]}, "reason": request.reason},
-        approver,
+        requester,
         now,
         hasher,
         approval=approval,
@@ -281,8 +262,8 @@ def _apply_quota(
 _APPLY: dict[
     str, Callable[[Session, ChangeRequest, dict[str, Any], int, KeyHasher], dict[str, Any]]
 ] = {
-    "dataset_limits": _apply_dataset_limits,
-    "population_limit": _apply_population_limit,
+    "dataset_limits": _apply_limits,
+    "population_limit": _apply_limits,
     "admin_consumer": _apply_admin_consumer,
     "admin_key": _apply_admin_key,
     "quota": _apply_quota,

@@ -74,6 +74,15 @@ def _limit(mode: Mode, stated: dict[str, Any], at_delta: Decimal | None, where: 
         raise field_error(where, str(error)) from None
 
 
+def name_taken(session: Session, name: str) -> bool:
+    """Whether a dataset or a population has ``name``: they share one namespace, so that a
+    chain of the ledger is known by its owner's name alone."""
+    return any(
+        session.execute(select(table.id).where(table.name == name)).first()
+        for table in (Dataset, Population)
+    )
+
+
 def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) -> Dataset:
     accounting = body.get("accounting", "approx")
     unit = body["privacy_unit"]
@@ -83,10 +92,7 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
     budget = body["budget"]
     if accounting != "rdp" and "rdp_order" in body:
         raise field_error("rdp_order", "rdp_order applies only to accounting rdp")
-    if any(
-        session.execute(select(table.id).where(table.name == body["name"])).first()
-        for table in (Dataset, Population)
-    ):
+    if name_taken(session, body["name"]):
         raise Conflict(
             f"a dataset or population named {body['name']!r} exists (they share one "
             "namespace); choose another name"

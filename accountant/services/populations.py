@@ -51,15 +51,6 @@ def all_populations(session: Session) -> list[Population]:
     return list(session.execute(select(Population).order_by(Population.name)).scalars())
 
 
-def name_taken(session: Session, name: str) -> bool:
-    """Whether a dataset or a population has ``name``: they share one namespace, so that a
-    chain of the ledger is known by its owner's name alone."""
-    return any(
-        session.execute(select(table.id).where(table.name == name)).first()
-        for table in (Dataset, Population)
-    )
-
-
 def create(
     session: Session, body: dict[str, Any], actor: ledger.Actor, now: int, hasher: KeyHasher
 ) -> Population:
@@ -74,7 +65,7 @@ def create(
     accounting = body.get("accounting", "approx")
     if accounting != "rdp" and "rdp_order" in body:
         raise field_error("rdp_order", "rdp_order applies only to accounting rdp")
-    if name_taken(session, body["name"]):
+    if datasets.name_taken(session, body["name"]):
         raise Conflict(
             f"a dataset or population named {body['name']!r} exists (they share one "
             "namespace); choose another name"
