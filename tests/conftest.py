@@ -29,6 +29,9 @@ ADMIN_KEY = "test-admin-key-" + "k" * 32
 POSTGRES_URL = os.environ.get("ACCOUNTANT_TEST_POSTGRES_URL")
 BACKENDS = ["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"]
 _TEMPLATE = f"accountant_template_{os.getpid()}"
+# Every read a batch folds in memory is read from the database too, and must equal it
+# (services/folded_reads.py): here, and in every server the tests start.
+os.environ["ACCOUNTANT_CHECK_FOLDED_READS"] = "1"
 PGBOUNCER = shutil.which("pgbouncer") or os.path.exists("/usr/sbin/pgbouncer")
 
 

@@ -616,6 +616,34 @@ MUTATIONS = [
         "    if False:",
         ("tests/test_approvals.py",),
     ),
+    Mutation(
+        "a folded read misses what its own set's last item added",
+        "accountant/services/folded_reads.py",
+        "max_touched=row.max_touched if grown is None else row.max_touched.plus(grown),",
+        "max_touched=row.max_touched,",
+        ("tests/test_folded_reads.py",),
+    ),
+    Mutation(
+        "a folded read keeps a per-partition spend as it was",
+        "accountant/services/folded_reads.py",
+        "spends[partition] = spends.get(partition, Amount()).plus(grown)",
+        "pass",
+        ("tests/test_folded_reads.py",),
+    ),
+    Mutation(
+        "a folded read misses a population charged through another member",
+        "accountant/services/folded_reads.py",
+        "            elif population is not None and _member(read, population.id):",
+        "            elif False:",
+        ("tests/test_folded_reads.py",),
+    ),
+    Mutation(
+        "a folded read of an overlapping set is kept",
+        "accountant/services/folded_reads.py",
+        "    elif keys.isdisjoint(charged):",
+        "    elif True:",
+        ("tests/test_folded_reads.py",),
+    ),
 ]
 
 #: Where each source folder lives as an importable package in the copy.

@@ -12,7 +12,9 @@
    share of its group's cost is fixed (``_shares``);
 3. a savepoint; then each item in order is read, decided (``accounting.decide``)
    and written (``charge_plan.plan``) exactly as a charge alone would be, on
-   the totals the items before it left, so that the items add up in every
+   the totals the items before it left (an item on the partitions of an
+   earlier one has its reads folded from that one's and the writes since,
+   without waiting for the database: ``folded_reads``), so that the items add up in every
    scope. Every scope that any item takes over its limit is a denial (the
    first item that does so is named); once one is found, no further mechanism
    runs, and the items still to come are written as if granted, only so that
@@ -67,7 +69,7 @@ from accountant.errors import (
 )
 from accountant.exact import DELTA, EPSILON, Amount
 from accountant.models import Dataset, LedgerEntry, Population
-from accountant.services import charge_plan, charge_reads, idempotency, ledger
+from accountant.services import charge_plan, charge_reads, folded_reads, idempotency, ledger
 from accountant.services.api_keys import UNKNOWN_KEY
 from accountant.services.charge_responses import report, report_cost
 from accountant.services.charges import ChargeContext, run_mechanism
@@ -434,12 +436,18 @@ def _items(
     module's notes). ``share``: a dry run that runs no mechanism, for a plan that must fit
     that share of what every scope has left (``release_plans``)."""
     run = _Run([], {}, {}, {})
+    folds = folded_reads.Folds()
     for i, request in enumerate(batch.items):
         # an item that comes with its cost fixed keeps it (a weighted plan's stand-in)
         item = request if request.share is not None else replace(request, share=shares[i])
         with item_errors(i), _delta_hint(batch, item):
-            # the batch holds every lock it needs already (``lock``): read as they stand
-            reads = charge_reads.read_unlocked(driver, item, clock.now_us())
+            reads = folds.reads(item)
+            if reads is None or folded_reads.checking():
+                # the batch holds every lock it needs already (``lock``): read as they stand
+                read = charge_reads.read_unlocked(driver, item, clock.now_us())
+                if reads is not None:
+                    folded_reads.check(reads, read)
+                reads = read
             decision = decide(reads, item, preview=share is not None)
             if i in priced_as and priced_as[i] != (
                 dict(decision.priced.run_params),
@@ -480,6 +488,7 @@ def _items(
             decision, item, charge_id=charge_id, output_sha256=digest, signing=signing
         )
         driver.apply(planned.writes)
+        folds.written(item, reads, decision, planned.entry)
         facts = dict(planned.facts)
         facts.update(charge_plan.batch_detail(shares[i]))
         run.items.append((decision, item, facts, output))

@@ -63,10 +63,12 @@ from accountant.statements import Block, Statement, Write, WritePlan, statement,
 
 @dataclass(frozen=True)
 class Planned:
-    """A charge's writes, and the facts of its answer (remembered with a key)."""
+    """A charge's writes, the facts of its answer (remembered with a key), and its ledger
+    entry's (the dataset's chain's new head and seal, once the writes are applied)."""
 
     writes: WritePlan
     facts: dict[str, Any]
+    entry: ledger.Entry
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def plan(
     if request.key is not None:
         consumer = request.principal.consumer_id
         main.append(idempotency.remembered(consumer, request.key, request.fingerprint, facts, now))
-    return Planned(WritePlan((*opening, Block(tuple(main)))), facts)
+    return Planned(WritePlan((*opening, Block(tuple(main)))), facts, entry)
 
 
 def _entry(
@@ -361,9 +363,9 @@ def _scope_writes(decision: Decision) -> tuple[list[Block], list[Write]]:
     return blocks, last
 
 
-def _figures(decision: Decision, state: ScopeState, i: int) -> dict[str, int]:
-    """A scope's figures after the grant, as the i-th row's parameters: T, T_J and T_P of
-    the parts the dataset keeps (the others stay as they are) and the largest s(p)."""
+def figures_after(decision: Decision, state: ScopeState) -> dict[str, Amount]:
+    """A scope's figures after the grant, by their parameters' prefixes: T, T_J and T_P of
+    the parts the dataset keeps (the others stay as they are) and the largest s(p) ("m")."""
     cost, m = decision.priced.cost, decision.priced.multiplicity
     release, kept = decision.checker.release, decision.checker.rule.parts
     values = {
@@ -373,6 +375,20 @@ def _figures(decision: Decision, state: ScopeState, i: int) -> dict[str, int]:
         for prefix, part in _TOTALS.items()
     }
     values["m"] = max_after(state, cost)
+    return values
+
+
+def spend_increments(decision: Decision) -> dict[Part, Amount]:
+    """What the grant adds to s(p) (and to s_J(p) or s_P(p), by its release kind) of each
+    charged partition in every scope, for each part the dataset keeps."""
+    release, kept = decision.checker.release, decision.checker.rule.parts
+    return {part: decision.priced.cost if holds(part, release) else Amount() for part in kept}
+
+
+def _figures(decision: Decision, state: ScopeState, i: int) -> dict[str, int]:
+    """A scope's figures after the grant (``figures_after``), as the i-th row's
+    parameters."""
+    values = figures_after(decision, state)
     params = {}
     for prefix, amount in values.items():
         params.update(
@@ -471,11 +487,10 @@ def _spends(decision: Decision, tally_ids: list[int]) -> Write:
     release kind, of every charged partition (all of them for ``"*"``) in every scope: by
     the scopes' ids (``tally_ids``), or by their keys when some are created in this
     charge."""
-    dataset, release = decision.dataset, decision.checker.release
+    dataset = decision.dataset
     kept = decision.checker.rule.parts
     params: dict[str, Any] = {"dataset": dataset.id}
-    for part in kept:  # each column's increment, bound by the column's name
-        added = decision.priced.cost if holds(part, release) else Amount()
+    for part, added in spend_increments(decision).items():  # bound by each column's name
         params.update({f"{PART_PREFIXES[part]}{name}": added[name] for name in COMPONENTS})
     if not decision.all_partitions:
         params["keys"] = decision.partitions
