@@ -11,7 +11,7 @@ from typing import Any
 #: mechanism's version, so that a change to them is a new implementation (replays of older
 #: charges are then refused, never answered with new noise). tests/test_replay.py pins the
 #: outputs of each version.
-SAMPLERS_VERSION = 2
+SAMPLERS_VERSION = 3
 
 
 def version(mechanism_version: int) -> str:
