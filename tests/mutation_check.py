@@ -91,8 +91,8 @@ MUTATIONS = [
     Mutation(
         "a charge adds to s(p) but not to s_J(p) or s_P(p)",
         "accountant/services/charge_plan.py",
-        "added = decision.priced.cost if holds(part, release) else Amount()",
-        'added = decision.priced.cost if part == "every" else Amount()',
+        "part: decision.priced.cost if holds(part, release) else Amount() for part in kept",
+        'part: decision.priced.cost if part == "every" else Amount() for part in kept',
         ("tests/test_loss_rules.py",),
     ),
     Mutation(
