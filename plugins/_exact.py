@@ -615,6 +615,8 @@ class _Geometric:
     TRIALS_PER_RUN = 1.59
 
     def __init__(self, pool: WordPool, words: Words, t: int) -> None:
+        if not 1 <= t < MAX_DENOMINATOR:
+            raise ValueError(f"geometric scale out of range: t={t}")
         self.pool, self.words, self.t = pool, words, t
         self._limit = (_INT64_SAFE - t) // t  # u + t V < 2^62 for V up to this
 

@@ -310,3 +310,10 @@ def test_uniform_below_is_uniform_for_wide_and_mixed_bounds() -> None:
     mixed = _exact.uniform_below(SeededRandomSource(51), bounds)
     assert (mixed < bounds).all() and (mixed[bounds == 1] == 0).all()
     assert stats.chisquare(np.bincount(mixed[bounds == 3], minlength=3)).pvalue > ALPHA
+
+
+def test_a_geometric_scale_beyond_the_documented_range_is_refused() -> None:
+    """Vectorised draws need t < 2^55 (int64 products): a larger scale is an error, never
+    a wrong law (sigma^2 = 2^120 makes t about 2^60)."""
+    with pytest.raises(ValueError, match="out of range"):
+        _exact.discrete_gaussian_large(SeededRandomSource(7), 2**120, 100)
