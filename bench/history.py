@@ -51,7 +51,10 @@ def fill(app: Any, entries: int, partitions: int) -> None:
         ids = db.execute(text("SELECT id FROM partitions")).scalars().all()
         for tally in db.execute(text("SELECT id FROM tallies")).scalars().all():
             db.execute(
-                text("INSERT INTO tally_spends VALUES (:t, :p, :e, 0, 0) ON CONFLICT DO NOTHING"),
+                text(
+                    "INSERT INTO tally_spends (tally_id, partition_id, epsilon, delta, rho) "
+                    "VALUES (:t, :p, :e, 0, 0) ON CONFLICT DO NOTHING"
+                ),
                 [{"t": tally, "p": pid, "e": random.randrange(10**9)} for pid in ids],
             )
         for start in range(0, entries, 100_000):
