@@ -391,6 +391,28 @@ def test_a_partition_denial_states_the_partitions_own_figures(api: Api) -> None:
     assert denial["item"] == 1
 
 
+def test_every_partition_a_batch_takes_over_its_limit_is_listed(api: Api) -> None:
+    """A charge names the first partition over its limit; a refused batch lists each one,
+    with its own figures and the first item that takes it over."""
+    api.make_dataset(budget={"epsilon": 10.0}, partition_budget={"epsilon": 1.0})
+    assert api.charge(partitions=["p2"], epsilon=0.5).status_code == 201
+    items = [
+        _item(partitions=["p1", "p2", "p3"], epsilon=0.4),
+        _item(partitions=["p3", "p1", "p2"], epsilon=0.7),  # p3 1.1, p1 1.1, p2 1.6
+    ]
+    response = _batch(api, items)
+    assert response.status_code == 409
+    denials = response.get_json()["denials"]
+    assert [(d["scope"], d["partition"], d["item"]) for d in denials] == [
+        ("partition", "p3", 1),
+        ("partition", "p1", 1),
+        ("partition", "p2", 1),
+    ]
+    figures = {d["partition"]: (d["spent"]["epsilon"], d["requested"]["epsilon"]) for d in denials}
+    assert figures == {"p1": (0, 1.1), "p2": (0.5, 1.1), "p3": (0, 1.1)}
+    assert api.budget()["loss"]["epsilon"] == 0.5
+
+
 def test_an_auditor_may_plan_a_weighted_list(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1.0})
     auditor = Api(api.client, api.make_consumer("compliance", role="auditor"))

@@ -475,6 +475,7 @@ def _items(
             limit = check.limit if share is None else rules.shared_limit(check.limit, before, share)
             if limit.is_exceeded_by(check.after, names) and scope not in run.denials:
                 run.denials[scope] = _Denial(i, item.dataset, check, decision)
+        _partitions_over(run, i, item.dataset, decision, share)
         charge_id = str(uuid.uuid4())
         if run.denials or share is not None:  # nothing runs: only the overflows are wanted
             output, digest = None, _NO_OUTPUT
@@ -493,6 +494,27 @@ def _items(
         facts.update(charge_plan.batch_detail(shares[i]))
         run.items.append((decision, item, facts, output))
     return run
+
+
+def _partitions_over(
+    run: _Run, i: int, dataset: str, decision: Decision, share: Fraction | None
+) -> None:
+    """Each charged partition that item ``i`` takes over the per-partition limit (or its
+    share of what it had left): a denial of its own. A charge's check names only the first
+    such partition in request order; a refused batch lists every one."""
+    limit = decision.dataset.partition_limit
+    if limit is None:
+        return
+    names = decision.mode.components
+    for key in decision.partitions:
+        before, after = run.partitions[dataset, key]
+        check = ScopeCheck(scope="partition", limit=limit, spent=before, after=after, partition=key)
+        scope = _scope_of(dataset, check)
+        run.first.setdefault(scope, check)
+        run.last[scope] = check
+        bound = limit if share is None else rules.shared_limit(limit, before, share)
+        if bound.is_exceeded_by(after, names) and scope not in run.denials:
+            run.denials[scope] = _Denial(i, dataset, check, decision)
 
 
 def _scope_of(dataset: str, check: ScopeCheck) -> tuple[Any, ...]:
