@@ -7,6 +7,7 @@ textbook floating-point Laplace or Gaussian.
 
 from __future__ import annotations
 
+from accountant_plugins._common import SAMPLERS_VERSION
 from accountant_plugins._exact import bernoulli_exp, discrete_laplace, uniform_below
 from accountant_plugins._samplers import (
     as_floats,
@@ -20,6 +21,7 @@ from accountant_plugins._samplers import (
 )
 
 __all__ = [
+    "SAMPLERS_VERSION",
     "as_floats",
     "bernoulli_exp",
     "discrete_gaussian",
