@@ -252,13 +252,7 @@ def test_each_builtin_version_reproduces_its_outputs(name: str) -> None:
     assert mechanism is not None
     params, data, version = GOLDEN[name]
     assert mechanism.version == version, "a new version: update GOLDEN and GOLDEN_SHA256"
-    secret = noise.from_bytes(bytes(range(32)))
-    output = mechanism.runner()(
-        {k: Decimal(v) for k, v in params.items()},
-        data,
-        secret.source_for("00000000-0000-4000-8000-000000000000"),
-    )
-    digest = hashlib.sha256(json.dumps(output, sort_keys=True).encode()).hexdigest()
+    digest = _output_digest(mechanism, params, data, "00000000-0000-4000-8000-000000000000")
     assert digest == GOLDEN_SHA256[name], (
         f"{name} {version} no longer reproduces its outputs: give it a new version"
     )
@@ -288,13 +282,18 @@ def test_each_builtin_version_reproduces_its_vectorised_outputs(name: str) -> No
     assert mechanism is not None
     assert mechanism.version == GOLDEN[name][2], "a new version: update the goldens"
     params, data = GOLDEN_VECTORS[name]
-    secret = noise.from_bytes(bytes(range(32)))
-    output = mechanism.runner()(
-        {k: Decimal(v) for k, v in params.items()},
-        data,
-        secret.source_for("00000000-0000-4000-8000-000000000001"),
-    )
-    digest = hashlib.sha256(json.dumps(output, sort_keys=True).encode()).hexdigest()
+    digest = _output_digest(mechanism, params, data, "00000000-0000-4000-8000-000000000001")
     assert digest == GOLDEN_VECTORS_SHA256[name], (
         f"{name} {mechanism.version} no longer reproduces its outputs: give it a new version"
     )
+
+
+def _output_digest(
+    mechanism: Any, params: dict[str, Any], data: dict[str, Any], charge: str
+) -> str:
+    """The SHA-256 of ``mechanism``'s output for a fixed noise secret and charge id."""
+    secret = noise.from_bytes(bytes(range(32)))
+    output = mechanism.runner()(
+        {k: Decimal(v) for k, v in params.items()}, data, secret.source_for(charge)
+    )
+    return hashlib.sha256(json.dumps(output, sort_keys=True).encode()).hexdigest()

@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -459,15 +459,6 @@ def _items(
                     "(an item before it charges new partitions); name the partitions",
                 )
         names = decision.mode.components
-        spends = run.partitions
-        if decision.dataset.partition_limit is not None:  # s(p) as the batch moves it
-            for key in decision.partitions:
-                spent = reads.spends.get(key, Amount())
-                spends.setdefault((item.dataset, key), (spent, spent))
-                spends[item.dataset, key] = (
-                    spends[item.dataset, key][0],
-                    spent.plus(decision.priced.cost),
-                )
         for check in decision.checks:
             scope = _scope_of(item.dataset, check)
             before = run.first.setdefault(scope, check).spent
@@ -475,7 +466,7 @@ def _items(
             limit = check.limit if share is None else rules.shared_limit(check.limit, before, share)
             if limit.is_exceeded_by(check.after, names) and scope not in run.denials:
                 run.denials[scope] = _Denial(i, item.dataset, check, decision)
-        _partitions_over(run, i, item.dataset, decision, share)
+        _partitions_over(run, i, item.dataset, decision, reads.spends, share)
         charge_id = str(uuid.uuid4())
         if run.denials or share is not None:  # nothing runs: only the overflows are wanted
             output, digest = None, _NO_OUTPUT
@@ -497,9 +488,15 @@ def _items(
 
 
 def _partitions_over(
-    run: _Run, i: int, dataset: str, decision: Decision, share: Fraction | None
+    run: _Run,
+    i: int,
+    dataset: str,
+    decision: Decision,
+    spends: Mapping[str, Amount],
+    share: Fraction | None,
 ) -> None:
-    """Each charged partition that item ``i`` takes over the per-partition limit (or its
+    """s(p) of each partition item ``i`` charges, as the batch moves it (from ``spends``, as
+    the item read them); and each one the item takes over the per-partition limit (or its
     share of what it had left): a denial of its own. A charge's check names only the first
     such partition in request order; a refused batch lists every one."""
     limit = decision.dataset.partition_limit
@@ -507,7 +504,10 @@ def _partitions_over(
         return
     names = decision.mode.components
     for key in decision.partitions:
-        before, after = run.partitions[dataset, key]
+        spent = spends.get(key, Amount())
+        before = run.partitions.get((dataset, key), (spent, spent))[0]
+        after = spent.plus(decision.priced.cost)
+        run.partitions[dataset, key] = (before, after)
         check = ScopeCheck(scope="partition", limit=limit, spent=before, after=after, partition=key)
         scope = _scope_of(dataset, check)
         run.first.setdefault(scope, check)
