@@ -17,6 +17,11 @@ naming its partition's hold: a draw's cost comes out of the hold, not the scopes
 ratio to the ceiling, in the same run, says what drawing on a hold costs against a plain
 charge.
 
+With --compare-with DIR (a git worktree of an earlier commit), the service of that source
+tree runs too, on a database of its own, in slices of its own: the ratio service/before of
+each round says how this tree's charge path compares with that one's, on the same machine
+in the same seconds.
+
 Both servers run side by side, and the clients drive them in turn in short slices
 (--slice seconds, ceiling then service, again and again): on a shared machine whose
 speed drifts from one second to the next, a slow spell falls on both alike. A round is
@@ -27,7 +32,7 @@ server warms up and is not counted.
 
     python bench/charges.py [--seconds 10] [--rounds 3] [--slice 1] [--clients 6]
                             [--workers 2] [--threads 4] [--accounting pure|rdp|gdp] [--hold]
-                            [--population]
+                            [--population] [--compare-with DIR]
                             [--postgres-url postgresql+psycopg://postgres@127.0.0.1/postgres]
 """
 
@@ -102,8 +107,47 @@ def _setup() -> tuple[dict[str, Any], str, dict[str, Any]]:
 
 
 def kinds() -> tuple[str, ...]:
-    """The kinds of slice the clients take in turn: with --hold, draws on holds too."""
-    return ("ceiling", "service", "draw") if os.environ.get("BENCH_HOLD") else KINDS
+    """The kinds of slice the clients take in turn: with --hold, draws on holds too; with
+    --compare-with, the service of the other source tree too."""
+    extra = ("draw",) if os.environ.get("BENCH_HOLD") else ()
+    if os.environ.get("BENCH_BEFORE"):
+        extra += ("before",)
+    return (*KINDS, *extra)
+
+
+def _tree_env(kind: str) -> dict[str, str]:
+    """What a server of ``kind`` (and its set-up) runs with: the other source tree first on
+    the import path for --compare-with's "before"."""
+    if kind != "before":
+        return {}
+    tree = os.environ["BENCH_BEFORE"]
+    meta = _tree_metadata(Path(tree), Path(os.environ["BENCH_FOLDER"]) / "before-metadata")
+    path = [str(meta), tree, os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(filter(None, path))}
+
+
+def _tree_folder(kind: str) -> str | None:
+    """Where a process of ``kind`` starts: the other source tree for "before" (``python -c``
+    and gunicorn put their working folder first on the import path), else here."""
+    return os.environ["BENCH_BEFORE"] if kind == "before" else None
+
+
+def _tree_metadata(tree: Path, folder: Path) -> Path:
+    """A folder holding the metadata of the service's distribution with the entry points
+    of ``tree``'s pyproject.toml: first on the import path, it stands in for the installed
+    one's, so that the other tree's server loads that tree's plugins and no others."""
+    import tomllib
+
+    project = tomllib.loads((tree / "pyproject.toml").read_text())["project"]
+    name = project["name"]
+    info = folder / f"{name.replace('-', '_')}-0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0\n")
+    lines = []
+    for group, points in project.get("entry-points", {}).items():
+        lines += [f"[{group}]", *(f"{name} = {target}" for name, target in points.items()), ""]
+    (info / "entry_points.txt").write_text("\n".join(lines))
+    return folder
 
 
 def _holds() -> dict[str, str]:
@@ -114,7 +158,7 @@ def _holds() -> dict[str, str]:
 
 def _body(kind: str, number: int, index: int, holds: dict[str, str]) -> dict[str, Any]:
     partition = (number * 7919 + index) % 1000
-    if kind in ("service", "draw"):
+    if kind in ("service", "draw", "before"):
         _, mechanism, params = _setup()
         body = {
             "dataset": "bench",
@@ -221,7 +265,7 @@ def _rate(parts: list[tuple[list[float], dict[int, int]]], clients: int) -> dict
     return {"rate": len(latencies) / busy, "latencies": latencies, "statuses": statuses}
 
 
-def prepare(url: str, folder: str, *, holds: bool = False) -> None:
+def prepare(url: str, folder: str, *, holds: bool = False, kind: str = "service") -> None:
     """Migrate, and create the admin, the dataset, 1000 partitions and both scope rows;
     ``holds``: and a hold on each partition, whose ids go to ``folder``/holds.json."""
     env = {
@@ -230,8 +274,12 @@ def prepare(url: str, folder: str, *, holds: bool = False) -> None:
         "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
         "ACCOUNTANT_LOG_LEVEL": "WARNING",
         "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(folder) / "key.pem"),
+        **_tree_env(kind),
     }
-    subprocess.run([BIN / "accountant", "db", "upgrade"], env=env, check=True, capture_output=True)
+    cwd = _tree_folder(kind)
+    subprocess.run(
+        [BIN / "accountant", "db", "upgrade"], env=env, cwd=cwd, check=True, capture_output=True
+    )
     terms, mechanism, params = _setup()
     dataset = {"name": "bench", "privacy_unit": "record", **terms}
     population = None
@@ -276,7 +324,11 @@ def prepare(url: str, folder: str, *, holds: bool = False) -> None:
             "    made[f'p{i}'] = r.get_json()['hold_id']\n"
             f"open({str(Path(folder) / 'holds.json')!r}, 'w').write(json.dumps(made))\n"
         )
-    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"setting up {url} failed:\n{done.stderr[-3000:]}")
 
 
 #: What each partition's hold reserves (--hold), in each mode's measure.
@@ -287,10 +339,13 @@ HOLD_AMOUNTS: dict[str, dict[str, float]] = {
 }
 
 
-def serve(command: list[str], env: dict[str, str], port: int, path: str) -> subprocess.Popen[bytes]:
+def serve(
+    command: list[str], env: dict[str, str], port: int, path: str, cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         command,
         env=env,
+        cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -303,7 +358,7 @@ def start(
     kind: str, url: str, args: argparse.Namespace
 ) -> tuple[subprocess.Popen[bytes], int, str]:
     """A running server of ``kind`` on a prepared database: (process, port, charge path)."""
-    prepare(url, args.folder, holds=kind == "service" and args.hold)
+    prepare(url, args.folder, holds=kind == "service" and args.hold, kind=kind)
     port = free_port()
     env = {
         **os.environ,
@@ -312,8 +367,9 @@ def start(
         "ACCOUNTANT_LOG_LEVEL": "WARNING",
         "CEILING_DATABASE_URL": url,
         "ACCOUNTANT_SIGNING_KEY_FILE": str(Path(args.folder) / "key.pem"),
+        **_tree_env(kind),
     }
-    if kind == "service":
+    if kind in ("service", "before"):
         command = [
             str(BIN / "accountant"),
             "serve",
@@ -341,13 +397,13 @@ def start(
             "ceiling_app:app",
         ]
         ready, path = "/charge", "/charge"
-    return serve(command, env, port, ready), port, path
+    return serve(command, env, port, ready, _tree_folder(kind)), port, path
 
 
 def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str, Any]:
     servers = {}
     try:
-        for kind in KINDS:
+        for kind in (*KINDS, *(("before",) if "before" in kinds() else ())):
             servers[kind] = start(kind, make_url(kind), args)
         print(
             f"  {label}: {args.clients} clients, {args.rounds} rounds of {args.seconds} s per "
@@ -388,6 +444,9 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     if "draw" in kinds():
         result["draw_ratios"] = [r["draw"]["rate"] / r["ceiling"]["rate"] for r in rounds]
         result["draw_ratio"] = statistics.median(result["draw_ratios"])
+    if "before" in kinds():
+        result["before_ratios"] = [r["service"]["rate"] / r["before"]["rate"] for r in rounds]
+        result["before_ratio"] = statistics.median(result["before_ratios"])
     for kind in kinds():
         latencies = sorted(x for r in rounds for x in r[kind]["latencies"])
         statuses: dict[int, int] = {}
@@ -462,7 +521,15 @@ def main() -> None:
         action="store_true",
         help="charge a dataset of privacy unit user that belongs to a population",
     )
+    parser.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        help="also drive the service of another source tree (a git worktree of an earlier "
+        "commit), in slices of its own, and print this service's rate over that one's",
+    )
     args = parser.parse_args()
+    if args.compare_with:
+        os.environ["BENCH_BEFORE"] = str(Path(args.compare_with).resolve())
     os.environ["BENCH_ACCOUNTING"] = args.accounting  # read by the clients and the set-up
     if args.population:
         os.environ["BENCH_POPULATION"] = "1"
@@ -493,6 +560,12 @@ def main() -> None:
                 print(
                     f"{label:11} ratio draw/ceiling: {results['draw_ratio']:.2f} "
                     f"(median of rounds: {draws})"
+                )
+            if "before_ratio" in results:
+                befores = ", ".join(f"{ratio:.3f}" for ratio in results["before_ratios"])
+                print(
+                    f"{label:11} ratio service/before: {results['before_ratio']:.3f} "
+                    f"(median of rounds: {befores})"
                 )
             print(
                 f"{label:11} raw driver, in process, 1 connection: "
