@@ -5,17 +5,25 @@ found, so a renamed rule fails here loudly rather than passing silently), runs
 the tests that guard the rule against the copy, and expects them to fail. Run
 it directly (``python tests/mutation_check.py [NAME ...]``); tests/test_mutations.py
 runs it in the suite.
+
+``--record`` runs each mutation against all of its guarding tests and writes the first test
+that kills it to tests/mutation_killers.json; later runs try that test alone first (see
+``KILLERS``):
+
+    python tests/mutation_check.py [--record] [NAME ...]
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -669,10 +677,19 @@ def _source_path(copy: Path, path: str) -> Path:
     return copy / _PACKAGES[folder] / rest
 
 
-def run(mutation: Mutation, *, applied: bool = True) -> tuple[int, float]:
-    """pytest's exit code for the guarding tests with ``mutation`` applied (where they must
-    fail: 1) or, with ``applied=False``, on the unchanged copy (where they must pass: 0),
-    and the seconds it took."""
+#: The guarding test that failed first when each mutation was last run against all of its
+#: guarding tests (``--record`` rewrites the file). A mutation runs that test alone first;
+#: only if it passes does it run all of its guarding tests, as without it, so a stale entry
+#: costs time, never a verdict.
+KILLERS = Path(__file__).with_name("mutation_killers.json")
+
+
+def run(
+    mutation: Mutation, tests: tuple[str, ...], *, applied: bool = True
+) -> tuple[int, float, list[str]]:
+    """pytest's exit code for ``tests`` (files or test ids) with ``mutation`` applied (where
+    they must fail: 1) or, with ``applied=False``, on the unchanged copy (where they must
+    pass: 0), the seconds it took, and the ids of the tests that failed."""
     with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
         copy = Path(folder)
         _copy(copy)
@@ -700,11 +717,12 @@ def run(mutation: Mutation, *, applied: bool = True) -> tuple[int, float]:
                 "pytest",
                 "-x",
                 "-q",
+                "-rfE",
                 "-p",
                 "no:cacheprovider",
                 "-n",
                 "0",
-                *mutation.tests,
+                *tests,
             ],
             cwd=copy,
             env=env,
@@ -713,43 +731,104 @@ def run(mutation: Mutation, *, applied: bool = True) -> tuple[int, float]:
         )
         if not applied and result.returncode != 0:
             print(result.stdout[-4000:], result.stderr[-2000:], sep="\n", flush=True)
-        return result.returncode, time.monotonic() - started
+        failed = [  # the short summary's lines (not a captured log's "ERROR ...")
+            line.split(" ", 1)[1].split(" - ", 1)[0]
+            for line in result.stdout.splitlines()
+            if line.startswith(("FAILED tests/", "ERROR tests/"))
+        ]
+        return result.returncode, time.monotonic() - started, failed
 
 
-def main(names: list[str]) -> int:
+def _killers(chosen: list[Mutation]) -> dict[str, str]:
+    """The recorded first failing test of each chosen mutation, where it is still one of
+    the mutation's guarding tests."""
+    known = json.loads(KILLERS.read_text()) if KILLERS.exists() else {}
+    return {
+        m.name: known[m.name]
+        for m in chosen
+        if m.name in known and any(_within(known[m.name], test) for test in m.tests)
+    }
+
+
+def _within(test_id: str, guarding: str) -> bool:
+    """Whether ``test_id`` is one of the tests ``guarding`` (a file, a test or a test id)
+    names."""
+    return test_id.split("::", 1)[0] == guarding or test_id.split("[", 1)[0] == guarding
+
+
+_BASELINES: dict[tuple[str, ...], Future[tuple[bool, float]]] = {}
+_BASELINES_LOCK = threading.Lock()
+
+
+def _unchanged(mutation: Mutation, tests: tuple[str, ...]) -> tuple[bool, float]:
+    """Whether ``tests`` pass on an unchanged copy, and the seconds this call waited: run
+    once for each set of tests, however many mutations they guard."""
+    with _BASELINES_LOCK:
+        future = _BASELINES.get(tests)
+        owner = future is None
+        if future is None:
+            future = _BASELINES[tests] = Future()
+    if owner:
+        code, seconds, _ = run(mutation, tests, applied=False)
+        verdict = "passes" if code == 0 else "FAILED"
+        print(f"{verdict:8} unchanged {', '.join(tests)} ({seconds:.0f} s)", flush=True)
+        future.set_result((code == 0, seconds))
+    started = time.monotonic()
+    passed, _ = future.result()
+    return passed, time.monotonic() - started
+
+
+def _verdict(mutation: Mutation, killer: str | None) -> tuple[bool, float, str, list[str]]:
+    """Whether ``mutation`` is killed, the seconds it took, the tests that decided it, and
+    the tests that failed: its recorded killer alone first, if any, else (or if that one
+    passes) all of its guarding tests, after they pass on an unchanged copy."""
+    seconds = 0.0
+    if killer is not None:
+        code, seconds, failed = run(mutation, (killer,))
+        if code == 1:
+            return True, seconds, killer, failed
+    passed, took = _unchanged(mutation, mutation.tests)
+    if not passed:
+        raise SystemExit(f"{mutation.name}: its guarding tests fail on an unchanged copy")
+    code, more, failed = run(mutation, mutation.tests)
+    return code == 1, seconds + took + more, ", ".join(mutation.tests), failed
+
+
+def main(names: list[str], *, record: bool = False) -> int:
+    """Run the chosen mutations (all without ``names``); ``record``: each against all of its
+    guarding tests, and write the first test that kills each to ``KILLERS``."""
     chosen = [m for m in MUTATIONS if not names or m.name in names]
-    tests = sorted({test for m in chosen for test in m.tests})
-    unchanged = [
-        Mutation(f"unchanged {test}", chosen[0].path, chosen[0].before, chosen[0].before, (test,))
-        for test in tests
-    ]
+    killers = {} if record else _killers(chosen)
     survivors = []
-    # Every run has a copy of its own, so they run side by side, one per core; the verdicts
-    # count only if the guarding tests pass on the unchanged copies.
+    first: dict[str, str] = {}
+    # Every run has a copy of its own, so they run side by side, one per core; a verdict
+    # counts only if the tests that give it pass on an unchanged copy: the recorded killers
+    # all together, first; the guarding files of a mutation without one, before it runs.
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        baselines = [pool.submit(run, copy, applied=False) for copy in unchanged]
-        mutants = [pool.submit(run, mutation) for mutation in chosen]
-        for copy, future in zip(unchanged, baselines, strict=True):
-            code, seconds = future.result()
-            print(
-                f"{'passes' if code == 0 else 'FAILED':8} {copy.name} ({seconds:.0f} s)", flush=True
-            )
-            if code != 0:
-                pool.shutdown(cancel_futures=True)
-                return 1
-        for mutation, future in zip(chosen, mutants, strict=True):
-            code, seconds = future.result()
-            killed = code == 1  # tests failed (2 and above: pytest itself could not run)
+        if killers and not _unchanged(chosen[0], tuple(sorted(set(killers.values()))))[0]:
+            return 1
+        verdicts = [pool.submit(_verdict, m, killers.get(m.name)) for m in chosen]
+        for mutation, future in zip(chosen, verdicts, strict=True):
+            killed, seconds, decided_by, failed = future.result()
             verdict = "killed" if killed else "SURVIVED"
-            print(
-                f"{verdict:8} {mutation.name} ({', '.join(mutation.tests)}, {seconds:.0f} s)",
-                flush=True,
-            )
+            print(f"{verdict:8} {mutation.name} ({decided_by}, {seconds:.0f} s)", flush=True)
             if not killed:
                 survivors.append(mutation.name)
+            elif failed:
+                first[mutation.name] = failed[0]
     print(f"{len(chosen) - len(survivors)} of {len(chosen)} mutations killed")
+    if record:
+        known = json.loads(KILLERS.read_text()) if KILLERS.exists() else {}
+        known.update(first)
+        KILLERS.write_text(json.dumps(dict(sorted(known.items())), indent=1) + "\n")
+        print(f"recorded the first failing test of {len(first)} mutations in {KILLERS.name}")
     return 1 if survivors else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    arguments = sys.argv[1:]
+    if "--help" in arguments or "-h" in arguments:
+        print(__doc__)
+        raise SystemExit(0)
+    chosen_names = [name for name in arguments if name != "--record"]
+    raise SystemExit(main(chosen_names, record="--record" in arguments))
