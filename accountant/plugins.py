@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import json
 import logging
 import re
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, cast
 
 import pluggy
@@ -119,9 +122,17 @@ def _distribution_version(plugin: object) -> str:
     implementation (replays of older charges are refused, never answered with new noise)."""
     module = getattr(plugin, "__name__", None) or type(plugin).__module__
     top = module.split(".")[0]
-    for distribution in importlib.metadata.packages_distributions().get(top, []):
+    for distribution in _distributions_of(tuple(sys.path)).get(top, []):
         return f"{distribution}=={importlib.metadata.version(distribution)}"
     return "unversioned"
+
+
+@lru_cache(maxsize=4)
+def _distributions_of(path: tuple[str, ...]) -> Mapping[str, list[str]]:
+    """The distributions that ship each top-level package on ``path`` (``sys.path``, the
+    key: read again when it changes). Reading them takes a third of a second, which every
+    app made in one process would pay; the versions themselves are read each time."""
+    return importlib.metadata.packages_distributions()
 
 
 def _problem_with(mechanism: Mechanism) -> str | None:
@@ -147,9 +158,37 @@ def _problem_with(mechanism: Mechanism) -> str | None:
         ("input_schema", mechanism.input_schema),
     ):
         try:
-            Draft202012Validator.check_schema(dict(schema))
-        except (SchemaError, TypeError) as error:
-            return f"{label} is not a valid JSON Schema: {getattr(error, 'message', error)}"
+            problem = _schema_problem(dict(schema))
+        except TypeError as error:
+            problem = str(error)
+        if problem is not None:
+            return f"{label} is not a valid JSON Schema: {problem}"
         if dict(schema).get("type") != "object":
             return f"{label} must describe an object"
+    return None
+
+
+def _schema_problem(schema: dict[str, Any]) -> str | None:
+    """What ``check_schema`` finds wrong with ``schema`` (None: nothing), remembered for a
+    schema of JSON values by its ``repr``, which tells such values apart (a tuple from a
+    list), since every app a process makes admits the same plugins again."""
+    try:
+        json.dumps(schema)
+    except (TypeError, ValueError):
+        return _checked(schema)
+    text = repr(schema)
+    if text not in _CHECKED:
+        _CHECKED[text] = _checked(schema)
+    return _CHECKED[text]
+
+
+#: ``_schema_problem``'s verdicts, by the schema's ``repr``.
+_CHECKED: dict[str, str | None] = {}
+
+
+def _checked(schema: dict[str, Any]) -> str | None:
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as error:
+        return str(error.message)
     return None
