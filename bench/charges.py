@@ -145,7 +145,7 @@ def _tree_metadata(tree: Path, folder: Path) -> Path:
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0\n")
     lines = []
     for group, points in project.get("entry-points", {}).items():
-        lines += [f"[{group}]", *(f"{name} = {target}" for name, target in points.items()), ""]
+        lines += [f"[{group}]", *(f"{point} = {target}" for point, target in points.items()), ""]
     (info / "entry_points.txt").write_text("\n".join(lines))
     return folder
 
@@ -403,8 +403,9 @@ def start(
 def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str, Any]:
     servers = {}
     try:
-        for kind in (*KINDS, *(("before",) if "before" in kinds() else ())):
-            servers[kind] = start(kind, make_url(kind), args)
+        for kind in kinds():
+            if kind != "draw":  # draws go to the service
+                servers[kind] = start(kind, make_url(kind), args)
         print(
             f"  {label}: {args.clients} clients, {args.rounds} rounds of {args.seconds} s per "
             f"server in alternating {args.slice} s slices ...",

@@ -785,13 +785,13 @@ def _verdict(mutation: Mutation, killer: str | None) -> tuple[bool, float, str, 
     seconds = 0.0
     if killer is not None:
         code, seconds, failed = run(mutation, (killer,))
-        if code == 1:
+        if code == 1:  # a test failed (2 and above: pytest itself could not run)
             return True, seconds, killer, failed
     passed, took = _unchanged(mutation, mutation.tests)
     if not passed:
         raise SystemExit(f"{mutation.name}: its guarding tests fail on an unchanged copy")
     code, more, failed = run(mutation, mutation.tests)
-    return code == 1, seconds + took + more, ", ".join(mutation.tests), failed
+    return code == 1, seconds + took + more, ", ".join(mutation.tests), failed  # as above
 
 
 def main(names: list[str], *, record: bool = False) -> int:
