@@ -165,8 +165,8 @@ MUTATIONS = [
     Mutation(
         "a refusal ends the transaction it shared, and every charge in it runs again",
         "accountant/group_commit.py",
-        "            if isinstance(error, Exception) and not (",
-        "            if False and not (",
+        "            if tx.applied or isinstance(error, DBAPIError):",
+        "            if True:",
         (
             "tests/test_group_commit.py::"
             "test_charges_refused_before_their_writes_leave_the_others_to_commit_once",

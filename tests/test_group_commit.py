@@ -64,10 +64,8 @@ class _Caller(threading.Thread):
     def run(self) -> None:
         self.driver = Driver.checkout(self.engine)
         try:
-            for tx in self.group.transactions("clicks", self.driver):
-                with tx:
-                    value = self.work(tx)
-            self.value = value  # the last run's, once its transaction committed
+            # the last run's value, once its transaction committed
+            self.value = self.group.run("clicks", self.driver, self.work)
         except BaseException as error:
             self.error = error
         finally:
@@ -283,9 +281,7 @@ def test_many_threads_each_get_their_own_results_and_every_write_is_committed(
         try:
             results[number] = []
             for i in range(25):
-                for tx in group.transactions("clicks", driver):
-                    with tx:
-                        key, _ = _insert(f"t{number}-{i}")(tx)
+                key, _ = group.run("clicks", driver, _insert(f"t{number}-{i}"))
                 results[number].append(key)
         finally:
             driver.close()

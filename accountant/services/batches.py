@@ -23,7 +23,9 @@
    released: the outputs of the items before the first denial are dropped
    with it) and writes one denied ledger entry per dataset it names; a grant
    keeps every item's writes. Either way, with a key, its answer is
-   remembered, and the transaction commits.
+   remembered, and the transaction commits. A grant without a key builds its
+   answer (every item's facts and signed receipt) after the commit, outside
+   the locks; a refusal never builds its items' answers.
 
 Each item's writes are a charge's own (partitions, scopes, ledger entry with
 the batch's id and its group), so the verifier, the totals rebuild and the
@@ -32,10 +34,11 @@ dashboard read a batch as the charges it is.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -146,7 +149,7 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
             if first is None:
                 # one moment for the whole batch: every item falls in the same windows
                 clock = FrozenClock(context.clock.now_us())
-                done, run = _decided(driver, batch, states, clock, context)
+                decided, run = _decided(driver, batch, states, clock, context)
                 driver.commit()
     except BaseException:
         driver.rollback()
@@ -154,9 +157,11 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
     if first is not None:  # a known key: nothing written
         driver.rollback()
         return _replay(driver, first, batch, context)
+    # committed: a grant without a key is answered with facts built outside the locks
+    done = _granted(batch, run) if decided is None else decided
     if isinstance(done, BatchGranted):  # after the commit, never failing the batch
         context.signer_published[0] = True
-        for decision, item, facts, _ in run.items:
+        for (decision, item, _, _), facts in zip(run.items, done.facts["items"], strict=True):
             context.alerts.after_grant(
                 decision.checks,
                 decision.mode.components,
@@ -174,20 +179,21 @@ def _decided(
     states: dict[str, DatasetState],
     clock: FrozenClock,
     context: ChargeContext,
-) -> tuple[BatchDone, _Run]:
+) -> tuple[BatchDone | None, _Run]:
     """Price, decide and write every item, under the locks; then keep the writes of a
-    grant, or undo them and ledger the refusal; with a key, remember the answer."""
+    grant, or undo them and ledger the refusal; with a key, remember the answer. The
+    answer, or None for a grant without a key (its facts wait for the commit)."""
     shares, priced_as = _shares(driver, batch, clock)
     driver.run("SAVEPOINT batch_items")
     run = _items(driver, batch, shares, priced_as, clock, context)
-    done: BatchDone
     if run.denials:
         driver.run("ROLLBACK TO SAVEPOINT batch_items")
-        done = BatchDenied(_denied_facts(batch, run))
+        done: BatchDone = BatchDenied(_denied_facts(batch, run))
         driver.apply(_refusal_writes(batch, run, states, clock.now_us(), context))
+    elif batch.key is None:
+        return None, run
     else:
-        outputs = [out for _, _, _, out in run.items if out is not None]
-        done = BatchGranted(_granted_facts(batch, run), outputs)
+        done = _granted(batch, run)
     if batch.key is not None:
         caller = batch.principal
         remembered = idempotency.remembered(
@@ -414,7 +420,8 @@ class _Denial:
 class _Run:
     """The items as written in the transaction, and what the plan does to every scope."""
 
-    items: list[tuple[Decision, ChargeRequest, dict[str, Any], dict[str, Any] | None]]
+    #: each item's decision, request, facts (built when called) and output
+    items: list[tuple[Decision, ChargeRequest, Callable[[], dict[str, Any]], dict[str, Any] | None]]
     denials: dict[tuple[Any, ...], _Denial]
     first: dict[tuple[Any, ...], ScopeCheck]  # each scope as the plan found it
     last: dict[tuple[Any, ...], ScopeCheck]  # and as its last item left it
@@ -481,9 +488,9 @@ def _items(
         )
         driver.apply(planned.writes)
         folds.written(item, reads, decision, planned.entry)
-        facts = dict(planned.facts)
-        facts.update(charge_plan.batch_detail(shares[i]))
-        run.items.append((decision, item, facts, output))
+        run.items.append(
+            (decision, item, functools.partial(_item_facts, planned, shares[i]), output)
+        )
     return run
 
 
@@ -560,6 +567,18 @@ def _delta_hint(batch: BatchRequest, item: ChargeRequest) -> Iterator[None]:
         raise
 
 
+def _item_facts(planned: charge_plan.Planned, share: PlanShare) -> dict[str, Any]:
+    """An item's facts in a granted batch's answer: its own as a charge's, and its batch."""
+    facts = dict(planned.facts)
+    facts.update(charge_plan.batch_detail(share))
+    return facts
+
+
+def _granted(batch: BatchRequest, run: _Run) -> BatchGranted:
+    outputs = [out for _, _, _, out in run.items if out is not None]
+    return BatchGranted(_granted_facts(batch, run), outputs)
+
+
 def _granted_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
     """A granted batch's answer without its outputs: each item's facts, and what the batch
     charged each dataset."""
@@ -570,7 +589,7 @@ def _granted_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
     return {
         "kind": "batch",
         "batch_id": batch.batch_id,
-        "items": [facts for _, _, facts, _ in run.items],
+        "items": [facts() for _, _, facts, _ in run.items],
         "cost": idempotency.decimals_as_floats(
             {name: report_cost(decision, amount) for name, (decision, amount) in charged.items()}
         ),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -61,14 +62,23 @@ from accountant.services import charge_responses, idempotency, ledger, receipts
 from accountant.statements import Block, Statement, Write, WritePlan, statement, upsert
 
 
-@dataclass(frozen=True)
 class Planned:
-    """A charge's writes, the facts of its answer (remembered with a key), and its ledger
-    entry's (the dataset's chain's new head and seal, once the writes are applied)."""
+    """A charge's writes, its ledger entry (the dataset's chain's new head and seal, once the
+    writes are applied), and the facts of its answer.
 
-    writes: WritePlan
-    facts: dict[str, Any]
-    entry: ledger.Entry
+    The facts (a grant's signed receipt among them) depend on nothing the writes change, so
+    they are built when first asked for: inside the transaction when the charge's
+    idempotency key remembers them, else after the commit, outside the dataset's lock,
+    where building them holds up no other charge."""
+
+    def __init__(
+        self, writes: WritePlan, entry: ledger.Entry, answer: Callable[[], dict[str, Any]]
+    ) -> None:
+        self.writes, self.entry, self._answer = writes, entry, answer
+
+    @functools.cached_property
+    def facts(self) -> dict[str, Any]:
+        return self._answer()
 
 
 @dataclass(frozen=True)
@@ -114,24 +124,40 @@ def plan(
             main += population_loss(decision.dataset, decision.population_after)
         if signing.publish:
             main.append(receipts.published(signing.signer, now))
-        if hold is None:
-            assert output_sha256 is not None
-            facts = charge_responses.granted(
-                decision, request, charge_id, now, output_sha256, entry.head, signing.signer
-            )
-        else:
-            main.append(_hold_row(decision, request))
-            facts = charge_responses.held(decision, request, now, entry.head, signing.signer)
-    else:
-        facts = charge_responses.denied(decision, charge_id, now)
         if hold is not None:
-            del facts["charge_id"]
-            facts["hold_id"] = hold.hold_id
-            facts["reason"] = facts["reason"].replace("this charge", "this hold", 1)
-    if request.key is not None:
+            main.append(_hold_row(decision, request))
+    answer = functools.partial(_facts, decision, request, charge_id, output_sha256, entry, signing)
+    if request.key is not None:  # its facts are remembered with it, in its transaction
+        facts = answer()
         consumer = request.principal.consumer_id
         main.append(idempotency.remembered(consumer, request.key, request.fingerprint, facts, now))
-    return Planned(WritePlan((*opening, Block(tuple(main)))), facts, entry)
+        answer = functools.partial(dict, facts)
+    return Planned(WritePlan((*opening, Block(tuple(main)))), entry, answer)
+
+
+def _facts(
+    decision: Decision,
+    request: ChargeRequest,
+    charge_id: str,
+    output_sha256: str | None,
+    entry: ledger.Entry,
+    signing: Signing,
+) -> dict[str, Any]:
+    """What the answer to ``request`` states (``charge_responses``), but its output."""
+    now, hold = decision.now_us, request.hold
+    if decision.granted:
+        if hold is not None:
+            return charge_responses.held(decision, request, now, entry.head, signing.signer)
+        assert output_sha256 is not None
+        return charge_responses.granted(
+            decision, request, charge_id, now, output_sha256, entry.head, signing.signer
+        )
+    facts = charge_responses.denied(decision, charge_id, now)
+    if hold is not None:
+        del facts["charge_id"]
+        facts["hold_id"] = hold.hold_id
+        facts["reason"] = facts["reason"].replace("this charge", "this hold", 1)
+    return facts
 
 
 def _entry(

@@ -1,13 +1,15 @@
 """The charge: one function, one transaction, from the lock to the commit.
 
-``submit`` is the whole life of a charge, and reads top to bottom:
+``submit`` is the whole life of a charge, and ``_charge`` its unit of work,
+which reads top to bottom:
 
-1. its transaction (``group.transactions``): BEGIN as its ``with`` block
-   begins, COMMIT (or ROLLBACK) as it ends. Charges of one dataset that queue
-   in this process while a transaction runs join it and share its commit
-   (``accountant.group_commit``); each is checked against the totals the ones
-   before it left, as if it had come alone, and none is answered before the
-   commit;
+1. its transaction (``group.run``): BEGIN before ``_charge`` runs, COMMIT
+   (or ROLLBACK) once it has. Charges of one dataset that queue in this
+   process while a transaction runs join it and share its commit: the
+   thread leading the transaction runs their units after its own
+   (``accountant.group_commit``); each is checked against the totals the
+   ones before it left, as if it had come alone, and none is answered before
+   the commit;
 2. its reads (``charge_reads.read``): the dataset's row, locked, with the
    caller's role, grant and key as they stand; the charged partitions; every
    scope's row. A request whose idempotency key is known, with the same
@@ -21,8 +23,10 @@
 5. its writes (``charge_plan.plan``), applied in the transaction
    (``tx.apply``): a grant's new partitions and its scopes; every charge's
    ledger entry and its count for /metrics; with an idempotency key, the
-   facts of its answer. On PostgreSQL they travel with the COMMIT in one round trip: a
-   simple charge holds the lock for two round trips.
+   facts of its answer. On PostgreSQL they travel with the COMMIT in one
+   round trip: a simple charge holds the lock for two round trips. Without a
+   key, the facts (a grant's signed receipt among them) are built after the
+   commit, outside the lock.
 
 A refusal (a 403, a 400, a failed mechanism) raises before the writes: it is
 that charge's outcome alone, and the others in its transaction commit. No
@@ -33,6 +37,7 @@ charge.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -46,7 +51,7 @@ from accountant.alerts import AlertDispatcher
 from accountant.clock import Clock
 from accountant.driver import Driver
 from accountant.errors import IdempotencyKeyReused, MechanismFailed
-from accountant.group_commit import GroupCommit
+from accountant.group_commit import GroupCommit, Transaction
 from accountant.key_hashing import KeyHasher
 from accountant.noise import NoiseSecret
 from accountant.services import charge_plan, charge_reads, idempotency, receipts
@@ -99,50 +104,54 @@ Submitted = Granted | Denied | Replayed
 def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -> Submitted:
     """Charge ``request`` once, or give its first response again; see the module's notes.
     ``connection`` is this request's own, on which its transaction runs if it leads one."""
-    done: Granted | Denied | idempotency.Remembered
     # A duplicate key (PostgreSQL: the same key committed on another dataset between this
     # charge's read and its write) sends it back once, to read that charge's response.
-    duplicates = request.key is not None
-    for tx in context.group.transactions(request.dataset, connection, duplicates=duplicates):
-        with tx:
-            reads = charge_reads.read(
-                tx.driver, request, context.clock, outside=context.outside_populations
-            )
-            if isinstance(reads, idempotency.Remembered):  # a known key: nothing to write
-                done = _first_response(reads, request)
-            else:
-                decision = decide(reads, request)
-                charge_id = str(uuid.uuid4())
-                output, digest = (
-                    run_mechanism(request, decision, charge_id, context.noise)
-                    if decision.granted and request.hold is None  # a hold runs nothing
-                    else (None, None)
-                )
-                signing = charge_plan.Signing(
-                    context.signer, not context.signer_published[0], context.hasher
-                )
-                planned = charge_plan.plan(
-                    decision, request, charge_id=charge_id, output_sha256=digest, signing=signing
-                )
-                tx.apply(planned.writes)
-                done = (
-                    Granted(decision, planned.facts, output)
-                    if decision.granted
-                    else Denied(decision, planned.facts)
-                )
+    done = context.group.run(
+        request.dataset,
+        connection,
+        functools.partial(_charge, request=request, context=context),
+        duplicates=request.key is not None,
+    )
     if isinstance(done, idempotency.Remembered):  # outside the lock; no new alerts
         return Replayed(done.facts, idempotency.output_of(done, request, context.noise))
-    if isinstance(done, Granted):  # after the commit, never failing the charge
-        context.signer_published[0] = True  # committed with the charge
-        context.alerts.after_grant(
-            done.decision.checks,
-            done.decision.mode.components,
-            dataset=request.dataset,
-            consumer=request.principal.name,
-            charge_id=done.facts.get("charge_id") or done.facts["hold_id"],
-            at=context.clock.now_us() / 1e6,
-        )
-    return done
+    decision, planned, output = done  # committed: its answer is built outside the lock
+    if not decision.granted:
+        return Denied(decision, planned.facts)
+    granted = Granted(decision, planned.facts, output)
+    context.signer_published[0] = True  # committed with the charge
+    context.alerts.after_grant(  # after the commit, never failing the charge
+        decision.checks,
+        decision.mode.components,
+        dataset=request.dataset,
+        consumer=request.principal.name,
+        charge_id=granted.facts.get("charge_id") or granted.facts["hold_id"],
+        at=context.clock.now_us() / 1e6,
+    )
+    return granted
+
+
+def _charge(
+    tx: Transaction, *, request: ChargeRequest, context: ChargeContext
+) -> tuple[Decision, charge_plan.Planned, dict[str, Any] | None] | idempotency.Remembered:
+    """The charge's unit of work, in its dataset's transaction: read, decide, run, write."""
+    reads = charge_reads.read(
+        tx.driver, request, context.clock, outside=context.outside_populations
+    )
+    if isinstance(reads, idempotency.Remembered):  # a known key: nothing to write
+        return _first_response(reads, request)
+    decision = decide(reads, request)
+    charge_id = str(uuid.uuid4())
+    output, digest = (
+        run_mechanism(request, decision, charge_id, context.noise)
+        if decision.granted and request.hold is None  # a hold runs nothing
+        else (None, None)
+    )
+    signing = charge_plan.Signing(context.signer, not context.signer_published[0], context.hasher)
+    planned = charge_plan.plan(
+        decision, request, charge_id=charge_id, output_sha256=digest, signing=signing
+    )
+    tx.apply(planned.writes)
+    return decision, planned, output
 
 
 def _first_response(

@@ -1,7 +1,7 @@
 """Settling a hold: what its job used, and what goes back to every scope it charged.
 
 ``settle`` is one unit of work in its dataset's transaction (the charges'
-group commit, ``GroupCommit.transactions``), read, decided, written:
+group commit, ``GroupCommit.run``), read, decided, written:
 
 1. its reads: the dataset's row, locked, with the caller's role and key as
    they stand (``charge_reads.send_dataset``); the answer remembered for its
@@ -38,6 +38,7 @@ from accountant.accounting.windows import isoformat
 from accountant.driver import Driver, Rows
 from accountant.errors import IdempotencyKeyReused, NotFound, Unauthorized, field_error
 from accountant.exact import COMPONENTS, Amount
+from accountant.group_commit import Transaction
 from accountant.mechanism import Mechanism
 from accountant.models import Dataset, Hold, Partition, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
@@ -106,43 +107,49 @@ def settle(
     connection: Driver, request: SettleRequest, context: ChargeContext
 ) -> Settled | idempotency.Remembered:
     """Settle ``request``'s hold once, or give its first answer again."""
-    done: Settled | idempotency.Remembered
-    duplicates = request.key is not None
-    for tx in context.group.transactions(request.dataset, connection, duplicates=duplicates):
-        with tx:
-            read = _read(tx.driver, request, context.clock.now_us())
-            if isinstance(read, idempotency.Remembered):
-                if read.request_hash != request.fingerprint:
-                    raise IdempotencyKeyReused(
-                        f"idempotency key {request.key!r} was first used with a different "
-                        "request; use a new key for a new request"
-                    )
-                done = read
-                continue
-            dataset, hold, books, now = read
-            role = dataset.role
-            settlement = settled(
-                hold,
-                hold_id=request.hold_id,
-                used=_used(request, dataset, hold),
-                consumer_id=request.principal.consumer_id,
-                role=role,
-                now_us=now,
-                names=dataset.mode.components,
-                rule=dataset.rule,
-                lifetime=books,
-                whole_only=dataset.accounting == "approx"
-                and request.mechanism is not None
-                and not request.mechanism.runs,
-                field_name=request.field,
-            )
-            signing = Signing(context.signer, not context.signer_published[0], context.hasher)
-            writes, facts = _plan(settlement, dataset, request, now, signing)
-            tx.apply(writes)
-            done = Settled(facts)
+    done = context.group.run(
+        request.dataset,
+        connection,
+        functools.partial(_settle, request=request, context=context),
+        duplicates=request.key is not None,
+    )
     if isinstance(done, Settled):
         context.signer_published[0] = True
     return done
+
+
+def _settle(
+    tx: Transaction, *, request: SettleRequest, context: ChargeContext
+) -> Settled | idempotency.Remembered:
+    """The settle's unit of work, in its dataset's transaction: read, decide, write."""
+    read = _read(tx.driver, request, context.clock.now_us())
+    if isinstance(read, idempotency.Remembered):
+        if read.request_hash != request.fingerprint:
+            raise IdempotencyKeyReused(
+                f"idempotency key {request.key!r} was first used with a different "
+                "request; use a new key for a new request"
+            )
+        return read
+    dataset, hold, books, now = read
+    settlement = settled(
+        hold,
+        hold_id=request.hold_id,
+        used=_used(request, dataset, hold),
+        consumer_id=request.principal.consumer_id,
+        role=dataset.role,
+        now_us=now,
+        names=dataset.mode.components,
+        rule=dataset.rule,
+        lifetime=books,
+        whole_only=dataset.accounting == "approx"
+        and request.mechanism is not None
+        and not request.mechanism.runs,
+        field_name=request.field,
+    )
+    signing = Signing(context.signer, not context.signer_published[0], context.hasher)
+    writes, facts = _plan(settlement, dataset, request, now, signing)
+    tx.apply(writes)
+    return Settled(facts)
 
 
 def _used(request: SettleRequest, dataset: DatasetState, hold: HoldState | None) -> Amount:
