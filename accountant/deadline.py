@@ -66,3 +66,13 @@ def spent() -> Iterator[None]:
     finally:
         if left is not None:
             left[0] -= time.monotonic() - start
+
+
+def waited_since(start: float) -> float:
+    """Count the time since ``start`` (``time.monotonic``) against the request's budget, as a
+    wait that has ended now; the time now."""
+    now = time.monotonic()
+    left = _LEFT.get()
+    if left is not None:
+        left[0] -= now - start
+    return now

@@ -49,22 +49,28 @@ How a unit ends decides what happens to the transaction:
   more.
 
 A unit not taken into a transaction within the lock timeout is refused as
-one that waits that long for the lock is (a 503); once taken, it waits for
-the leader, whose every wait for the database has a deadline. A unit that no
-other joins runs alone: one transaction, one commit.
+one that waits that long for the lock is (a 503); the leader takes the units
+queued one at a time, as it is about to run each, so a unit queued behind a
+slow one still gives up in time. Once taken, it waits for the leader, whose
+every wait for the database has a deadline. A unit's waits, in the queue and
+for the commit, count against its own request's budget (``deadline``) before
+its unit runs and once its outcome is known, so the statements the leader
+runs for it have only what is left of that budget. A unit that no other
+joins runs alone: one transaction, one commit.
 """
 
 from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
-from accountant.deadline import remaining, spent
+from accountant.deadline import remaining, waited_since
 from accountant.driver import Driver
 from accountant.statements import WritePlan
 
@@ -123,12 +129,14 @@ class GroupCommit:
         context = contextvars.copy_context()
         unit: _Unit[T] = _Unit(work, context, driver, MAX_ATTEMPTS - 1, duplicates=duplicates)
         while True:
+            unit.since = time.monotonic()
             self._wait_turn(dataset, unit)
             if not unit.lead:  # taken: its outcome, or placed: its turn to lead
-                with spent():  # waiting for the leader is waiting
-                    unit.ready.wait()
+                unit.ready.wait()
             if unit.lead:
                 self._lead(dataset, unit)
+            else:  # waiting for the commit since its unit ran (or for ever) is waiting
+                waited_since(unit.since)
             if unit.again is None:
                 return unit.outcome()
             unit = unit.again
@@ -152,37 +160,36 @@ class GroupCommit:
                     queue.leading = unit.lead = True
         if unit.lead or unit.taken:
             return
-        with spent():  # waiting for the lock, or for the leader, is waiting
-            if unit.ready.wait(remaining(self._wait_s)):
-                return
-            with self._mutex:
-                if not (unit.taken or unit.lead):
-                    queue.waiting.remove(unit)
-                    raise OperationalError(
-                        "BEGIN",
-                        None,
-                        TimeoutError(
-                            f"database is locked: no write lock within {self._wait_s:g} s"
-                        ),
-                    )
+        # The wait counts against the request's budget as its unit runs (``_Unit.run_in``),
+        # or once its outcome is known (``run``).
+        if unit.ready.wait(remaining(self._wait_s)):
+            return
+        with self._mutex:
+            if not (unit.taken or unit.lead):
+                queue.waiting.remove(unit)
+                raise OperationalError(
+                    "BEGIN",
+                    None,
+                    TimeoutError(f"database is locked: no write lock within {self._wait_s:g} s"),
+                )
 
-    def _take(self, dataset: str, members: list[_Unit[Any]]) -> list[_Unit[Any]]:
-        """The units queued for ``dataset`` now, taken into the transaction of ``members``
-        while it has room."""
+    def _take(self, dataset: str, members: list[_Unit[Any]]) -> _Unit[Any] | None:
+        """The first unit queued for ``dataset``, taken into the transaction of ``members``,
+        if it has room (one at a time: a unit not taken yet may still give up in time)."""
         with self._mutex:
             queue = self._queues[dataset]
-            room = self._max_batch - len(members)
-            taken = queue.waiting[:room]
-            del queue.waiting[:room]
-            for unit in taken:
-                unit.taken = True
-        members.extend(taken)
+            if not queue.waiting or len(members) >= self._max_batch:
+                return None
+            taken = queue.waiting.pop(0)
+            taken.taken = True
+        members.append(taken)
         return taken
 
     def _lead(self, dataset: str, leader: _Unit[Any]) -> None:
         """BEGIN on ``leader``'s connection; run its unit, then those queued meanwhile while
         there is room and nothing failed; then commit, or roll back, say what became of
         each, and pass the lead on."""
+        waited_since(leader.since)  # for its turn to lead
         driver = leader.own
         stack = ExitStack()  # the pipeline the transaction's statements go through
         try:
@@ -192,16 +199,15 @@ class GroupCommit:
             leader.error = error
             self._pass_lead(dataset, [])
             return
+        leader.since = time.monotonic()  # BEGIN counted its own wait
         members = [leader]
         failed: BaseException | None = None
         try:
-            running = [leader]
-            while running:
-                for unit in running:
-                    unit.run_in(driver)
-                if leader.placed:  # a transaction of its own
-                    break
-                running = self._take(dataset, members)
+            running: _Unit[Any] | None = leader
+            while running is not None:
+                running.run_in(driver)
+                # placed: a transaction of its own
+                running = None if leader.placed else self._take(dataset, members)
             driver.commit()
             stack.close()  # PostgreSQL: waits for every statement, and the COMMIT
         except BaseException as error:
@@ -284,6 +290,7 @@ class _Unit(Generic[T]):
         "placed",
         "ready",
         "refused",
+        "since",
         "taken",
         "value",
         "work",
@@ -308,6 +315,8 @@ class _Unit(Generic[T]):
         self.value: T | None = None
         self.error: BaseException | None = None
         self.again: _Unit[T] | None = None  # the attempt to run its work in again
+        #: since when it waits (``time.monotonic``), as yet uncounted against its budget
+        self.since = time.monotonic()
 
     def run_in(self, driver: Driver) -> None:
         """Run the work in the transaction on ``driver``, in its own thread's context. An
@@ -315,11 +324,20 @@ class _Unit(Generic[T]):
         transaction."""
         tx = Transaction(driver)
         try:
-            self.value = self.context.run(self.work, tx)
+            self.value = self.context.run(self._counted, tx)
         except Exception as error:
             if tx.applied or isinstance(error, DBAPIError):
                 raise
             self.refused, self.error = True, error  # it wrote nothing: its own outcome
+
+    def _counted(self, tx: Transaction) -> T:
+        """The work, in the unit's context, its wait until now counted against its budget
+        first, and its wait for the commit timed from its end."""
+        waited_since(self.since)
+        try:
+            return self.work(tx)
+        finally:
+            self.since = time.monotonic()
 
     def outcome(self) -> T:
         if self.error is not None:

@@ -17,6 +17,7 @@ from flask import Flask
 from sqlalchemy import bindparam, insert, literal_column
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
+from accountant.deadline import remaining, request_deadline
 from accountant.driver import Driver
 from accountant.group_commit import GroupCommit, Transaction
 from accountant.models import Partition
@@ -416,3 +417,66 @@ def test_a_403_and_a_400_in_the_middle_of_a_group_leave_the_others_to_commit_onc
     assert len(commits) == 1  # one transaction, committed once
     assert [e["status"] for e in api.ledger() if e["kind"] == "charge"] == ["granted"] * 3
     assert api.budget()["loss"]["epsilon"] == pytest.approx(0.3)  # three grants on p1
+
+
+def test_a_queued_unit_run_by_the_leader_has_only_what_its_own_deadline_left(
+    engine: Any,
+) -> None:
+    """A unit that waited in the queue runs, in the leader's thread, with its own request's
+    budget less that wait: a stalled database cannot give it a whole deadline more."""
+    group = GroupCommit(wait_s=30)
+    running, release = threading.Event(), threading.Event()
+    seen: dict[str, float] = {}
+
+    def hold(tx: Transaction) -> Any:
+        running.set()
+        assert release.wait(30)
+        return _insert("a")(tx)
+
+    def measured(tx: Transaction) -> Any:
+        seen["inside"] = remaining(100.0)
+        return _insert("b")(tx)
+
+    def follow() -> None:
+        driver = Driver.checkout(engine)
+        try:
+            with request_deadline(1.0):
+                group.run("clicks", driver, measured)
+                seen["after"] = remaining(100.0)
+        finally:
+            driver.close()
+
+    leader = _Caller(group, engine, hold)
+    leader.start()
+    assert running.wait(30)
+    follower = threading.Thread(target=follow)
+    follower.start()
+    _until(lambda: group.waiting("clicks") == 1)
+    threading.Event().wait(0.5)  # the follower waits half its budget in the queue
+    release.set()
+    follower.join(30)
+    assert leader.ended.wait(30)
+    assert seen["inside"] <= 0.6  # 1.0 s less the wait, not its whole budget
+    assert 0 < seen["after"] <= seen["inside"]  # and its wait for the commit counted too
+    assert _keys(engine) == ["a", "b"]
+
+
+def test_units_are_taken_one_at_a_time_so_one_queued_behind_a_slow_one_still_gives_up(
+    engine: Any, queued: Callable[..., list[_Caller]]
+) -> None:
+    """The leader takes the next queued unit only when it is about to run it: a unit behind a
+    slow one is not held past the lock timeout, it is refused (a 503) and never runs."""
+    group = GroupCommit(wait_s=0.3)
+
+    def slow(tx: Transaction) -> Any:
+        threading.Event().wait(0.9)  # longer than the lock timeout of the units behind it
+        return _insert("b")(tx)
+
+    callers = queued(group, engine, _insert("a"), slow, _insert("c"))
+    for caller in callers:
+        assert caller.ended.wait(30)
+    assert [callers[0].value[0], callers[1].value[0]] == ["a", "b"]
+    assert isinstance(callers[2].error, OperationalError)
+    assert "no write lock within 0.3 s" in str(callers[2].error)
+    assert _keys(engine) == ["a", "b"]
+    assert group.waiting("clicks") == 0
