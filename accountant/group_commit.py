@@ -160,7 +160,7 @@ class GroupCommit:
                     queue.leading = unit.lead = True
         if unit.lead or unit.taken:
             return
-        # The wait counts against the request's budget as its unit runs (``_Unit.run_in``),
+        # The wait counts against the request's budget as its unit runs (``_Unit._counted``),
         # or once its outcome is known (``run``).
         if unit.ready.wait(remaining(self._wait_s)):
             return
@@ -218,39 +218,10 @@ class GroupCommit:
                 stack.__exit__(type(error), error, error.__traceback__)
             with suppress(Exception):
                 driver.rollback()
-        first = [] if failed is None else self._after_failure(failed, members)
+        first = [] if failed is None else _after_failure(failed, members)
         self._pass_lead(dataset, first)
         for unit in members:
             unit.ready.set()
-
-    def _after_failure(self, failed: BaseException, members: list[_Unit[Any]]) -> list[_Unit[Any]]:
-        """Say what became of each unit of a transaction that ``failed`` ended: failed too,
-        or to run again (``_again``). The units to run again alone, first, in order."""
-        again = _again(failed, len(members) > 1)
-        first: list[_Unit[Any]] = []
-        for unit in members:
-            if unit.refused:
-                continue
-            unit.value = None
-            if (
-                again is None
-                or unit.attempts_left == 0
-                or (again == "queued" and not unit.duplicates)
-            ):
-                unit.error = failed
-                continue
-            alone = again == "alone"
-            unit.again = _Unit(
-                unit.work,
-                unit.context,
-                unit.own,
-                unit.attempts_left - 1,
-                duplicates=unit.duplicates,
-                placed=alone,
-            )
-            if alone:
-                first.append(unit.again)
-        return first
 
     def _pass_lead(self, dataset: str, first: list[_Unit[Any]]) -> None:
         """Hand the dataset's lead to ``first`` (units to run again, in order) and then to
@@ -343,6 +314,32 @@ class _Unit(Generic[T]):
         if self.error is not None:
             raise self.error
         return self.value  # type: ignore[return-value]  # set whenever no error is
+
+
+def _after_failure(failed: BaseException, members: list[_Unit[Any]]) -> list[_Unit[Any]]:
+    """Say what became of each unit of a transaction that ``failed`` ended: failed too,
+    or to run again (``_again``). The units to run again alone, first, in order."""
+    again = _again(failed, len(members) > 1)
+    first: list[_Unit[Any]] = []
+    for unit in members:
+        if unit.refused:
+            continue
+        unit.value = None
+        if again is None or unit.attempts_left == 0 or (again == "queued" and not unit.duplicates):
+            unit.error = failed
+            continue
+        alone = again == "alone"
+        unit.again = _Unit(
+            unit.work,
+            unit.context,
+            unit.own,
+            unit.attempts_left - 1,
+            duplicates=unit.duplicates,
+            placed=alone,
+        )
+        if alone:
+            first.append(unit.again)
+    return first
 
 
 def _again(error: BaseException, shared: bool) -> str | None:
