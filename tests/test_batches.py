@@ -217,6 +217,13 @@ def test_a_weighted_plan_splits_what_remains_and_its_answer_is_granted_as_a_batc
         tighter = [dict(item, params=dict(item["params"])) for item in chosen]
         tighter[i]["params"]["epsilon"] += 1e-10
         assert _batch(api, tighter).status_code == 409
+    # nor one digit less on every item: the answer is the largest common scale (API.md).
+    # Item 1 alone could take less (p2 has room left), but its share is set by its weight.
+    tighter = [
+        dict(item, params={**item["params"], "epsilon": item["params"]["epsilon"] + 1e-10})
+        for item in chosen
+    ]
+    assert _batch(api, tighter).status_code == 409
     assert _batch(api, chosen).status_code == 201
     assert api.budget()["loss"]["epsilon"] == 1.0
 
