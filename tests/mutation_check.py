@@ -23,7 +23,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -709,34 +711,74 @@ def run(
             if k not in ("ACCOUNTANT_TEST_POSTGRES_URL", "PROMETHEUS_MULTIPROC_DIR")
         }
         started = time.monotonic()
+        log = copy / "pytest.log"
         # The copy is the working directory, so it is imported before the installed package.
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-x",
-                "-q",
-                "-rfE",
-                "-p",
-                "no:cacheprovider",
-                "-n",
-                "0",
+        code = _server().run(
+            cwd=copy,
+            args=[
+                *("-x", "-q", "-rfE", "-p", "no:cacheprovider", "-n", "0"),
+                # pytest's plugins were imported before it started, so it cannot rewrite
+                # their asserts (the tests' own are rewritten as ever)
+                *("-W", "ignore::pytest.PytestAssertRewriteWarning"),
                 *tests,
             ],
-            cwd=copy,
             env=env,
-            capture_output=True,
-            text=True,
+            log=log,
         )
-        if not applied and result.returncode != 0:
-            print(result.stdout[-4000:], result.stderr[-2000:], sep="\n", flush=True)
+        output = log.read_text(errors="replace")
+        if not applied and code != 0:
+            print(output[-6000:], flush=True)
         failed = [  # the short summary's lines (not a captured log's "ERROR ...")
             line.split(" ", 1)[1].split(" - ", 1)[0]
-            for line in result.stdout.splitlines()
+            for line in output.splitlines()
             if line.startswith(("FAILED tests/", "ERROR tests/"))
         ]
-        return result.returncode, time.monotonic() - started, failed
+        return code, time.monotonic() - started, failed
+
+
+class _Server:
+    """A fork server (tests/mutation_server.py) of one worker thread: each run starts with
+    pytest's plugins and the libraries the tests use already imported, about 5 s a run."""
+
+    def __init__(self) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("mutation_server.py"))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, *, cwd: Path, args: list[str], env: dict[str, str], log: Path) -> int:
+        """pytest's exit code for ``args`` run in ``cwd`` with ``env``, its output in
+        ``log``."""
+        request = {"cwd": str(cwd), "args": args, "env": env, "log": str(log)}
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        answer = self._process.stdout.readline()
+        if not answer:
+            raise SystemExit("the mutation check's fork server ended; run it again")
+        return int(json.loads(answer)["code"])
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=60)
+
+
+_SERVERS: list[_Server] = []
+_SERVERS_LOCK = threading.Lock()
+_THREAD = threading.local()
+
+
+def _server() -> _Server:
+    """This thread's fork server, started at its first run."""
+    server: _Server | None = getattr(_THREAD, "server", None)
+    if server is None:
+        server = _THREAD.server = _Server()
+        with _SERVERS_LOCK:
+            _SERVERS.append(server)
+    return server
 
 
 def _killers(chosen: list[Mutation]) -> dict[str, str]:
@@ -794,6 +836,16 @@ def _verdict(mutation: Mutation, killer: str | None) -> tuple[bool, float, str, 
     return code == 1, seconds + took + more, ", ".join(mutation.tests), failed  # as above
 
 
+@contextmanager
+def _servers_closed() -> Iterator[None]:
+    try:
+        yield
+    finally:
+        with _SERVERS_LOCK:
+            while _SERVERS:
+                _SERVERS.pop().close()
+
+
 def main(names: list[str], *, record: bool = False) -> int:
     """Run the chosen mutations (all without ``names``); ``record``: each against all of its
     guarding tests, and write the first test that kills each to ``KILLERS``."""
@@ -802,11 +854,14 @@ def main(names: list[str], *, record: bool = False) -> int:
     survivors = []
     first: dict[str, str] = {}
     # Every run has a copy of its own, so they run side by side, one per core; a verdict
-    # counts only if the tests that give it pass on an unchanged copy: the recorded killers
-    # all together, first; the guarding files of a mutation without one, before it runs.
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        if killers and not _unchanged(chosen[0], tuple(sorted(set(killers.values()))))[0]:
-            return 1
+    # counts only if the tests that give it pass on an unchanged copy: the recorded killers,
+    # in one share per core, queued first and checked once every verdict is in; the guarding
+    # files of a mutation without one, before it runs.
+    workers = os.cpu_count() or 1
+    recorded = sorted(set(killers.values()))
+    with _servers_closed(), ThreadPoolExecutor(max_workers=workers) as pool:
+        shares = [recorded[i::workers] for i in range(workers) if recorded[i::workers]]
+        baselines = [pool.submit(_unchanged, chosen[0], tuple(share)) for share in shares]
         verdicts = [pool.submit(_verdict, m, killers.get(m.name)) for m in chosen]
         for mutation, future in zip(chosen, verdicts, strict=True):
             killed, seconds, decided_by, failed = future.result()
@@ -816,6 +871,9 @@ def main(names: list[str], *, record: bool = False) -> int:
                 survivors.append(mutation.name)
             elif failed:
                 first[mutation.name] = failed[0]
+        if not all(baseline.result()[0] for baseline in baselines):
+            print("the recorded killers fail on an unchanged copy: no verdict counts")
+            return 1
     print(f"{len(chosen) - len(survivors)} of {len(chosen)} mutations killed")
     if record:
         known = json.loads(KILLERS.read_text()) if KILLERS.exists() else {}
