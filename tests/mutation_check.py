@@ -761,9 +761,10 @@ class _Server:
         return int(json.loads(answer)["code"])
 
     def close(self) -> None:
-        assert self._process.stdin is not None
-        self._process.stdin.close()
-        self._process.wait(timeout=60)
+        """End the server (it stops at the end of its input), its pipes closed."""
+        with self._process:  # closes the pipes and waits for the process
+            assert self._process.stdin is not None
+            self._process.stdin.close()
 
 
 _SERVERS: list[_Server] = []
