@@ -839,6 +839,7 @@ def _verdict(mutation: Mutation, killer: str | None) -> tuple[bool, float, str, 
 
 @contextmanager
 def _servers_closed() -> Iterator[None]:
+    """End every thread's fork server as the block ends, however it ends."""
     try:
         yield
     finally:
