@@ -42,7 +42,7 @@ from accountant.deadline import request_deadline
 from accountant.errors import AccountantError, Conflict, InvalidRequest, Unavailable
 from accountant.group_commit import GroupCommit
 from accountant.jsonio import DecimalJSONProvider
-from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, outcome_of
+from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, observe_transaction, outcome_of
 from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
 from accountant.services.api_keys import KnownKeys
@@ -103,7 +103,7 @@ def create_app(
             clock=clock,
             alerts=AlertDispatcher(pm, AlertSettings.of(settings)),
             signer_published=[False],
-            group=GroupCommit(settings.lock_timeout_ms / 1000),
+            group=GroupCommit(settings.lock_timeout_ms / 1000, observe=observe_transaction),
             hasher=hasher,
         ),
         key_hasher=hasher,

@@ -62,6 +62,7 @@ joins runs alone: one transaction, one commit.
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -75,6 +76,7 @@ from accountant.driver import Driver
 from accountant.statements import WritePlan
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: At most this many units of work share a transaction, so that a long queue still
 #: commits often.
@@ -106,9 +108,18 @@ class Transaction:
 class GroupCommit:
     """The queues of one process's units of work, by dataset; see the module's notes."""
 
-    def __init__(self, wait_s: float, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self,
+        wait_s: float,
+        max_batch: int = MAX_BATCH,
+        observe: Callable[[str, float, int], None] | None = None,
+    ) -> None:
+        """``observe(dataset, seconds, units)``: told of each transaction, once it has ended,
+        how long it took from BEGIN to the end of COMMIT (or ROLLBACK) and how many units of
+        work it ran; its failure is logged, never the transaction's."""
         self._wait_s = wait_s
         self._max_batch = max_batch
+        self._observe = observe
         self._mutex = threading.Lock()
         self._queues: dict[str, _Queue] = {}
 
@@ -199,7 +210,7 @@ class GroupCommit:
             leader.error = error
             self._pass_lead(dataset, [])
             return
-        leader.since = time.monotonic()  # BEGIN counted its own wait
+        leader.since = begun = time.monotonic()  # BEGIN counted its own wait
         members = [leader]
         failed: BaseException | None = None
         try:
@@ -218,10 +229,16 @@ class GroupCommit:
                 stack.__exit__(type(error), error, error.__traceback__)
             with suppress(Exception):
                 driver.rollback()
+        took = time.monotonic() - begun
         first = [] if failed is None else _after_failure(failed, members)
         self._pass_lead(dataset, first)
         for unit in members:
             unit.ready.set()
+        if self._observe is not None:  # after the others are woken, outside the lock
+            try:
+                self._observe(dataset, took, len(members))
+            except Exception as error:  # a metric's file may fail to write; never the units
+                log.error("could not observe a transaction", extra={"error": repr(error)[:200]})
 
     def _pass_lead(self, dataset: str, first: list[_Unit[Any]]) -> None:
         """Hand the dataset's lead to ``first`` (units to run again, in order) and then to

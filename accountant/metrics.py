@@ -25,6 +25,35 @@ DATABASE_ERRORS = Counter(
 )
 
 
+DATASET_TRANSACTION_SECONDS = Counter(
+    "accountant_dataset_transaction_seconds",
+    "Seconds from BEGIN to the end of COMMIT (or ROLLBACK) of this service's transactions of "
+    "charges, holds and settles on each dataset. On SQLite a transaction holds the "
+    "database's write lock throughout: a rate near 1 means the charges queue for it. On "
+    "PostgreSQL it includes the wait for the dataset's row lock.",
+    ["dataset"],
+)
+DATASET_TRANSACTIONS = Counter(
+    "accountant_dataset_transactions",
+    "Transactions of charges, holds and settles on each dataset (group commit: each may "
+    "carry several).",
+    ["dataset"],
+)
+DATASET_TRANSACTION_UNITS = Counter(
+    "accountant_dataset_transaction_units",
+    "Charges, holds and settles run in those transactions, refused ones included.",
+    ["dataset"],
+)
+
+
+def observe_transaction(dataset: str, seconds: float, units: int) -> None:
+    """Count a transaction of ``units`` units of work on ``dataset`` that took ``seconds``
+    from BEGIN to the end of COMMIT or ROLLBACK (``GroupCommit``)."""
+    DATASET_TRANSACTION_SECONDS.labels(dataset).inc(seconds)
+    DATASET_TRANSACTIONS.labels(dataset).inc()
+    DATASET_TRANSACTION_UNITS.labels(dataset).inc(units)
+
+
 def outcome_of(status: int) -> str:
     if status == 201:
         return "granted"

@@ -31,6 +31,12 @@ round. The ratio printed is the median of the rounds'; the rates are the median
 round's, and p50/p99 are over every request of every round. The first slice of each
 server warms up and is not counted.
 
+From the service's /metrics it also prints the time from BEGIN to the end of COMMIT of its
+transactions per charge, and charges per transaction (group commit). On SQLite that time
+holds the write lock: charges that queue for it run at most one per that time, so a rate
+near that bound is set by the work done under the lock. On PostgreSQL it also counts the
+wait for the dataset's row lock.
+
     python bench/charges.py [--seconds 10] [--rounds 3] [--slice 1] [--clients 6]
                             [--workers 2] [--threads 4] [--accounting pure|rdp|gdp] [--hold]
                             [--population] [--compare-with DIR]
@@ -421,6 +427,12 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
         if "draw" in kinds():
             targets["draw"] = targets["service"]  # the same server, charges naming holds
         rounds = drive(targets, args)
+        held = transaction_figures(targets["service"][0])
+        print(
+            f"  {label} service: {held['per_unit_ms']:.2f} ms of transaction per charge, "
+            f"{held['per_transaction']:.1f} charges per transaction",
+            file=sys.stderr,
+        )
         for number, got in enumerate(rounds, 1):
             print(
                 f"  {label} round {number}: ceiling {got['ceiling']['rate']:.0f}/s, "
@@ -439,6 +451,24 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
 
 
 KINDS = ("ceiling", "service")
+
+
+def transaction_figures(port: int) -> dict[str, float]:
+    """From the service's /metrics (``accountant_dataset_transaction*``, summed over its
+    workers): the time from BEGIN to the end of COMMIT of its transactions on the bench
+    dataset, per charge, and charges per transaction."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("GET", "/metrics")
+    text = connection.getresponse().read().decode()
+    connection.close()
+    found = {}
+    for name in ("transaction_seconds", "transactions", "transaction_units"):
+        line = f'accountant_dataset_{name}_total{{dataset="bench"}} '
+        found[name] = next(float(x[len(line) :]) for x in text.splitlines() if x.startswith(line))
+    return {
+        "per_unit_ms": found["transaction_seconds"] / found["transaction_units"] * 1000,
+        "per_transaction": found["transaction_units"] / found["transactions"],
+    }
 
 
 def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:

@@ -126,6 +126,25 @@ def test_metrics_report_latency_and_utilisation(api: Api, client: FlaskClient) -
     assert "partition=" not in text and "key=" not in text  # bounded label sets
 
 
+def test_metrics_say_how_long_the_transactions_of_charges_took(
+    api: Api, client: FlaskClient
+) -> None:
+    api.make_dataset(budget={"epsilon": 1})
+    series = {
+        name: f'accountant_dataset_{name}_total{{dataset="clicks"}}'
+        for name in ("transaction_seconds", "transactions", "transaction_units")
+    }
+    text = client.get("/metrics").get_data(as_text=True)
+    before = {name: _count(text, line) if line in text else 0.0 for name, line in series.items()}
+    api.charge(partitions=["a"], epsilon=0.4)
+    api.charge(partitions=["a"], epsilon=0.7)  # denied: in a transaction too
+    text = client.get("/metrics").get_data(as_text=True)
+    after = {name: _count(text, line) for name, line in series.items()}
+    assert after["transactions"] == before["transactions"] + 2  # one at a time: no group
+    assert after["transaction_units"] == before["transaction_units"] + 2
+    assert after["transaction_seconds"] > before["transaction_seconds"]
+
+
 def _count(text: str, series: str) -> float:
     for line in text.splitlines():
         if line.startswith(series + " "):

@@ -190,18 +190,38 @@ def test_charges_refused_before_their_writes_leave_the_others_to_commit_once(
         commit(self)
 
     monkeypatch.setattr(Driver, "commit", counted)
-    group = GroupCommit(wait_s=30)
+    observed: list[tuple[str, float, int]] = []
+    group = GroupCommit(wait_s=30, observe=lambda *seen: observed.append(seen))
     callers = queued(
         group, engine, _insert("a"), _refuse("b"), _insert("c"), _refuse("d"), _insert("e")
     )
     for caller in callers:
         assert caller.ended.wait(30)
+    # one transaction of five units, begun before the first waited for the rest
+    assert [(dataset, units) for dataset, _, units in observed] == [("clicks", 5)]
+    assert observed[0][1] > 0
     assert callers[0].driver is not None
     assert [(key, id(callers[0].driver)) for key in "abcde"] == RUNS  # each ran once
     assert [callers[i].value[0] for i in (0, 2, 4)] == ["a", "c", "e"]
     assert all(isinstance(callers[i].error, ValueError) for i in (1, 3))
     assert len(commits) == 1
     assert _keys(engine) == ["a", "c", "e"]
+
+
+def test_an_observer_that_fails_fails_no_unit_of_work(
+    engine: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    def observe(dataset: str, seconds: float, units: int) -> None:
+        raise OSError("the metrics folder is gone")
+
+    group = GroupCommit(wait_s=30, observe=observe)
+    driver = Driver.checkout(engine)
+    try:
+        assert group.run("clicks", driver, _insert("a")) == ("a", id(driver))
+    finally:
+        driver.close()
+    assert _keys(engine) == ["a"]
+    assert "could not observe a transaction" in caplog.text
 
 
 def test_a_failing_first_charge_fails_alone_and_the_next_leads(
