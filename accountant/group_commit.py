@@ -114,9 +114,10 @@ class GroupCommit:
         max_batch: int = MAX_BATCH,
         observe: Callable[[str, float, int], None] | None = None,
     ) -> None:
-        """``observe(dataset, seconds, units)``: told of each transaction, once it has ended,
-        how long it took from BEGIN to the end of COMMIT (or ROLLBACK) and how many units of
-        work it ran; its failure is logged, never the transaction's."""
+        """``observe(dataset, seconds, units)``: told of each transaction that committed a
+        unit of work that was not refused, once it has ended, how long it took from BEGIN to
+        the end of COMMIT and how many units of work it ran; its failure is logged, never
+        the transaction's."""
         self._wait_s = wait_s
         self._max_batch = max_batch
         self._observe = observe
@@ -234,7 +235,10 @@ class GroupCommit:
         self._pass_lead(dataset, first)
         for unit in members:
             unit.ready.set()
-        if self._observe is not None:  # after the others are woken, outside the lock
+        # Only a transaction that committed a unit that found its dataset is told: one whose
+        # every unit was refused (a 404 among them) would let a caller add a label of any name.
+        found = failed is None and any(not unit.refused for unit in members)
+        if self._observe is not None and found:  # after the others are woken, outside the lock
             try:
                 self._observe(dataset, took, len(members))
             except Exception as error:  # a metric's file may fail to write; never the units

@@ -27,8 +27,9 @@ DATABASE_ERRORS = Counter(
 
 DATASET_TRANSACTION_SECONDS = Counter(
     "accountant_dataset_transaction_seconds",
-    "Seconds from BEGIN to the end of COMMIT (or ROLLBACK) of this service's transactions of "
-    "charges, holds and settles on each dataset. On SQLite a transaction holds the "
+    "Seconds from BEGIN to the end of COMMIT of this service's transactions of charges, "
+    "holds and settles on each dataset (those in which every one was refused, a 404 or a "
+    "400, or that failed, are not counted). On SQLite a transaction holds the "
     "database's write lock throughout: a rate near 1 means the charges queue for it. On "
     "PostgreSQL it includes the wait for the dataset's row lock.",
     ["dataset"],
@@ -48,7 +49,7 @@ DATASET_TRANSACTION_UNITS = Counter(
 
 def observe_transaction(dataset: str, seconds: float, units: int) -> None:
     """Count a transaction of ``units`` units of work on ``dataset`` that took ``seconds``
-    from BEGIN to the end of COMMIT or ROLLBACK (``GroupCommit``)."""
+    from BEGIN to the end of COMMIT (``GroupCommit``)."""
     DATASET_TRANSACTION_SECONDS.labels(dataset).inc(seconds)
     DATASET_TRANSACTIONS.labels(dataset).inc()
     DATASET_TRANSACTION_UNITS.labels(dataset).inc(units)

@@ -143,6 +143,9 @@ def test_metrics_say_how_long_the_transactions_of_charges_took(
     assert after["transactions"] == before["transactions"] + 2  # one at a time: no group
     assert after["transaction_units"] == before["transaction_units"] + 2
     assert after["transaction_seconds"] > before["transaction_seconds"]
+    unknown = api.charge(dataset="no-such-dataset")  # adds no label of a caller's choice
+    assert unknown.status_code == 404
+    assert 'dataset="no-such-dataset"' not in client.get("/metrics").get_data(as_text=True)
 
 
 def _count(text: str, series: str) -> float:
