@@ -31,6 +31,10 @@ round. The ratio printed is the median of the rounds'; the rates are the median
 round's, and p50/p99 are over every request of every round. The first slice of each
 server warms up and is not counted.
 
+It prints the CPU time each server's processes used per request answered, after the
+warm-up: on a machine whose cores the clients and servers saturate, the service's rate over
+the ceiling's tends to the ratio of these (with the clients' own CPU added to both).
+
 From the service's /metrics it also prints the time from BEGIN to the end of COMMIT of its
 transactions per charge, and charges per transaction (group commit). On SQLite that time
 holds the write lock: charges that queue for it run at most one per that time, so a rate
@@ -227,10 +231,11 @@ def client(
 
 
 def drive(
-    targets: dict[str, tuple[int, str]], args: argparse.Namespace
-) -> list[dict[str, dict[str, Any]]]:
+    targets: dict[str, tuple[int, str]], args: argparse.Namespace, groups: dict[str, int]
+) -> tuple[list[dict[str, dict[str, Any]]], dict[str, float]]:
     """Every round's results by kind: both servers driven in alternating slices, so a spell
-    of a slow machine falls on both alike."""
+    of a slow machine falls on both alike; and the CPU seconds each server's processes
+    (``groups``: process groups by kind) used from the end of the warm-up slices on."""
     per_kind = max(1, round(args.seconds / args.slice))
     turns = kinds()
     n = len(turns)
@@ -244,10 +249,14 @@ def drive(
     ]
     for proc in procs:
         proc.start()
+    time.sleep(max(0.0, start + n * args.slice - time.monotonic()))  # warmed up
+    cpu = {kind: -cpu_seconds(group) for kind, group in groups.items()}
     counted: list[list[tuple[list[float], dict[int, int]]]] = []
     for _ in procs:
         _, results = out.get(timeout=slices * args.slice + 120)
         counted.append(results[n:])
+    for kind, group in groups.items():
+        cpu[kind] += cpu_seconds(group)
     for proc in procs:
         proc.join()
     rounds = []
@@ -259,7 +268,7 @@ def drive(
                 for k, kind in enumerate(turns)
             }
         )
-    return rounds
+    return rounds, cpu
 
 
 def _rate(parts: list[tuple[list[float], dict[int, int]]], clients: int) -> dict[str, Any]:
@@ -426,7 +435,17 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
         targets = {kind: (port, path) for kind, (_, port, path) in servers.items()}
         if "draw" in kinds():
             targets["draw"] = targets["service"]  # the same server, charges naming holds
-        rounds = drive(targets, args)
+        rounds, cpu = drive(targets, args, {k: p.pid for k, (p, _, _) in servers.items()})
+        served = {kind: sum(len(r[kind]["latencies"]) for r in rounds) for kind in kinds()}
+        if "draw" in served:  # the service's own server answers draws too
+            served["service"] += served.pop("draw")
+        per = {kind: cpu[kind] / served[kind] * 1000 for kind in cpu}
+        print(
+            f"  {label} CPU per request of each server's processes: "
+            + ", ".join(f"{kind} {ms:.2f} ms" for kind, ms in per.items())
+            + f" (ceiling/service {per['ceiling'] / per['service']:.2f})",
+            file=sys.stderr,
+        )
         held = transaction_figures(targets["service"][0])
         print(
             f"  {label} service: {held['per_unit_ms']:.2f} ms of transaction per charge, "
@@ -451,6 +470,20 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
 
 
 KINDS = ("ceiling", "service")
+
+
+def cpu_seconds(group: int) -> float:
+    """The CPU time (user and system) the live processes of process group ``group`` have used,
+    from /proc (Linux; 0 elsewhere)."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[2]) == group:  # pgrp; utime and stime follow at 11 and 12
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def transaction_figures(port: int) -> dict[str, float]:
