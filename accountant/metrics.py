@@ -27,11 +27,11 @@ DATABASE_ERRORS = Counter(
 
 DATASET_TRANSACTION_SECONDS = Counter(
     "accountant_dataset_transaction_seconds",
-    "Seconds from BEGIN to the end of COMMIT of this service's transactions of charges, "
-    "holds and settles on each dataset (those in which every one was refused, a 404 or a "
-    "400, or that failed, are not counted). On SQLite a transaction holds the "
-    "database's write lock throughout: a rate near 1 means the charges queue for it. On "
-    "PostgreSQL it includes the wait for the dataset's row lock.",
+    "Seconds of this service's transactions of charges, holds and settles on each "
+    "dataset, to the end of their COMMIT: on SQLite from when BEGIN IMMEDIATE has the "
+    "database's write lock, on PostgreSQL from BEGIN, so including the waits for the "
+    "dataset's row lock (and its population's). Transactions in which every request was "
+    "refused before writing (a 4xx, a failed mechanism), or that failed, are not counted.",
     ["dataset"],
 )
 DATASET_TRANSACTIONS = Counter(

@@ -232,10 +232,11 @@ def client(
 
 def drive(
     targets: dict[str, tuple[int, str]], args: argparse.Namespace, groups: dict[str, int]
-) -> tuple[list[dict[str, dict[str, Any]]], dict[str, float]]:
+) -> tuple[list[dict[str, dict[str, Any]]], dict[str, float], dict[str, float] | None]:
     """Every round's results by kind: both servers driven in alternating slices, so a spell
-    of a slow machine falls on both alike; and the CPU seconds each server's processes
-    (``groups``: process groups by kind) used from the end of the warm-up slices on."""
+    of a slow machine falls on both alike; the CPU seconds each server's processes
+    (``groups``: process groups by kind) used from the end of the warm-up slices on; and the
+    service's transaction counters then (``transaction_counters``)."""
     per_kind = max(1, round(args.seconds / args.slice))
     turns = kinds()
     n = len(turns)
@@ -251,6 +252,7 @@ def drive(
         proc.start()
     time.sleep(max(0.0, start + n * args.slice - time.monotonic()))  # warmed up
     cpu = {kind: -cpu_seconds(group) for kind, group in groups.items()}
+    warm = transaction_counters(targets["service"][0])
     counted: list[list[tuple[list[float], dict[int, int]]]] = []
     for _ in procs:
         _, results = out.get(timeout=slices * args.slice + 120)
@@ -268,7 +270,7 @@ def drive(
                 for k, kind in enumerate(turns)
             }
         )
-    return rounds, cpu
+    return rounds, cpu, warm
 
 
 def _rate(parts: list[tuple[list[float], dict[int, int]]], clients: int) -> dict[str, Any]:
@@ -435,23 +437,26 @@ def run_backend(label: str, make_url: Any, args: argparse.Namespace) -> dict[str
         targets = {kind: (port, path) for kind, (_, port, path) in servers.items()}
         if "draw" in kinds():
             targets["draw"] = targets["service"]  # the same server, charges naming holds
-        rounds, cpu = drive(targets, args, {k: p.pid for k, (p, _, _) in servers.items()})
+        groups = {kind: proc.pid for kind, (proc, _, _) in servers.items()}
+        rounds, cpu, warm = drive(targets, args, groups)
         served = {kind: sum(len(r[kind]["latencies"]) for r in rounds) for kind in kinds()}
         if "draw" in served:  # the service's own server answers draws too
             served["service"] += served.pop("draw")
-        per = {kind: cpu[kind] / served[kind] * 1000 for kind in cpu}
-        print(
-            f"  {label} CPU per request of each server's processes: "
-            + ", ".join(f"{kind} {ms:.2f} ms" for kind, ms in per.items())
-            + f" (ceiling/service {per['ceiling'] / per['service']:.2f})",
-            file=sys.stderr,
-        )
-        held = transaction_figures(targets["service"][0])
-        print(
-            f"  {label} service: {held['per_unit_ms']:.2f} ms of transaction per charge, "
-            f"{held['per_transaction']:.1f} charges per transaction",
-            file=sys.stderr,
-        )
+        if all(cpu.values()) and all(served.values()):  # /proc (Linux) and answers
+            per = {kind: cpu[kind] / served[kind] * 1000 for kind in cpu}
+            print(
+                f"  {label} CPU per request of each server's processes: "
+                + ", ".join(f"{kind} {ms:.2f} ms" for kind, ms in per.items())
+                + f" (ceiling/service {per['ceiling'] / per['service']:.2f})",
+                file=sys.stderr,
+            )
+        held = transaction_figures(targets["service"][0], since=warm)
+        if held is not None:
+            print(
+                f"  {label} service: {held['per_unit_ms']:.2f} ms of transaction per charge, "
+                f"{held['per_transaction']:.1f} charges per transaction",
+                file=sys.stderr,
+            )
         for number, got in enumerate(rounds, 1):
             print(
                 f"  {label} round {number}: ceiling {got['ceiling']['rate']:.0f}/s, "
@@ -486,21 +491,37 @@ def cpu_seconds(group: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def transaction_figures(port: int) -> dict[str, float]:
-    """From the service's /metrics (``accountant_dataset_transaction*``, summed over its
-    workers): the time from BEGIN to the end of COMMIT of its transactions on the bench
-    dataset, per charge, and charges per transaction."""
+def transaction_counters(port: int) -> dict[str, float] | None:
+    """The service's counters of its transactions on the bench dataset, from its /metrics
+    (``accountant_dataset_transaction*``, summed over its workers); None if it has none."""
+    key = os.environ.get("ACCOUNTANT_METRICS_KEY")
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    connection.request("GET", "/metrics")
+    connection.request("GET", "/metrics", headers={"Authorization": f"Bearer {key}"} if key else {})
     text = connection.getresponse().read().decode()
     connection.close()
     found = {}
     for name in ("transaction_seconds", "transactions", "transaction_units"):
         line = f'accountant_dataset_{name}_total{{dataset="bench"}} '
-        found[name] = next(float(x[len(line) :]) for x in text.splitlines() if x.startswith(line))
+        values = [float(x[len(line) :]) for x in text.splitlines() if x.startswith(line)]
+        if not values:
+            return None
+        found[name] = values[0]
+    return found
+
+
+def transaction_figures(port: int, since: dict[str, float] | None) -> dict[str, float] | None:
+    """Since the counters ``since`` (``transaction_counters``; None: since the start): the
+    time from BEGIN to the end of COMMIT of the service's transactions on the bench dataset,
+    per charge, and charges per transaction (draws, with --hold, included)."""
+    now = transaction_counters(port)
+    if now is None:
+        return None
+    done = {name: value - (since or {}).get(name, 0.0) for name, value in now.items()}
+    if not done["transactions"]:
+        return None
     return {
-        "per_unit_ms": found["transaction_seconds"] / found["transaction_units"] * 1000,
-        "per_transaction": found["transaction_units"] / found["transactions"],
+        "per_unit_ms": done["transaction_seconds"] / done["transaction_units"] * 1000,
+        "per_transaction": done["transaction_units"] / done["transactions"],
     }
 
 

@@ -224,6 +224,24 @@ def test_an_observer_that_fails_fails_no_unit_of_work(
     assert "could not observe a transaction" in caplog.text
 
 
+def test_a_transaction_that_failed_is_not_observed(engine: Any) -> None:
+    """A database error is not a refusal: the unit that met it (reading a dataset that may
+    not exist) must still name no label of its caller's choice."""
+    observed: list[tuple[str, float, int]] = []
+
+    def broken(tx: Transaction) -> None:
+        raise OperationalError("SELECT", None, Exception("disk I/O error"))
+
+    group = GroupCommit(wait_s=30, observe=lambda *seen: observed.append(seen))
+    driver = Driver.checkout(engine)
+    try:
+        with pytest.raises(OperationalError):
+            group.run("no-such-dataset", driver, broken)
+    finally:
+        driver.close()
+    assert observed == []
+
+
 def test_a_failing_first_charge_fails_alone_and_the_next_leads(
     engine: Any, queued: Callable[..., list[_Caller]]
 ) -> None:
