@@ -115,9 +115,10 @@ class GroupCommit:
         observe: Callable[[str, float, int], None] | None = None,
     ) -> None:
         """``observe(dataset, seconds, units)``: told of each transaction that committed a
-        unit of work that was not refused, once it has ended, how long it took from BEGIN to
-        the end of COMMIT and how many units of work it ran; its failure is logged, never
-        the transaction's."""
+        unit of work that was not refused, once it has ended, how long it took from the end
+        of ``begin_write`` (SQLite: the write lock taken; PostgreSQL: before BEGIN is sent)
+        to the end of COMMIT, and how many units of work it ran; its failure is logged,
+        never the transaction's."""
         self._wait_s = wait_s
         self._max_batch = max_batch
         self._observe = observe

@@ -49,7 +49,7 @@ DATASET_TRANSACTION_UNITS = Counter(
 
 def observe_transaction(dataset: str, seconds: float, units: int) -> None:
     """Count a transaction of ``units`` units of work on ``dataset`` that took ``seconds``
-    from BEGIN to the end of COMMIT (``GroupCommit``)."""
+    to the end of its COMMIT, as ``DATASET_TRANSACTION_SECONDS`` says (``GroupCommit``)."""
     DATASET_TRANSACTION_SECONDS.labels(dataset).inc(seconds)
     DATASET_TRANSACTIONS.labels(dataset).inc()
     DATASET_TRANSACTION_UNITS.labels(dataset).inc(units)
