@@ -41,9 +41,20 @@ holds the write lock: charges that queue for it run at most one per that time, s
 near that bound is set by the work done under the lock. On PostgreSQL it also counts the
 wait for the dataset's row lock.
 
+It first prints what a flush of this disk takes: a 4 KiB append and its fsync, in the
+folder where the SQLite databases are. The bare endpoint pays a flush per request, under
+the write lock (SQLite) or its dataset's row lock (PostgreSQL); the service pays one per
+transaction, shared by the charges that joined it. With --fsync-delay-ms MS, each fsync and
+fdatasync of the servers' processes (and of the raw driver's) waits MS more, as on a disk
+whose flushes are that much slower (bench/slow_fsync.c, built with the C compiler and
+preloaded; Linux): the ratio then says where group commit overtakes the per-request commit.
+A PostgreSQL server does its own flushes: to delay them, start it with
+LD_PRELOAD=<the printed library> and BENCH_FSYNC_DELAY_US=<microseconds> in its
+environment.
+
     python bench/charges.py [--seconds 10] [--rounds 3] [--slice 1] [--clients 6]
                             [--workers 2] [--threads 4] [--accounting pure|rdp|gdp] [--hold]
-                            [--population] [--compare-with DIR]
+                            [--population] [--compare-with DIR] [--fsync-delay-ms MS]
                             [--postgres-url postgresql+psycopg://postgres@127.0.0.1/postgres]
 """
 
@@ -618,6 +629,14 @@ def main() -> None:
         help="also drive the service of another source tree (a git worktree of an earlier "
         "commit), in slices of its own, and print this service's rate over that one's",
     )
+    parser.add_argument(
+        "--fsync-delay-ms",
+        type=float,
+        default=0,
+        metavar="MS",
+        help="make each fsync of the servers' processes wait MS more, as on a slower disk "
+        "(builds bench/slow_fsync.c with the C compiler; Linux)",
+    )
     args = parser.parse_args()
     if args.compare_with:
         os.environ["BENCH_BEFORE"] = str(Path(args.compare_with).resolve())
@@ -629,6 +648,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder, dropped_afterwards(args.postgres_url):
         args.folder = folder
         os.environ["BENCH_FOLDER"] = folder  # where the clients find the holds' ids
+        flush = f"{fsync_ms(folder):.2f} ms"
+        if args.fsync_delay_ms:
+            library = slow_fsync(folder, args.fsync_delay_ms)
+            flush += (
+                f"; as the servers see it, {fsync_ms(folder, preloaded=True):.2f} ms ({library})"
+            )
+        print(f"a flush of this disk (4 KiB appended, fsync, median): {flush}", file=sys.stderr)
         backends = {"sqlite": lambda kind: f"sqlite:///{folder}/{kind}.db"}
         if args.postgres_url:
             backends["postgresql"] = lambda kind: _postgres_database(args.postgres_url, kind)
@@ -662,6 +688,51 @@ def main() -> None:
                 f"{label:11} raw driver, in process, 1 connection: "
                 f"{raw_rate(make_url('raw'), min(args.seconds, 5), args.folder):.0f} charges/s"
             )
+
+
+FLUSH_LOOP = """
+import os, statistics, sys, time
+path = os.path.join(sys.argv[1], "flush-probe")
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+times = []
+for _ in range(200):
+    started = time.perf_counter()
+    os.write(fd, b"x" * 4096)
+    os.fsync(fd)
+    times.append(time.perf_counter() - started)
+os.close(fd)
+os.unlink(path)
+print(statistics.median(times) * 1000)
+"""
+
+
+def fsync_ms(folder: str, *, preloaded: bool = False) -> float:
+    """The median time of a 4 KiB append and its fsync in ``folder``, in a process of its
+    own: with ``preloaded``, one that has this bench's environment (``slow_fsync``)."""
+    env = os.environ if preloaded else {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    done = subprocess.run(
+        [sys.executable, "-c", FLUSH_LOOP, folder],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return float(done.stdout)
+
+
+def slow_fsync(folder: str, delay_ms: float) -> str:
+    """Build bench/slow_fsync.c in ``folder`` and preload it, with a delay of ``delay_ms``,
+    into every process this bench starts from now on: its servers, their set-up, the raw
+    driver and the clients (which flush nothing); not a PostgreSQL server. Its path."""
+    library = str(Path(folder) / "slow_fsync.so")
+    compiler = os.environ.get("CC", "cc")
+    subprocess.run(
+        [compiler, "-O2", "-shared", "-fPIC", "-o", library, str(BENCH / "slow_fsync.c"), "-ldl"],
+        check=True,
+    )
+    os.environ["LD_PRELOAD"] = " ".join(filter(None, [library, os.environ.get("LD_PRELOAD")]))
+    os.environ["BENCH_FSYNC_DELAY_US"] = str(round(delay_ms * 1000))
+    return library
 
 
 _CREATED: list[str] = []
