@@ -41,16 +41,16 @@ holds the write lock: charges that queue for it run at most one per that time, s
 near that bound is set by the work done under the lock. On PostgreSQL it also counts the
 wait for the dataset's row lock.
 
-It first prints what a flush of this disk takes: a 4 KiB append and its fsync, in the
-folder where the SQLite databases are. The bare endpoint pays a flush per request, under
-the write lock (SQLite) or its dataset's row lock (PostgreSQL); the service pays one per
-transaction, shared by the charges that joined it. With --fsync-delay-ms MS, each fsync and
-fdatasync of the servers' processes (and of the raw driver's) waits MS more, as on a disk
-whose flushes are that much slower (bench/slow_fsync.c, built with the C compiler and
-preloaded; Linux): the ratio then says where group commit overtakes the per-request commit.
-A PostgreSQL server does its own flushes: to delay them, start it with
-LD_PRELOAD=<the printed library> and BENCH_FSYNC_DELAY_US=<microseconds> in its
-environment.
+It first prints what a flush of the disk takes: a 4 KiB append and its fsync, in the
+temporary folder where the SQLite databases are (set TMPDIR to a folder on the disk a
+database would use; on tmpfs a flush does nothing). The bare endpoint pays a flush per
+request, under the write lock (SQLite) or its dataset's row lock (PostgreSQL); the service
+pays one per transaction, shared by the charges of a worker that joined it. With
+--fsync-delay-ms MS, each fsync and fdatasync of the processes this bench starts (the
+servers, their set-up, the raw driver) waits MS more, as on a disk whose flushes are that
+much slower (bench/slow_fsync.c, built with the C compiler and preloaded; Linux): run it
+with a few delays to see where the service's ratio passes 1. A PostgreSQL server does its
+own flushes, which this does not delay: bench/slow_fsync.c says how to start one with it.
 
     python bench/charges.py [--seconds 10] [--rounds 3] [--slice 1] [--clients 6]
                             [--workers 2] [--threads 4] [--accounting pure|rdp|gdp] [--hold]
@@ -66,6 +66,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import shlex
 import signal
 import socket
 import statistics
@@ -634,10 +635,13 @@ def main() -> None:
         type=float,
         default=0,
         metavar="MS",
-        help="make each fsync of the servers' processes wait MS more, as on a slower disk "
+        help="make each fsync and fdatasync of the processes this bench starts (servers, their "
+        "set-up, the raw driver) wait MS more, as on a slower disk; not a PostgreSQL server's "
         "(builds bench/slow_fsync.c with the C compiler; Linux)",
     )
     args = parser.parse_args()
+    if args.fsync_delay_ms < 0:
+        parser.error("--fsync-delay-ms must be 0 or more")
     if args.compare_with:
         os.environ["BENCH_BEFORE"] = str(Path(args.compare_with).resolve())
     os.environ["BENCH_ACCOUNTING"] = args.accounting  # read by the clients and the set-up
@@ -650,11 +654,18 @@ def main() -> None:
         os.environ["BENCH_FOLDER"] = folder  # where the clients find the holds' ids
         flush = f"{fsync_ms(folder):.2f} ms"
         if args.fsync_delay_ms:
-            library = slow_fsync(folder, args.fsync_delay_ms)
-            flush += (
-                f"; as the servers see it, {fsync_ms(folder, preloaded=True):.2f} ms ({library})"
-            )
-        print(f"a flush of this disk (4 KiB appended, fsync, median): {flush}", file=sys.stderr)
+            slow_fsync(folder, args.fsync_delay_ms)
+            delayed = fsync_ms(folder, preloaded=True)
+            if delayed < args.fsync_delay_ms:
+                raise SystemExit(
+                    f"a flush took {delayed:.2f} ms with bench/slow_fsync.c preloaded, less than "
+                    "the delay: the preload did not take (it needs Linux's dynamic loader)"
+                )
+            flush += f"; in the processes this bench starts, {delayed:.2f} ms"
+        print(
+            f"a flush of {folder} (4 KiB appended, fsync, median): {flush}",
+            file=sys.stderr,
+        )
         backends = {"sqlite": lambda kind: f"sqlite:///{folder}/{kind}.db"}
         if args.postgres_url:
             backends["postgresql"] = lambda kind: _postgres_database(args.postgres_url, kind)
@@ -694,8 +705,8 @@ FLUSH_LOOP = """
 import os, statistics, sys, time
 path = os.path.join(sys.argv[1], "flush-probe")
 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-times = []
-for _ in range(200):
+times, deadline = [], time.monotonic() + 5
+while len(times) < 200 and (len(times) < 5 or time.monotonic() < deadline):
     started = time.perf_counter()
     os.write(fd, b"x" * 4096)
     os.fsync(fd)
@@ -707,8 +718,9 @@ print(statistics.median(times) * 1000)
 
 
 def fsync_ms(folder: str, *, preloaded: bool = False) -> float:
-    """The median time of a 4 KiB append and its fsync in ``folder``, in a process of its
-    own: with ``preloaded``, one that has this bench's environment (``slow_fsync``)."""
+    """The median time of a 4 KiB append and its fsync in ``folder`` (200 of them, or as
+    many as 5 s allow), in a process of its own: with ``preloaded``, one that has this
+    bench's environment (``slow_fsync``), else one without LD_PRELOAD."""
     env = os.environ if preloaded else {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     done = subprocess.run(
         [sys.executable, "-c", FLUSH_LOOP, folder],
@@ -720,19 +732,23 @@ def fsync_ms(folder: str, *, preloaded: bool = False) -> float:
     return float(done.stdout)
 
 
-def slow_fsync(folder: str, delay_ms: float) -> str:
+def slow_fsync(folder: str, delay_ms: float) -> None:
     """Build bench/slow_fsync.c in ``folder`` and preload it, with a delay of ``delay_ms``,
-    into every process this bench starts from now on: its servers, their set-up, the raw
-    driver and the clients (which flush nothing); not a PostgreSQL server. Its path."""
+    into every process this bench starts from now on: its servers, their set-up (which it
+    slows too), the raw driver and the clients (which flush nothing); not a PostgreSQL
+    server."""
     library = str(Path(folder) / "slow_fsync.so")
-    compiler = os.environ.get("CC", "cc")
-    subprocess.run(
-        [compiler, "-O2", "-shared", "-fPIC", "-o", library, str(BENCH / "slow_fsync.c"), "-ldl"],
-        check=True,
-    )
+    compiler = shlex.split(os.environ.get("CC", "cc"))
+    flags = ["-O2", "-shared", "-fPIC", "-o", library]
+    try:
+        subprocess.run([*compiler, *flags, str(BENCH / "slow_fsync.c"), "-ldl"], check=True)
+    except FileNotFoundError:
+        raise SystemExit(
+            f"--fsync-delay-ms builds bench/slow_fsync.c with {compiler[0]!r}, which is not "
+            "installed: install a C compiler, or name one in CC"
+        ) from None
     os.environ["LD_PRELOAD"] = " ".join(filter(None, [library, os.environ.get("LD_PRELOAD")]))
     os.environ["BENCH_FSYNC_DELAY_US"] = str(round(delay_ms * 1000))
-    return library
 
 
 _CREATED: list[str] = []
