@@ -35,9 +35,10 @@ It prints the CPU time each server's processes used per request answered, after 
 warm-up: on a machine whose cores the clients and servers saturate, the service's rate over
 the ceiling's tends to the ratio of these (with the clients' own CPU added to both).
 
-From the service's /metrics it also prints the time from BEGIN to the end of COMMIT of its
-transactions per charge, and charges per transaction (group commit). On SQLite that time
-holds the write lock: charges that queue for it run at most one per that time, so a rate
+From the service's /metrics it also prints the time of its transactions per charge, to the
+end of their COMMIT (accountant_dataset_transaction_seconds_total), and charges per
+transaction (group commit). On SQLite that time, from when the write lock is taken, holds
+the lock: charges that queue for it run at most one per that time, so a rate
 near that bound is set by the work done under the lock. On PostgreSQL it also counts the
 wait for the dataset's row lock.
 
@@ -523,8 +524,8 @@ def transaction_counters(port: int) -> dict[str, float] | None:
 
 def transaction_figures(port: int, since: dict[str, float] | None) -> dict[str, float] | None:
     """Since the counters ``since`` (``transaction_counters``; None: since the start): the
-    time from BEGIN to the end of COMMIT of the service's transactions on the bench dataset,
-    per charge, and charges per transaction (draws, with --hold, included)."""
+    time of the service's transactions on the bench dataset to the end of their COMMIT, per
+    charge, and charges per transaction (draws, with --hold, included)."""
     now = transaction_counters(port)
     if now is None:
         return None
@@ -655,7 +656,7 @@ def main() -> None:
         flush = f"{fsync_ms(folder):.2f} ms"
         if args.fsync_delay_ms:
             slow_fsync(folder, args.fsync_delay_ms)
-            delayed = fsync_ms(folder, preloaded=True)
+            delayed = fsync_ms(folder)
             if delayed < args.fsync_delay_ms:
                 raise SystemExit(
                     f"a flush took {delayed:.2f} ms with bench/slow_fsync.c preloaded, less than "
@@ -717,14 +718,12 @@ print(statistics.median(times) * 1000)
 """
 
 
-def fsync_ms(folder: str, *, preloaded: bool = False) -> float:
+def fsync_ms(folder: str) -> float:
     """The median time of a 4 KiB append and its fsync in ``folder`` (200 of them, or as
-    many as 5 s allow), in a process of its own: with ``preloaded``, one that has this
-    bench's environment (``slow_fsync``), else one without LD_PRELOAD."""
-    env = os.environ if preloaded else {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    many as 5 s allow), in a process of its own, started as this bench's servers are (after
+    ``slow_fsync``, with its delay)."""
     done = subprocess.run(
         [sys.executable, "-c", FLUSH_LOOP, folder],
-        env=env,
         check=True,
         capture_output=True,
         text=True,
