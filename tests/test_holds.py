@@ -456,6 +456,24 @@ def test_a_job_on_rdp_that_stopped_early_settles_at_the_steps_it_ran(api: Api, a
     _reconciles(app)
 
 
+def test_a_settle_with_fractional_params_ledgers_them_as_their_exact_text(
+    api: Api, app: Any
+) -> None:
+    api.make_dataset(budget={"epsilon": 2.0})
+    params = {"epsilon": 1, "sensitivity": 1}
+    hold = _hold(api, mechanism="laplace", params=params).get_json()
+    response = _settle(api, hold["hold_id"], {"params": {"epsilon": 0.3}})
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["used"]["epsilon"] == 0.3
+    assert response.get_json()["returned"]["epsilon"] == 0.7
+    assert api.budget()["loss"]["epsilon"] == 0.3
+    entries = api.get("/v1/ledger?dataset=clicks").get_json()["entries"]
+    assert entries[-1]["kind"] == "settle"
+    assert entries[-1]["params"] == {"epsilon": "0.3"}
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    _reconciles(app)
+
+
 def test_a_plan_composed_tightly_on_approx_settles_whole_or_is_released(api: Api) -> None:
     api.make_dataset(accounting="approx", budget={"epsilon": 10, "delta": 1e-5})
     params = {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 1000, "delta": 1e-6}

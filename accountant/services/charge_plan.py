@@ -31,7 +31,6 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -186,7 +185,7 @@ def _entry(
         mechanism=None if request.mechanism is None else request.mechanism.name,
         release=request.release,
         partitions=decision.partitions,
-        params=_plain_params(request),
+        params=ledger.plain_params(_with_unit(request)),
         cost=decision.priced.cost,
         multiplicity=decision.priced.multiplicity,
         detail=detail,
@@ -324,10 +323,6 @@ def _with_unit(request: ChargeRequest) -> dict[str, Any]:
     if request.sensitivity_unit is not None:
         params["sensitivity_unit"] = request.sensitivity_unit
     return params
-
-
-def _plain_params(request: ChargeRequest) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, Decimal) else v for k, v in _with_unit(request).items()}
 
 
 def _denial_detail(decision: Decision) -> dict[str, Any]:

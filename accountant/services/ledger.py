@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Select, and_, bindparam, func, insert, or_, select, update
@@ -68,6 +70,12 @@ def _canonical(values: dict[str, Any], dataset_name: str, consumer_name: str | N
         if values.get(name) is not None:
             content[name] = values[name]
     return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def plain_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters as an entry stores and hashes them: a decimal as its exact text, which
+    JSON has no other form for."""
+    return {k: str(v) if isinstance(v, Decimal) else v for k, v in params.items()}
 
 
 def adds_to_totals(kind: str, status: str, hold_id: str | None) -> bool:

@@ -277,7 +277,7 @@ def _plan(
         mechanism=hold.mechanism,
         release=hold.release,
         partitions=list(hold.partitions),
-        params=dict(request.params or {}),
+        params=ledger.plain_params(request.params or {}),
         cost=returned,
         multiplicity=hold.multiplicity,
         detail={
