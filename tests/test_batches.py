@@ -420,6 +420,19 @@ def test_every_partition_a_batch_takes_over_its_limit_is_listed(api: Api) -> Non
     assert api.budget()["loss"]["epsilon"] == 0.5
 
 
+def test_a_plan_of_gaussians_on_approx_without_a_delta_is_told_to_state_one(
+    api: Api,
+) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 10, "delta": 1e-5})
+    item = {**_item(mechanism="gaussian"), "params": {"sensitivity": 1}, "weight": 1}
+    response = _planned(api, [item])
+    assert response.status_code == 400, response.get_json()
+    assert response.get_json()["errors"][0]["field"].startswith("items[0]")
+    assert "delta" in response.get_json()["errors"][0]["message"], response.get_json()
+    response = _planned(api, [item], delta=1e-6)
+    assert response.status_code == 200, response.get_json()
+
+
 def test_an_auditor_may_plan_a_weighted_list(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1.0})
     auditor = Api(api.client, api.make_consumer("compliance", role="auditor"))

@@ -175,7 +175,15 @@ class _DatasetPlan:
         measure: ComponentName = "epsilon" if state.accounting in ("pure", "approx") else "rho"
         units = 10**9 if measure == "epsilon" else 10**12
         params = {**item.request.params, item.name: Decimal(1)}
-        base = price_alone(item.request, state, self.sizes[i], params).cost
+        try:
+            base = price_alone(item.request, state, self.sizes[i], params).cost
+        except pricing.PricingError as error:  # a 400 naming the item, never a 500
+            hint = (
+                "; or give the plan a delta, at which its approx groups are composed"
+                if state.accounting == "approx" and self.delta is None
+                else ""
+            )
+            raise field_error(f"items[{i}].{error.field}", f"{error}{hint}") from None
         target = max(1, math.floor(item.weight * Fraction(scale) * units))
         return replace(base, **{measure: target})
 
