@@ -268,8 +268,8 @@ MUTATIONS = [
     Mutation(
         "a charge too large for any window is told to wait",
         "accountant/accounting/decide.py",
-        "    never = denial is not None and rules.never_fits(",
-        "    never = False and rules.never_fits(",
+        "    never = denial is not None and hopeless(denial)",
+        "    never = False and hopeless(denial)",
         ("tests/test_denials.py::test_cost_alone_above_a_window_limit_is_409",),
     ),
     Mutation(

@@ -97,6 +97,42 @@ def test_window_scope_is_429_with_retry_after(api: Api) -> None:
     assert window["end"] == body["resets_at"]
 
 
+@pytest.mark.frozen_clock  # 10:30 UTC on 2 March: the hour resets at 11:00, the day at 24:00
+@pytest.mark.parametrize("order", ["hour first", "day first"])
+def test_full_windows_name_the_one_that_resets_last(api: Api, clock: Any, order: str) -> None:
+    """A retry is refused until every window it breaks has reset: Retry-After and resets_at
+    say when the last of them does, whatever order the windows were set in."""
+    windows = [{"period": "1h", "epsilon": 0.5}, {"period": "1d", "epsilon": 0.5}]
+    api.make_dataset(budget={"epsilon": 10}, windows=windows[:: 1 if order == "hour first" else -1])
+    assert api.charge(epsilon=0.5).status_code == 201
+    response = api.charge(epsilon=0.1)
+    assert response.status_code == 429
+    body = _problem(response)
+    assert body["scope"] == "window"
+    assert body["resets_at"] == "2026-03-03T00:00:00Z"
+    assert response.headers["Retry-After"] == str(int(13.5 * 3600))
+    clock.advance(1800)  # the hour has reset; the day has not
+    assert api.charge(epsilon=0.1).status_code == 429
+    clock.advance(13 * 3600)  # both have
+    assert api.charge(epsilon=0.1).status_code == 201
+
+
+@pytest.mark.frozen_clock
+@pytest.mark.parametrize("order", ["hour first", "day first"])
+def test_a_window_the_charge_can_never_fit_is_named_before_one_that_resets_later(
+    api: Api, order: str
+) -> None:
+    """Waiting for the day to reset would not help a charge above the hour's limit: a 409
+    naming the hour, with no Retry-After."""
+    windows = [{"period": "1h", "epsilon": 0.05}, {"period": "1d", "epsilon": 0.5}]
+    api.make_dataset(budget={"epsilon": 10}, windows=windows[:: 1 if order == "hour first" else -1])
+    assert api.charge(epsilon=0.05).status_code == 201
+    response = api.charge(epsilon=0.5)  # breaks the hour (never) and the day (until 24:00)
+    assert response.status_code == 409, response.get_json()
+    assert "Retry-After" not in response.headers
+    assert _problem(response)["resets_at"] == "2026-03-02T11:00:00Z"
+
+
 def test_window_and_lifetime_together_is_409_naming_the_dataset(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 0.5}, windows=[{"period": "1d", "epsilon": 0.5}])
     assert api.charge(epsilon=0.4).status_code == 201

@@ -9,7 +9,7 @@ whether a charge could ever fit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -169,27 +169,43 @@ def population_check(*, name: str, limit: Limit, loss: Amount, lifetime: ScopeCh
 
 
 def first_denial(
-    checks: list[ScopeCheck], cost: Amount, names: tuple[ComponentName, ...]
+    checks: list[ScopeCheck],
+    cost: Amount,
+    names: tuple[ComponentName, ...],
+    hopeless: Callable[[Denial], bool] | None = None,
 ) -> Denial | None:
     """The first scope, in contract order, that the charge would take above its limit.
 
     Window scopes come last, so a charge that breaks a window and any other
     scope is denied for the other scope (a 409: waiting would not help). A
-    charge whose cost alone exceeds a window limit is also a 409.
+    charge whose cost alone exceeds a window limit is also a 409. Of several
+    windows it breaks, the one it could never fit (``hopeless``) is named
+    first, then the one that resets last: a retry before that reset is
+    refused again, so its end is the earliest a retry may be granted
+    (``resets_at``, ``Retry-After``).
     """
-    ordered = sorted(checks, key=lambda check: SCOPE_ORDER.index(check.scope))
-    for check in ordered:
-        if check.limit.is_exceeded_by(check.after, names):
-            return Denial(
-                scope=check.scope,
-                limit=check.limit,
-                spent=check.spent,
-                requested=cost,
-                partition=check.partition,
-                window=check.window,
-                population=check.population,
-            )
-    return None
+    denials = [
+        Denial(
+            scope=check.scope,
+            limit=check.limit,
+            spent=check.spent,
+            requested=cost,
+            partition=check.partition,
+            window=check.window,
+            population=check.population,
+        )
+        for check in checks
+        if check.limit.is_exceeded_by(check.after, names)
+    ]
+
+    def order(denial: Denial) -> tuple[int, bool, int]:
+        rank = SCOPE_ORDER.index(denial.scope)
+        if denial.window is None:
+            return rank, False, 0
+        waiting_fails = hopeless is not None and hopeless(denial)
+        return rank, not waiting_fails, -denial.window.end
+
+    return min(denials, key=order, default=None)
 
 
 def never_fits(

@@ -18,7 +18,8 @@ its largest s(p)) it
 5. checks every scope in the order of ``checks.SCOPE_ORDER`` (the lifetime,
    the dataset's population, the per-partition limit, the consumer's quota,
    each window), takes the
-   first that denies, and whether the charge could ever fit it
+   first that denies (of several windows, one it could never fit, else the
+   one that resets last), and whether the charge could ever fit it
    (``checks.never_fits``).
 
 What to write follows from the ``Decision`` alone (``services.charge_plan``).
@@ -222,6 +223,18 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
         spends=reads.spends,
     )
     cost, m = priced.cost, priced.multiplicity
+
+    def hopeless(denial: rules.Denial) -> bool:
+        return rules.never_fits(
+            denial=denial,
+            rule=rule,
+            cost=cost,
+            m=m,
+            release=request.release,
+            names=mode.components,
+            partition_count=len(keys),
+        )
+
     drawn_from = reads.hold if request.draw is not None else None
     if drawn_from is not None:
         # the hold charged every scope already: the draw changes none, and fits its remainder
@@ -229,17 +242,9 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
         denial = holds.draw_denial(drawn_from, cost, reads.now_us, mode.components)
     else:
         checks = checker.checks(cost, m)
-        denial = rules.first_denial(checks, cost, mode.components)
+        denial = rules.first_denial(checks, cost, mode.components, hopeless)
     # a draw's denial names its hold, never a window: waiting for a reset does not apply
-    never = denial is not None and rules.never_fits(
-        denial=denial,
-        rule=rule,
-        cost=cost,
-        m=m,
-        release=request.release,
-        names=mode.components,
-        partition_count=len(keys),
-    )
+    never = denial is not None and hopeless(denial)
     return Decision(
         dataset=dataset,
         mode=mode,
