@@ -101,6 +101,8 @@ EXPORT_FIELDS = [
     "reason",
     "hold_id",
     "population",
+    "batch_id",
+    "group",
 ]
 
 

@@ -3,6 +3,8 @@ batches"; API.md, "Batches")."""
 
 from __future__ import annotations
 
+import csv
+import io
 from decimal import Decimal
 from typing import Any
 
@@ -295,6 +297,9 @@ def test_a_fixed_plan_of_gaussians_is_composed_tightly_on_an_approx_dataset(api:
     group_cost = Decimal(entries[0]["detail"]["group_cost"]["epsilon"])
     assert total >= group_cost and entries[0]["detail"]["batch_delta"] == "0.000001"
     assert all(item["group"] == 0 for item in body["items"])
+    exported = api.get("/v1/ledger/export?format=csv&dataset=clicks").text
+    rows = [r for r in csv.DictReader(io.StringIO(exported)) if r["batch_id"] == body["batch_id"]]
+    assert len(rows) == 100 and {r["group"] for r in rows} == {"0"}
 
 
 def test_groups_are_joint_releases_over_the_same_partitions(api: Api) -> None:
