@@ -14,10 +14,6 @@ class JSONInputError(ValueError):
     """The body is not JSON the service accepts."""
 
 
-def _refuse_constant(name: str) -> Any:
-    raise JSONInputError(f"{name} is not a number the service accepts; send a finite number")
-
-
 def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
@@ -47,6 +43,10 @@ class RefusedValue(JSONInputError):
 
 class _Refused(str):
     """A number refused while parsing, kept in place so its field can be named."""
+
+
+class _Constant(_Refused):
+    """NaN, Infinity or -Infinity, which JSON does not have and no amount may be."""
 
 
 def _refused_field(value: Any, bad: Any, path: str = "") -> str | None:
@@ -82,9 +82,14 @@ def _lone_surrogate(value: Any) -> bool:
 
 
 def loads(text: str | bytes) -> Any:
-    """Parse a request body. ``RefusedValue`` names a number too large to make exact, or a
-    string with a lone surrogate (which no database can store)."""
+    """Parse a request body. ``RefusedValue`` names NaN or an infinity, a number too large
+    to make exact, or a string with a lone surrogate (which no database can store)."""
     refused: list[str] = []
+    constants: list[str] = []
+
+    def constant(name: str) -> _Constant:
+        constants.append(name)
+        return _Constant(name)
 
     def number(text: str) -> Decimal | _Refused:
         if len(text) > MAX_NUMBER_CHARACTERS:
@@ -107,7 +112,7 @@ def loads(text: str | bytes) -> Any:
             text,
             parse_float=number,
             parse_int=integer,
-            parse_constant=_refuse_constant,
+            parse_constant=constant,
             object_pairs_hook=_object_without_duplicates,
         )
     except RecursionError:
@@ -120,7 +125,12 @@ def loads(text: str | bytes) -> Any:
         ) from None
     except UnicodeDecodeError:
         raise JSONInputError("the body is not UTF-8") from None
-    if refused:  # only then is the whole document walked, to name the field
+    if constants:  # only then is the whole document walked, to name the field
+        raise RefusedValue(
+            _refused_field(value, lambda v: isinstance(v, _Constant)) or "",
+            f"{constants[0]} is not a number the service accepts; send a finite number",
+        )
+    if refused:
         raise RefusedValue(
             _refused_field(value, lambda v: isinstance(v, _Refused)) or "",
             f"too many digits or too large an exponent; send at most "

@@ -101,6 +101,9 @@ def test_errors_name_the_field(ready: Api) -> None:
     assert body["errors"][0]["field"] == "params.epsilon"
     body = ready.post("/v1/charges", raw=BAD_CHARGES["unknown field"]).get_json()
     assert body["errors"][0]["field"] == "priority"
+    for case in ("nan epsilon", "infinite epsilon"):
+        body = ready.post("/v1/charges", raw=BAD_CHARGES[case]).get_json()
+        assert body["errors"][0]["field"] == "params.epsilon", body
 
 
 def test_unknown_dataset_is_404(ready: Api) -> None:

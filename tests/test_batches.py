@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -147,6 +148,13 @@ def test_an_invalid_item_is_a_400_naming_it(api: Api) -> None:
     assert [e["field"] for e in response.get_json()["errors"]] == ["items[0].partitions"]
     response = _batch(api, [_item(hold="x")])
     assert [e["field"] for e in response.get_json()["errors"]] == ["items[0].hold"]
+    response = api.post("/v1/charges/batch", {"items": [_item(), 5]})
+    assert [e["field"] for e in response.get_json()["errors"]] == ["items[1]"]
+    raw = json.dumps({"items": [_item(), _item(epsilon=0.5)]}).replace("0.5", "NaN")
+    for path in ("/v1/charges/batch", "/v1/charges/plan"):
+        response = api.post(path, raw=raw)
+        assert response.status_code == 400
+        assert [e["field"] for e in response.get_json()["errors"]] == ["items[1].params.epsilon"]
     assert _batch(api, []).status_code == 400
     assert _batch(api, [_item()] * 1001).status_code == 400
     assert api.budget()["loss"]["epsilon"] == 0.3
@@ -156,7 +164,9 @@ def test_an_invalid_item_is_a_400_naming_it(api: Api) -> None:
 def test_an_unknown_dataset_is_a_404_and_an_ungranted_one_a_403(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1.0})
     api.make_dataset("orders", budget={"epsilon": 1.0})
-    assert _batch(api, [_item(), _item("nope")]).status_code == 404
+    response = _batch(api, [_item(), _item("nope"), _item("nope")])
+    assert response.status_code == 404
+    assert response.get_json()["detail"].startswith("items[1]: "), response.get_json()
     key = api.make_consumer("svc", datasets=["clicks"])
     service = Api(api.client, key)
     response = _batch(service, [_item(), _item("orders")])

@@ -9,7 +9,7 @@ import pytest
 
 from accountant.accounting.modes import epsilon_of_rho, rho_by_bun_steinke, rho_limit
 from accountant.exact import DELTA, EPSILON, RHO
-from accountant.jsonio import JSONInputError, loads
+from accountant.jsonio import JSONInputError, RefusedValue, loads
 from tests.conftest import Api
 
 
@@ -65,6 +65,9 @@ def test_json_numbers_are_decimals_and_specials_are_refused() -> None:
     for text in ('{"e": NaN}', '{"e": Infinity}', '{"e": -Infinity}', '{"e": 1, "e": 2}'):
         with pytest.raises(JSONInputError):
             loads(text)
+    with pytest.raises(RefusedValue) as refused:
+        loads('{"a": [1, {"e": -Infinity}]}')
+    assert refused.value.field == "a.1.e" and "-Infinity" in refused.value.message
 
 
 def test_zcdp_conversions_round_toward_privacy() -> None:

@@ -19,7 +19,7 @@ from accountant.api.charges import (
     mechanism_named,
     noise_parameter,
 )
-from accountant.api.common import json_body
+from accountant.api.common import items_named, json_body
 from accountant.errors import BudgetExhausted, WindowExhausted, field_error
 from accountant.jsonio import dumps
 from accountant.services import batches, idempotency, release_plans
@@ -34,7 +34,8 @@ bp = Blueprint("batches", __name__)
 def create() -> Any:
     caller = principal("admin", "service", remembered=True)  # its key is read under the lock
     with confirmed_on_failure():
-        body = json_body(schemas.BATCH)
+        with items_named():
+            body = json_body(schemas.BATCH)
         key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
         batch = batches.BatchRequest(
             batch_id=str(uuid.uuid4()),
@@ -91,7 +92,8 @@ def answer(done: batches.BatchDone) -> Response:
 def calibrated(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
     """``POST /v1/charges/plan`` with weighted ``items``: the least noise for each such that
     all of them, charged as one batch now, fit ``share`` of what every scope has left."""
-    schemas.validate(schemas.PLAN_WEIGHTED, body)
+    with items_named():
+        schemas.validate(schemas.PLAN_WEIGHTED, body)
     items = [_weighted(i, item, caller) for i, item in enumerate(body["items"])]
     delta = body.get("delta")
     found = release_plans.calibrate(

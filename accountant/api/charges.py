@@ -13,7 +13,7 @@ from accountant import problems
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
 from accountant.api.auth import confirmed_on_failure, principal
-from accountant.api.common import json_body
+from accountant.api.common import items_named, json_body
 from accountant.errors import BudgetExhausted, WindowExhausted, field_error
 from accountant.jsonio import dumps
 from accountant.mechanism import Mechanism
@@ -201,7 +201,8 @@ def preview() -> Any:
 def plan() -> Any:
     """How many more identical charges every scope would grant now."""
     caller = principal("admin", "service", "auditor")
-    body = json_body(schemas.ANY_OBJECT)  # one form or the other, each checked in full
+    with items_named():  # a refused number in a weighted list names its item
+        body = json_body(schemas.ANY_OBJECT)  # one form or the other, each checked in full
     if "items" in body:  # a weighted list: the least noise for each (api.batches)
         from accountant.api.batches import calibrated
 

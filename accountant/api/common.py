@@ -3,6 +3,9 @@ validated against the API's schemas."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from flask import current_app, request
@@ -41,3 +44,21 @@ def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
         raise InvalidRequest(str(error), errors=[{"field": "", "message": str(error)}]) from None
     schemas.validate(schema, body)
     return body
+
+
+_ITEM_PATH = re.compile(r"\bitems\.(\d+)")
+
+
+@contextmanager
+def items_named() -> Iterator[None]:
+    """A list body's 400s inside the block name its items as every other error of a batch
+    or plan does: ``items[3].params.epsilon``, not ``items.3.params.epsilon``."""
+    try:
+        yield
+    except InvalidRequest as error:
+        error.errors = [
+            {k: _ITEM_PATH.sub(r"items[\1]", v) for k, v in e.items()} for e in error.errors or []
+        ] or None
+        error.detail = _ITEM_PATH.sub(r"items[\1]", error.detail)
+        error.args = (error.detail,)
+        raise

@@ -39,7 +39,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
@@ -140,7 +140,9 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
     driver.begin_write()
     try:
         with driver.pipeline():  # PostgreSQL: each item's reads in one round trip
-            states = lock(driver, sorted({item.dataset for item in batch.items}), caller)
+            states = lock(
+                driver, sorted({item.dataset for item in batch.items}), caller, batch.items
+            )
             first = (
                 None
                 if batch.key is None
@@ -227,17 +229,23 @@ def dry_run(
     return not run.denials, charged
 
 
-def lock(driver: Driver, names: list[str], caller: Caller) -> dict[str, DatasetState]:
+def lock(
+    driver: Driver, names: list[str], caller: Caller, items: Sequence[ChargeRequest] = ()
+) -> dict[str, DatasetState]:
     """Lock the datasets' populations, then each dataset, each in name order (one at a time:
     each waits for the one before), and read each dataset with the caller's role and key; a
-    404 for a dataset that does not exist, a 401 for a key revoked since it was
-    authenticated. Every other writer takes a population's lock before its dataset's, so no
-    two of them deadlock."""
+    404 for a dataset that does not exist (naming the first of ``items`` that names it), a
+    401 for a key revoked since it was authenticated. Every other writer takes a
+    population's lock before its dataset's, so no two of them deadlock."""
     if driver.postgres:  # SQLite's write lock is the transaction's
         driver.send(_LOCK_POPULATIONS, {"names": names}, list)
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.dataset, i)
     states = {}
     for name in names:
-        state = charge_reads.send_dataset(driver, name, caller, lock=True).result()
+        with item_errors(first[name]) if name in first else nullcontext():
+            state = charge_reads.send_dataset(driver, name, caller, lock=True).result()
         if not state.key_valid:
             raise Unauthorized(UNKNOWN_KEY)
         states[name] = state

@@ -84,7 +84,7 @@ def calibrate(
     names = sorted({item.request.dataset for item in items})
     driver.begin_write()
     try:
-        states = batches.lock(driver, names, caller)
+        states = batches.lock(driver, names, caller, [item.request for item in items])
         sizes = {i: _partition_count(driver, item.request) for i, item in enumerate(items)}
     finally:
         driver.rollback()
