@@ -236,6 +236,12 @@ def test_who_may_hold_and_read_holds(api: Api) -> None:
     assert [h["hold_id"] for h in mine.get_json()["holds"]] == [hold["hold_id"]]
     assert api.get("/v1/holds/00000000-0000-4000-8000-000000000000").status_code == 404
     assert api.get("/v1/holds?state=nonesuch").status_code == 400
+    api.make_dataset("orders", budget={"epsilon": 1.0})
+    ungranted = api.get("/v1/holds?dataset=orders", headers={"Authorization": f"Bearer {service}"})
+    assert ungranted.status_code == 403, ungranted.get_json()
+    assert api.get("/v1/holds?dataset=nope").status_code == 404
+    audited = api.get("/v1/holds?dataset=clicks", headers={"Authorization": f"Bearer {auditor}"})
+    assert [h["hold_id"] for h in audited.get_json()["holds"]] == [hold["hold_id"]]
 
 
 def test_an_export_with_holds_verifies_offline_and_an_edited_hold_id_shows(

@@ -14,7 +14,7 @@ from accountant.api.auth import confirmed_on_failure, principal
 from accountant.api.charges import answer as charge_answer
 from accountant.api.charges import checked_partitions
 from accountant.api.common import json_body
-from accountant.errors import field_error
+from accountant.errors import Forbidden, field_error
 from accountant.jsonio import dumps
 from accountant.services import charges, evaluation, holds, idempotency, ledger_reads, settles
 from accountant.services.api_keys import Principal
@@ -144,6 +144,8 @@ def list_holds() -> Any:
     dataset_id = None
     if (name := request.args.get("dataset")) is not None:
         dataset_id, _ = ledger_reads.ids_of(db(), name, None)
+        if dataset_id is not None and not caller.may_read(dataset_id):
+            raise Forbidden(f"dataset {name!r} is not granted to {caller.name!r}")
     listed = holds.listing(
         db(), caller, runtime().clock.now_us(), dataset_id=dataset_id, state=state
     )

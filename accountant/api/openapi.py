@@ -175,7 +175,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, list[in
         200,
         [400, 401, 403, 404, 409, 422, 503],
     ),
-    ("GET", "/v1/holds"): ("Holds visible to the caller", None, 200, [400, 401, 404]),
+    ("GET", "/v1/holds"): ("Holds visible to the caller", None, 200, [400, 401, 403, 404]),
     ("GET", "/v1/holds/{hold_id}"): ("One hold", None, 200, [401, 403, 404]),
     ("GET", "/v1/ledger/verify"): ("Recompute the hash chains", None, 200, [401, 403]),
     ("GET", "/v1/receipts/public-key"): ("Receipt verification keys (JWK set)", None, 200, []),
