@@ -119,13 +119,17 @@ def test_a_refusal_lists_every_overflowing_scope_on_every_dataset(api: Api) -> N
 
 @pytest.mark.frozen_clock
 def test_only_windows_overflowing_is_a_429_with_a_retry_after(api: Api) -> None:
-    api.make_dataset(budget={"epsilon": 10.0}, windows=[{"period": "1d", "epsilon": 1.0}])
+    windows = [{"period": "1d", "epsilon": 1.0}, {"period": "1h", "epsilon": 1.0}]
+    api.make_dataset(budget={"epsilon": 10.0}, windows=windows)
     assert api.charge(epsilon=0.5).status_code == 201
     response = _batch(api, [_item(epsilon=0.3), _item(epsilon=0.3)])
     assert response.status_code == 429, response.get_json()
-    assert int(response.headers["Retry-After"]) > 0
-    [denial] = response.get_json()["denials"]
-    assert denial["scope"] == "window" and "resets_at" in denial
+    # 10:30: the hour resets at 11:00, the day at midnight, after which a retry may fit
+    assert response.headers["Retry-After"] == str(int(13.5 * 3600))
+    assert response.get_json()["resets_at"] == "2026-03-03T00:00:00Z"
+    denials = response.get_json()["denials"]
+    assert {d["scope"] for d in denials} == {"window"}
+    assert {d["resets_at"] for d in denials} == {"2026-03-02T11:00:00Z", "2026-03-03T00:00:00Z"}
     # a batch that could never fit the window is a 409: waiting would not help
     response = _batch(api, [_item(epsilon=0.6), _item(epsilon=0.6), _item(epsilon=0.6)])
     assert response.status_code == 409

@@ -71,6 +71,8 @@ def answer(done: batches.BatchDone) -> Response:
     facts = done.facts
     if isinstance(done, batches.BatchDenied):
         extra = {"batch_id": facts["batch_id"], "denials": facts["denials"]}
+        if "resets_at" in facts:  # a 429: when the last window it breaks resets
+            extra["resets_at"] = facts["resets_at"]
         wait = facts.get("fits_again_in_s")
         error = (
             BudgetExhausted(facts["reason"], extra=extra)

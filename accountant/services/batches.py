@@ -651,8 +651,9 @@ def _denied_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
             "or ask an admin for more budget"
         ),
     }
-    if only_windows and len(waits) == len(listed):
+    if only_windows and len(waits) == len(listed):  # a retry fits once the last one resets
         facts["fits_again_in_s"] = max(waits)
+        facts["resets_at"] = max(entry["resets_at"] for entry in listed)
     stored: dict[str, Any] = idempotency.decimals_as_floats(facts)
     return stored
 
