@@ -31,6 +31,22 @@ def test_a_service_reads_its_quota_and_what_is_left(api: Api) -> None:
     assert key not in me.text  # keys are listed by id, never in clear
 
 
+def test_a_quota_without_delta_states_no_delta_left(api: Api) -> None:
+    """A quota that omits delta limits no delta (API.md): what is left of it has none to
+    state, rather than a delta of 0 that reads as used up."""
+    api.make_dataset(accounting="approx", budget={"epsilon": 10, "delta": 1e-5})
+    key = api.make_consumer("svc", datasets=["clicks"], quotas={"clicks": {"epsilon": 1}})
+    service = api.as_key(key)
+    params = {"epsilon": 0.1, "delta": 5e-7, "sensitivity": 1}
+    assert service.charge(mechanism="gaussian", params=params).status_code == 201
+    for use in (
+        service.get("/v1/consumers/me").get_json()["use"]["clicks"],
+        service.budget()["consumer"],
+    ):
+        assert unlabelled(use["remaining"]) == {"epsilon": pytest.approx(0.9)}, use
+        assert unlabelled(use["loss"]) == {"epsilon": 0.1, "delta": 5e-7}
+
+
 def test_any_role_reads_itself_and_nobody_else(api: Api) -> None:
     auditor = api.as_key(api.make_consumer("audit", role="auditor"))
     assert auditor.get("/v1/consumers/me").get_json()["use"] == {}

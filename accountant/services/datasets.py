@@ -698,9 +698,11 @@ def tally_state(
     )
 
 
-def _stated(
+def stated(
     mode: Mode, amount: Amount, dataset: Dataset, only: tuple[ComponentName, ...] | None = None
 ) -> dict[str, Any]:
+    """``amount`` reported in ``dataset``'s mode; ``only``: the components a sub-budget
+    limits, the others left out (a window or quota stated without delta limits none)."""
     report = mode.report(amount, dataset.limit_delta or 0)
     if only is not None and not mode.converts:
         # with advanced composition, the epsilon of a limited rho is its stated face
@@ -759,9 +761,9 @@ def budget_report(
                 "period": window.name,
                 "start": isoformat(window.start),
                 "end": isoformat(window.end),
-                "loss": _stated(mode, window_loss, dataset),
-                "limit": _stated(mode, budget.limit.bounds(), dataset, limited),
-                "remaining": _stated(
+                "loss": stated(mode, window_loss, dataset),
+                "limit": stated(mode, budget.limit.bounds(), dataset, limited),
+                "remaining": stated(
                     mode, remaining(budget.limit, window_loss, names), dataset, limited
                 ),
                 "at_limit": at_limit(budget.limit, window_loss, names),
@@ -793,16 +795,16 @@ def budget_report(
         "dataset": dataset.name,
         "privacy_unit": dataset.privacy_unit,
         "accounting": dataset.accounting,
-        "loss": _stated(mode, loss, dataset),
-        "limit": _stated(mode, dataset.limit.bounds(), dataset),
-        "remaining": _stated(mode, remaining(dataset.limit, loss, names), dataset),
+        "loss": stated(mode, loss, dataset),
+        "limit": stated(mode, dataset.limit.bounds(), dataset),
+        "remaining": stated(mode, remaining(dataset.limit, loss, names), dataset),
         "at_limit": at_limit(dataset.limit, loss, names),
         # what open holds charged: part of the loss, reserved for jobs not yet settled
-        "held": _stated(mode, holds.held(session, dataset.id, int(now * 1_000_000)), dataset),
+        "held": stated(mode, holds.held(session, dataset.id, int(now * 1_000_000)), dataset),
         "windows": windows,
         "partitions": {
             "count": count,
-            "max_spent": _stated(mode, lifetime.max_spend if lifetime else Amount(), dataset),
+            "max_spent": stated(mode, lifetime.max_spend if lifetime else Amount(), dataset),
         },
         "limit_history": changes,
         "guarantees": (
@@ -813,12 +815,10 @@ def budget_report(
     report.update(composition_of(dataset))
     if dataset.has_partition_limit and dataset.partition_limit is not None:
         limited = tuple(n for n in names if dataset.partition_limit[n] is not None)
-        report["partition_limit"] = _stated(
-            mode, dataset.partition_limit.bounds(), dataset, limited
-        )
+        report["partition_limit"] = stated(mode, dataset.partition_limit.bounds(), dataset, limited)
         # what the most spent partition has left: no partition has less
         most_spent = lifetime.max_spend if lifetime else Amount()
-        report["partitions"]["remaining"] = _stated(
+        report["partitions"]["remaining"] = stated(
             mode, remaining(dataset.partition_limit, most_spent, names), dataset, limited
         )
         report["partitions"]["at_limit"] = at_limit(dataset.partition_limit, most_spent, names)
@@ -872,7 +872,7 @@ def list_partitions(
     items = [
         {
             "key": row.key,
-            "spent": _stated(mode, Amount(row.epsilon or 0, row.delta or 0, row.rho or 0), dataset),
+            "spent": stated(mode, Amount(row.epsilon or 0, row.delta or 0, row.rho or 0), dataset),
         }
         for row in rows[:limit]
     ]

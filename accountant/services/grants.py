@@ -19,7 +19,13 @@ from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, Grant, Tally
 from accountant.services import ledger, limit_notes
 from accountant.services.api_keys import Principal
-from accountant.services.datasets import describe_limit, lifetime_loss, rule_of, tally_state
+from accountant.services.datasets import (
+    describe_limit,
+    lifetime_loss,
+    rule_of,
+    stated,
+    tally_state,
+)
 
 _NOT_GRANTED = (
     "a quota is for a dataset granted to the consumer, and this one is not granted; "
@@ -89,7 +95,8 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
         quota = grant.quota
         entry["quota"] = mode.labelled(describe_limit(quota, mode), quota.bounds())
         left = remaining(quota, loss, mode.components)
-        entry["remaining"] = mode.labelled(mode.report(left, delta), left)
+        limited = tuple(n for n in mode.components if quota[n] is not None)
+        entry["remaining"] = stated(mode, left, dataset, limited)
         entry["at_limit"] = at_limit(grant.quota, loss, mode.components)
     return entry
 
