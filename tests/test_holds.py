@@ -423,16 +423,16 @@ def test_a_release_settles_at_what_charges_drew(api: Api, app: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("used", "field"),
+    ("used", "field", "says"),
     [
-        ({"epsilon": 0.05}, "used"),  # below what charges drew
-        ({"epsilon": 0.6}, "used"),  # above the amount
-        ({"rho": 0.1}, "used.rho"),
-        ({"epsilon": -0.1}, "used.epsilon"),
+        ({"epsilon": 0.05}, "used", "what its charges drew (epsilon 0.1)"),
+        ({"epsilon": 0.6}, "used", "the hold's amount (epsilon 0.5)"),
+        ({"rho": 0.1}, "used.rho", "rho"),
+        ({"epsilon": -0.1}, "used.epsilon", "epsilon"),
     ],
 )
 def test_a_settle_outside_drawn_and_amount_is_400_and_changes_nothing(
-    api: Api, used: dict[str, Any], field: str
+    api: Api, used: dict[str, Any], field: str, says: str
 ) -> None:
     api.make_dataset(budget={"epsilon": 1.0})
     hold_id = _hold(api, amount={"epsilon": 0.5}).get_json()["hold_id"]
@@ -440,8 +440,17 @@ def test_a_settle_outside_drawn_and_amount_is_400_and_changes_nothing(
     response = _settle(api, hold_id, {"used": used})
     assert response.status_code == 400, response.get_json()
     assert response.get_json()["errors"][0]["field"] == field
+    assert says in response.get_json()["errors"][0]["message"], response.get_json()
     assert api.budget()["loss"]["epsilon"] == 0.5
     assert api.get(f"/v1/holds/{hold_id}").get_json()["state"] == "open"
+
+
+def test_a_settle_above_the_amount_on_rdp_states_it_in_rdp(api: Api) -> None:
+    api.make_dataset(accounting="rdp", rdp_order=8, budget={"epsilon": 10, "delta": 1e-6})
+    hold_id = _hold(api, amount={"rdp": 0.5}).get_json()["hold_id"]
+    response = _settle(api, hold_id, {"used": {"rdp": 0.75}})
+    assert response.status_code == 400, response.get_json()
+    assert "the hold's amount (rdp 0.5)" in response.get_json()["errors"][0]["message"]
 
 
 def test_a_job_on_rdp_that_stopped_early_settles_at_the_steps_it_ran(api: Api, app: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from accountant.accounting.checks import Denial
 from accountant.accounting.loss import LossRule, ScopeBooks, ScopeKey, loss_now
 from accountant.errors import Conflict, Forbidden, NotFound, field_error
-from accountant.exact import Amount, ComponentName, Limit
+from accountant.exact import COMPONENTS, Amount, ComponentName, Limit, positional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,6 +134,7 @@ def settle(
     role: str | None,
     now_us: int,
     names: tuple[ComponentName, ...],
+    measure: str,
     rule: LossRule,
     lifetime: ScopeBooks,
     whole_only: bool,
@@ -145,7 +146,8 @@ def settle(
     loss after. ``whole_only``: the hold was priced by composing a fixed plan tightly
     (``subsampled_gaussian`` on approx), valid only for that plan, so it settles at its
     full amount or is released (at what was drawn), never in between. ``field_name`` names
-    what stated ``used`` in a 400. A 404, 403, 409 (settled or expired) or 400 otherwise.
+    what stated ``used`` in a 400, and ``measure`` what the dataset calls its rho component
+    (rho, rdp or mu2). A 404, 403, 409 (settled or expired) or 400 otherwise.
     """
     if hold is None:
         raise NotFound(f"no hold with id {hold_id!r}; list holds with GET /v1/holds")
@@ -161,14 +163,14 @@ def settle(
         if used[name] < hold.drawn[name]:
             raise field_error(
                 field_name,
-                f"the job used at least what its charges drew ({name} units "
-                f"{hold.drawn[name]}, in units of the ledger); state the total, draws included",
+                "the job used at least what its charges drew "
+                f"({_figure(name, hold.drawn[name], measure)}); state the total, draws included",
             )
         if used[name] > hold.amount[name]:
             raise field_error(
                 field_name,
-                f"more than the hold's amount ({name} units {hold.amount[name]}); a job may "
-                "not use more than it held: charge the rest",
+                f"more than the hold's amount ({_figure(name, hold.amount[name], measure)}); a "
+                "job may not use more than it held: charge the rest",
             )
     if whole_only and used not in (hold.amount, hold.drawn):
         raise field_error(
@@ -187,3 +189,10 @@ def settle(
     return Settlement(
         hold=hold, used=used, returned=returned, lifetime_after=after, lifetime_before=before
     )
+
+
+def _figure(name: ComponentName, units: int, measure: str) -> str:
+    """A component of an amount as a 400 states it: its name as the dataset calls it (the rho
+    component is its ``measure``: rho, rdp or mu2) and its exact decimal value."""
+    label = measure if name == "rho" and measure != "epsilon" else name
+    return f"{label} {positional(COMPONENTS[name].to_decimal(units))}"

@@ -139,6 +139,7 @@ def _settle(
         role=dataset.role,
         now_us=now,
         names=dataset.mode.components,
+        measure=dataset.mode.measure,
         rule=dataset.rule,
         lifetime=books,
         whole_only=dataset.accounting == "approx"
