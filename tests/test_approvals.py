@@ -101,6 +101,29 @@ def test_lowering_a_limit_needs_no_approval_and_removing_one_does(api: Api) -> N
     assert windows.status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("accounting", "to"),
+    [
+        ("zcdp", {"epsilon": 1.05, "delta": 1e-8}),  # epsilon up, the rho it allows down
+        ("zcdp", {"epsilon": 0.9, "delta": 1e-5}),  # delta up
+        ("rdp", {"epsilon": 1.05, "delta": 1e-8}),
+        ("gdp", {"epsilon": 1.05, "delta": 1e-8}),
+    ],
+)
+def test_any_stated_component_raised_waits_even_if_the_enforced_limit_falls(
+    api: Api, accounting: str, to: dict[str, float]
+) -> None:
+    """DESIGN.md: a raise is any component increasing; API.md: any enforced limit higher.
+    A change that either calls a raise waits for a second admin."""
+    extra = {"rdp_order": 8} if accounting == "rdp" else {}
+    api.make_dataset(accounting=accounting, budget={"epsilon": 1.0, "delta": 1e-6}, **extra)
+    before = api.budget()["limit"]
+    _pending(api.patch("/v1/datasets/clicks", {"budget": to, "reason": "Q4"}))
+    assert api.budget()["limit"] == before
+    lowered = api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 0.9, "delta": 1e-7}})
+    assert lowered.status_code == 200, lowered.get_json()
+
+
 def test_a_denied_or_expired_request_changes_nothing(
     api: Api, second: Api, clock: FrozenClock
 ) -> None:

@@ -66,10 +66,9 @@ def patch(name: str) -> Any:
             now_us(),
             runtime().key_hasher,
         )
-        names = dataset.mode.components
         raised = requests.on() and (
-            approvals.raises(before[0], dataset.limit, names)
-            or approvals.raises(before[1], dataset.partition_limit, names)
+            approvals.raises(before[0], dataset.limit)
+            or approvals.raises(before[1], dataset.partition_limit)
         )
         if raised or not outcome.changed:  # as it was, or not until approved
             session.rollback()

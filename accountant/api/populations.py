@@ -62,9 +62,7 @@ def patch(name: str) -> Any:
             now_us(),
             runtime().key_hasher,
         )
-        raised = requests.on() and approvals.raises(
-            before, population.limit, population.mode.components
-        )
+        raised = requests.on() and approvals.raises(before, population.limit)
         if raised or not outcome.changed:  # as it was, or not until approved
             session.rollback()
     if raised:

@@ -1,7 +1,7 @@
 """Approvals: a change that weakens a promise waits for a second admin (DESIGN.md).
 
 With approvals on, a PATCH that raises a lifetime, partition or population limit (any
-enforced component higher, or a limit removed), a new admin consumer and a new admin key
+component higher, stated or enforced, or a limit removed), a new admin consumer and a new admin key
 become a pending ``ChangeRequest`` instead of a change; so does a service's request for
 more quota, approvals on or off. Another admin approves (the change is applied then, in the
 approval's transaction, and ledgered with both names and both reasons) or denies it. A
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from accountant.accounting.windows import isoformat
 from accountant.errors import Conflict, Forbidden, NotFound, field_error
-from accountant.exact import ComponentName, Limit
+from accountant.exact import COMPONENTS, Limit
 from accountant.key_hashing import KeyHasher
 from accountant.models import ChangeRequest, Consumer, Dataset, Grant
 from accountant.services import api_keys, consumers, datasets, grants, ledger, populations
@@ -38,14 +38,17 @@ KINDS = {
 }
 
 
-def raises(old: Limit | None, new: Limit | None, names: tuple[ComponentName, ...]) -> bool:
-    """Whether a limit that was ``old`` is weaker as ``new`` (None: no limit): a limit
-    removed, or any enforced component of the mode (``names``) higher or unbounded."""
+def raises(old: Limit | None, new: Limit | None) -> bool:
+    """Whether a limit that was ``old`` is raised as ``new`` (None: no limit): a limit
+    removed, or any component higher or unbounded. Every component counts, as stated and
+    as enforced: on zcdp, rdp and gdp the stated epsilon and delta (DESIGN.md: "any
+    component increases") as well as the rho, divergence or mu^2 they convert to (API.md:
+    "some enforced limit higher"), so a change that either reading calls a raise waits."""
     if old is None:
         return False
     if new is None:
         return True
-    for name in names:
+    for name in COMPONENTS:
         before, after = old[name], new[name]
         if before is not None and (after is None or after > before):
             return True
