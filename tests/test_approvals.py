@@ -115,7 +115,7 @@ def test_any_stated_component_raised_waits_even_if_the_enforced_limit_falls(
 ) -> None:
     """DESIGN.md: a raise is any component increasing; API.md: any enforced limit higher.
     A change that either calls a raise waits for a second admin."""
-    extra = {"rdp_order": 8} if accounting == "rdp" else {}
+    extra: dict[str, Any] = {"rdp_order": 8} if accounting == "rdp" else {}
     api.make_dataset(accounting=accounting, budget={"epsilon": 1.0, "delta": 1e-6}, **extra)
     before = api.budget()["limit"]
     _pending(api.patch("/v1/datasets/clicks", {"budget": to, "reason": "Q4"}))
