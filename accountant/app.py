@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, g, request
+from gunicorn.http.errors import ParseException
 from sqlalchemy.exc import (
     DataError,
     IntegrityError,
@@ -303,6 +304,18 @@ def _register_error_handlers(app: Flask) -> None:
                 detail,
                 headers=allow,
             )
+        )
+
+    @app.errorhandler(ParseException)
+    def _on_broken_framing(error: ParseException) -> Response:
+        # gunicorn finds a broken chunked body only as the application reads it
+        detail = (
+            f"the body's chunked transfer encoding is broken ({type(error).__name__}): each "
+            "chunk is its size in hex, CRLF, its data and CRLF, and a chunk of size 0 ends "
+            "the body; or send the body with Content-Length"
+        )
+        return problems.response(
+            problems.of(InvalidRequest(detail, errors=[{"field": "", "message": detail}]))
         )
 
     @app.errorhandler(IntegrityError)

@@ -127,6 +127,24 @@ def test_a_chunked_body_over_the_limit_is_a_413_and_charges_nothing(server: Serv
     assert budget["loss"]["epsilon"] == 0
 
 
+@pytest.mark.parametrize(
+    "chunks",
+    [b"zz\r\nabc\r\n0\r\n\r\n", b'7\r\n{"a":1}XX0\r\n\r\n'],
+    ids=["bad-size", "no-terminator"],
+)
+def test_a_body_with_broken_chunked_framing_is_a_400(server: Server, chunks: bytes) -> None:
+    for path in (b"/v1/charges", b"/v1/charges/preview", b"/v1/datasets"):
+        code, headers, body = _raw(
+            server,
+            b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Authorization: Bearer " + ADMIN_KEY.encode() + b"\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks,
+        )
+        assert code == 400, body
+        assert headers["content-type"] == "application/problem+json"
+        assert "chunk" in json.loads(body)["detail"]
+
+
 def test_every_log_line_is_json(database_url: str, signing_key_file: str, tmp_path: Path) -> None:
     if database_url.startswith("postgresql"):
         pytest.skip("the log format does not depend on the database")
