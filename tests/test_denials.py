@@ -53,8 +53,10 @@ def test_dataset_scope_is_409_and_changes_nothing(api: Api) -> None:
         "delta": 0,
     }
     assert record["partitions"] == ["p1", "p2"] and record["consumer"] == "admin"
+    assert record["params"] == {"epsilon": 0.5, "sensitivity": 1}  # numbers, as sent
     granted = api.get(f"/v1/charges/{entries[0]['charge_id']}").get_json()
     assert granted["denial"] is None and granted["created_at"] == entries[0]["created_at"]
+    assert entries[1]["params"] == {"epsilon": "0.5", "sensitivity": 1}  # as hashed
 
 
 def test_partition_scope_names_the_partition(api: Api) -> None:

@@ -278,4 +278,8 @@ def noise_parameter(mechanism: Mechanism, params: dict[str, Any], ask: str) -> s
 @bp.get("/v1/charges/<uuid:charge_uuid>")
 def show(charge_uuid: uuid.UUID) -> Any:
     caller = principal("admin", "service", "auditor")
-    return charge_records.describe(db(), str(charge_uuid), caller)
+    record = charge_records.describe(db(), str(charge_uuid), caller)
+    mechanism = runtime().registry.get(record["mechanism"] or "")
+    if mechanism is not None:
+        record["params"] = charge_records.with_numbers(record["params"], mechanism.params_schema)
+    return record

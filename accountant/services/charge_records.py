@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import suppress
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sqlalchemy import select
@@ -50,3 +53,16 @@ _FIELDS = (
     "multiplicity",
     "created_at",
 )
+
+
+def with_numbers(params: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` as a charge record shows them: a number that the ledger keeps as its exact
+    text (``ledger.plain_params``, which its hash covers) is a JSON number again wherever
+    ``schema`` (its mechanism's parameters) says it is one."""
+    properties = schema.get("properties", {})
+    shown = dict(params)
+    for name, value in params.items():
+        if isinstance(value, str) and properties.get(name, {}).get("type") == "number":
+            with suppress(InvalidOperation):  # not a number's text: as recorded
+                shown[name] = Decimal(value)
+    return shown
