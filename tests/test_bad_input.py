@@ -190,6 +190,56 @@ BAD_DATASETS = {
 }
 
 
+#: A limit stated as rho where the mode does not enforce rho would bind nothing if dropped.
+for _mode, _budget in (("pure", {"epsilon": 1}), ("approx", {"epsilon": 1, "delta": 1e-6})):
+    BAD_DATASETS.update(
+        {
+            f"rho partition limit on {_mode}": {
+                "name": "d",
+                "privacy_unit": "record",
+                "accounting": _mode,
+                "budget": _budget,
+                "partition_budget": {"rho": 0.5},
+            },
+            f"rho window on {_mode}": {
+                "name": "d",
+                "privacy_unit": "record",
+                "accounting": _mode,
+                "budget": _budget,
+                "windows": [{"period": "1d", "rho": 0.01}],
+            },
+            f"rho lifetime on {_mode}": {
+                "name": "d",
+                "privacy_unit": "record",
+                "accounting": _mode,
+                "budget": {**_budget, "rho": 2},
+            },
+        }
+    )
+BAD_DATASETS["rho partition limit on rdp"] = {
+    "name": "d",
+    "privacy_unit": "record",
+    "accounting": "rdp",
+    "rdp_order": 8,
+    "budget": {"epsilon": 10, "delta": 1e-6},
+    "partition_budget": {"epsilon": 5, "rho": 0.5},
+}
+
+
+def test_a_quota_stated_as_rho_on_an_approx_dataset_is_refused(api: Api) -> None:
+    api.make_dataset(accounting="approx", budget={"epsilon": 1, "delta": 1e-6})
+    body = {
+        "name": "svc",
+        "role": "service",
+        "datasets": ["clicks"],
+        "quotas": {"clicks": {"rho": 1}},
+    }
+    response = api.post("/v1/consumers", body)
+    assert response.status_code == 400, response.get_json()
+    assert "rho is not a limit in approx accounting" in response.get_json()["detail"]
+    assert "svc" not in {c["name"] for c in api.get("/v1/consumers").get_json()["consumers"]}
+
+
 @pytest.mark.parametrize("case", sorted(BAD_DATASETS))
 def test_bad_dataset_is_400(api: Api, case: str) -> None:
     response = api.post("/v1/datasets", BAD_DATASETS[case])

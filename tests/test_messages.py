@@ -187,6 +187,7 @@ def _check(
     api: Api, method: str, path: str, body: Any, keyword: str, where: tuple[Any, ...]
 ) -> None:
     field = ".".join(map(str, where))
+    field = re.sub(r"^items\.(\d+)", r"items[\1]", field)  # a batch's items: API.md's form
     response = api.call(method, path, raw=json.dumps(body))
     case = f"{method} {path}, {keyword} at {field or 'the body'}: {response.text}"
     assert response.status_code == 400, case

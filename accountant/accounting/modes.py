@@ -552,15 +552,20 @@ def limit_of(
 
     In zcdp, rdp and gdp modes a budget states ``epsilon`` (with an optional
     ``delta``, defaulting to the dataset's) to be converted; a zcdp budget may
-    instead state ``rho`` directly. With advanced composition, (epsilon, delta) becomes
-    rho* at the dataset's delta' and delta - delta' (``accounting.advanced.limit``).
+    instead state ``rho`` directly; ``rho`` in any other mode is a ``ValueError``. With
+    advanced composition, (epsilon, delta) becomes rho* at the dataset's delta' and
+    delta - delta' (``accounting.advanced.limit``).
     """
     epsilon = stated.get("epsilon")
     delta = stated.get("delta")
     rho = stated.get("rho")
+    if rho is not None and (mode.name != "zcdp" or mode.composition_delta is not None):
+        # dropped, it would leave the limit without the bound it was meant to state
+        raise ValueError(
+            f"rho is not a limit in {mode.name} accounting: state the limit as epsilon"
+            + ("" if mode.name == "pure" else " and delta")
+        )
     if mode.composition_delta is not None:
-        if rho is not None:
-            raise ValueError("an approx budget states epsilon and delta, not rho")
         return advanced.limit(epsilon, delta, mode.composition_delta)
     if not mode.converts:
         return Limit(
