@@ -124,6 +124,28 @@ def test_any_stated_component_raised_waits_even_if_the_enforced_limit_falls(
     assert lowered.status_code == 200, lowered.get_json()
 
 
+@pytest.mark.parametrize(
+    "lower",
+    [
+        {"epsilon": 0.4},  # the delta left out is the dataset's, as it was
+        {"rho": 1e-4},  # stated as the rho it enforces, far below
+        {"epsilon": 0.4, "delta": 1e-7},
+    ],
+)
+def test_lowering_a_zcdp_partition_limit_needs_no_approval(
+    api: Api, lower: dict[str, float]
+) -> None:
+    api.make_dataset(
+        accounting="zcdp",
+        budget={"epsilon": 1.0, "delta": 1e-6},
+        partition_budget={"epsilon": 0.5, "delta": 1e-6},
+    )
+    lowered = api.patch("/v1/datasets/clicks", {"partition_budget": lower})
+    assert lowered.status_code == 200, lowered.get_json()
+    raised = {"partition_budget": {"epsilon": 0.6, "delta": 1e-7}, "reason": "more"}
+    assert api.patch("/v1/datasets/clicks", raised).status_code == 202
+
+
 def test_a_denied_or_expired_request_changes_nothing(
     api: Api, second: Api, clock: FrozenClock
 ) -> None:

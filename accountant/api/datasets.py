@@ -66,9 +66,10 @@ def patch(name: str) -> Any:
             now_us(),
             runtime().key_hasher,
         )
+        mode, delta = dataset.mode, dataset.limit_delta
         raised = requests.on() and (
-            approvals.raises(before[0], dataset.limit)
-            or approvals.raises(before[1], dataset.partition_limit)
+            approvals.raises(before[0], dataset.limit, mode, delta)
+            or approvals.raises(before[1], dataset.partition_limit, mode, delta)
         )
         if raised or not outcome.changed:  # as it was, or not until approved
             session.rollback()

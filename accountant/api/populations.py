@@ -62,7 +62,9 @@ def patch(name: str) -> Any:
             now_us(),
             runtime().key_hasher,
         )
-        raised = requests.on() and approvals.raises(before, population.limit)
+        raised = requests.on() and approvals.raises(
+            before, population.limit, population.mode, population.limit_delta
+        )
         if raised or not outcome.changed:  # as it was, or not until approved
             session.rollback()
     if raised:

@@ -1,12 +1,12 @@
 """Approvals: a change that weakens a promise waits for a second admin (DESIGN.md).
 
 With approvals on, a PATCH that raises a lifetime, partition or population limit (any
-component higher, stated or enforced, or a limit removed), a new admin consumer and a new admin key
-become a pending ``ChangeRequest`` instead of a change; so does a service's request for
-more quota, approvals on or off. Another admin approves (the change is applied then, in the
-approval's transaction, and ledgered with both names and both reasons) or denies it. A
-request whose target changed since it was made cannot be approved; one not decided in time
-expires.
+component higher, as stated or as enforced, or a limit removed), a new admin consumer and a
+new admin key become a pending ``ChangeRequest`` instead of a change; so does a service's
+request for more quota, approvals on or off. Another admin approves (the change is applied
+then, in the approval's transaction, and ledgered with both names and both reasons) or
+denies it. A request whose target changed since it was made cannot be approved; one not
+decided in time expires.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from accountant.accounting.modes import Mode
 from accountant.accounting.windows import isoformat
 from accountant.errors import Conflict, Forbidden, NotFound, field_error
-from accountant.exact import COMPONENTS, Limit
+from accountant.exact import Limit
 from accountant.key_hashing import KeyHasher
 from accountant.models import ChangeRequest, Consumer, Dataset, Grant
 from accountant.services import api_keys, consumers, datasets, grants, ledger, populations
@@ -38,21 +39,29 @@ KINDS = {
 }
 
 
-def raises(old: Limit | None, new: Limit | None) -> bool:
+def raises(old: Limit | None, new: Limit | None, mode: Mode, default_delta: int | None) -> bool:
     """Whether a limit that was ``old`` is raised as ``new`` (None: no limit): a limit
-    removed, or any component higher or unbounded. Every component counts, as stated and
-    as enforced: on zcdp, rdp and gdp the stated epsilon and delta (DESIGN.md: "any
-    component increases") as well as the rho, divergence or mu^2 they convert to (API.md:
-    "some enforced limit higher"), so a change that either reading calls a raise waits."""
+    removed, or any component higher. The components ``mode`` enforces count as enforced
+    (higher, or no longer bound); where it enforces another measure than the budget states
+    (zcdp, rdp, gdp, advanced composition), the stated epsilon and delta count too, so that
+    a change that either reading calls a raise waits (DESIGN.md: "any component
+    increases"; API.md: "some enforced limit higher"): a stated epsilon that is higher, and
+    a delta that is higher, an omitted one being ``default_delta`` (the dataset's)."""
     if old is None:
         return False
     if new is None:
         return True
-    for name in COMPONENTS:
+    for name in mode.components:
         before, after = old[name], new[name]
         if before is not None and (after is None or after > before):
             return True
-    return False
+    if not (mode.converts or mode.advanced):
+        return False
+    if old.epsilon is not None and new.epsilon is not None and new.epsilon > old.epsilon:
+        return True
+    before = default_delta if old.delta is None else old.delta
+    after = default_delta if new.delta is None else new.delta
+    return before is not None and after is not None and after > before
 
 
 def required_reason(body: dict[str, Any]) -> str:
