@@ -133,6 +133,17 @@ def test_a_window_the_charge_can_never_fit_is_named_before_one_that_resets_later
     assert response.status_code == 409, response.get_json()
     assert "Retry-After" not in response.headers
     assert _problem(response)["resets_at"] == "2026-03-02T11:00:00Z"
+    plan = api.post(
+        "/v1/charges/plan",
+        {
+            "dataset": "clicks",
+            "partitions": ["p1"],
+            "mechanism": "laplace",
+            "params": {"epsilon": 0.5, "sensitivity": 1},
+            "input": {"values": [1]},
+        },
+    ).get_json()
+    assert plan["fits"] == 0 and plan["limited_by"]["resets_at"] == "2026-03-02T11:00:00Z", plan
 
 
 def test_window_and_lifetime_together_is_409_naming_the_dataset(api: Api) -> None:

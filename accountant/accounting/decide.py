@@ -27,7 +27,7 @@ What to write follows from the ``Decision`` alone (``services.charge_plan``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -165,7 +165,9 @@ class Decision:
         drawing on a hold, the hold's remainder. None: it would be granted."""
         if self.drawn_from is not None:
             return holds.draw_denial(self.drawn_from, cost, self.now_us, self.mode.components)
-        return rules.first_denial(self.checker.checks(cost, m), cost, self.mode.components)
+        scopes = self.checker
+        hopeless = _hopeless(scopes.rule, scopes.names, scopes.release, len(scopes.keys), cost, m)
+        return rules.first_denial(scopes.checks(cost, m), cost, scopes.names, hopeless)
 
     @property
     def population_after(self) -> Amount | None:
@@ -179,6 +181,27 @@ class Decision:
         if self.drawn_from is not None:
             return Amount()
         return charged(self.priced.cost, self.priced.multiplicity)
+
+
+def _hopeless(
+    rule: LossRule,
+    names: tuple[ComponentName, ...],
+    release: str,
+    partition_count: int,
+    cost: Amount,
+    m: int,
+) -> Callable[[rules.Denial], bool]:
+    """Whether a charge of ``cost`` and ``m`` could never fit a scope that denies it: its
+    loss on a fresh scope already exceeds the limit (``checks.never_fits``)."""
+    return lambda denial: rules.never_fits(
+        denial=denial,
+        rule=rule,
+        cost=cost,
+        m=m,
+        release=release,
+        names=names,
+        partition_count=partition_count,
+    )
 
 
 def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False) -> Decision:
@@ -223,18 +246,7 @@ def decide(reads: ChargeReads, request: ChargeRequest, *, preview: bool = False)
         spends=reads.spends,
     )
     cost, m = priced.cost, priced.multiplicity
-
-    def hopeless(denial: rules.Denial) -> bool:
-        return rules.never_fits(
-            denial=denial,
-            rule=rule,
-            cost=cost,
-            m=m,
-            release=request.release,
-            names=mode.components,
-            partition_count=len(keys),
-        )
-
+    hopeless = _hopeless(rule, mode.components, request.release, len(keys), cost, m)
     drawn_from = reads.hold if request.draw is not None else None
     if drawn_from is not None:
         # the hold charged every scope already: the draw changes none, and fits its remainder
