@@ -445,12 +445,19 @@ def test_a_settle_outside_drawn_and_amount_is_400_and_changes_nothing(
     assert api.get(f"/v1/holds/{hold_id}").get_json()["state"] == "open"
 
 
-def test_a_settle_above_the_amount_on_rdp_states_it_in_rdp(api: Api) -> None:
-    api.make_dataset(accounting="rdp", rdp_order=8, budget={"epsilon": 10, "delta": 1e-6})
-    hold_id = _hold(api, amount={"rdp": 0.5}).get_json()["hold_id"]
-    response = _settle(api, hold_id, {"used": {"rdp": 0.75}})
+@pytest.mark.parametrize(
+    ("dataset", "measure"),
+    [({"accounting": "rdp", "rdp_order": 8}, "rdp"), ({"accounting": "gdp"}, "mu")],
+)
+def test_a_settle_above_the_amount_states_it_as_the_amount_was_stated(
+    api: Api, dataset: dict[str, Any], measure: str
+) -> None:
+    api.make_dataset(budget={"epsilon": 10, "delta": 1e-6}, **dataset)
+    hold_id = _hold(api, amount={measure: 0.5}).get_json()["hold_id"]
+    response = _settle(api, hold_id, {"used": {measure: 0.75}})
     assert response.status_code == 400, response.get_json()
-    assert "the hold's amount (rdp 0.5)" in response.get_json()["errors"][0]["message"]
+    message = response.get_json()["errors"][0]["message"]
+    assert f"the hold's amount ({measure} 0.5)" in message, message
 
 
 def test_a_job_on_rdp_that_stopped_early_settles_at_the_steps_it_ran(api: Api, app: Any) -> None:

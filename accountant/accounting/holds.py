@@ -15,8 +15,9 @@ from typing import Any
 
 from accountant.accounting.checks import Denial
 from accountant.accounting.loss import LossRule, ScopeBooks, ScopeKey, loss_now
+from accountant.accounting.modes import Mode
 from accountant.errors import Conflict, Forbidden, NotFound, field_error
-from accountant.exact import COMPONENTS, Amount, ComponentName, Limit, positional
+from accountant.exact import COMPONENTS, RHO, Amount, ComponentName, Limit, positional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,8 +134,7 @@ def settle(
     consumer_id: int,
     role: str | None,
     now_us: int,
-    names: tuple[ComponentName, ...],
-    measure: str,
+    mode: Mode,
     rule: LossRule,
     lifetime: ScopeBooks,
     whole_only: bool,
@@ -146,8 +146,8 @@ def settle(
     loss after. ``whole_only``: the hold was priced by composing a fixed plan tightly
     (``subsampled_gaussian`` on approx), valid only for that plan, so it settles at its
     full amount or is released (at what was drawn), never in between. ``field_name`` names
-    what stated ``used`` in a 400, and ``measure`` what the dataset calls its rho component
-    (rho, rdp or mu2). A 404, 403, 409 (settled or expired) or 400 otherwise.
+    what stated ``used`` in a 400, in whose message a figure is stated as ``mode`` (the
+    dataset's) states amounts. A 404, 403, 409 (settled or expired) or 400 otherwise.
     """
     if hold is None:
         raise NotFound(f"no hold with id {hold_id!r}; list holds with GET /v1/holds")
@@ -159,17 +159,18 @@ def settle(
             f"hold {hold_id!r} is {state}: it can be settled or released only once, "
             "while it is open; an expired hold keeps its amount charged"
         )
+    names = mode.components
     for name in names:
         if used[name] < hold.drawn[name]:
             raise field_error(
                 field_name,
                 "the job used at least what its charges drew "
-                f"({_figure(name, hold.drawn[name], measure)}); state the total, draws included",
+                f"({_figure(name, hold.drawn[name], mode)}); state the total, draws included",
             )
         if used[name] > hold.amount[name]:
             raise field_error(
                 field_name,
-                f"more than the hold's amount ({_figure(name, hold.amount[name], measure)}); a "
+                f"more than the hold's amount ({_figure(name, hold.amount[name], mode)}); a "
                 "job may not use more than it held: charge the rest",
             )
     if whole_only and used not in (hold.amount, hold.drawn):
@@ -191,8 +192,12 @@ def settle(
     )
 
 
-def _figure(name: ComponentName, units: int, measure: str) -> str:
-    """A component of an amount as a 400 states it: its name as the dataset calls it (the rho
-    component is its ``measure``: rho, rdp or mu2) and its exact decimal value."""
-    label = measure if name == "rho" and measure != "epsilon" else name
-    return f"{label} {positional(COMPONENTS[name].to_decimal(units))}"
+def _figure(name: ComponentName, units: int, mode: Mode) -> str:
+    """A component of an amount as a 400 states it, exactly and in decimals: epsilon and
+    delta as they are; the rho component as ``mode`` leads its amounts (rho, rdp, or mu on
+    gdp), or with advanced composition as the filter's sum of epsilon^2 / 2."""
+    if name != "rho":
+        return f"{name} {positional(COMPONENTS[name].to_decimal(units))}"
+    if mode.advanced:
+        return f"the advanced filter's rho {positional(RHO.to_decimal(units))}"
+    return f"{mode.lead_name} {positional(mode.lead(Amount(rho=units)))}"

@@ -138,8 +138,7 @@ def _settle(
         consumer_id=request.principal.consumer_id,
         role=dataset.role,
         now_us=now,
-        names=dataset.mode.components,
-        measure=dataset.mode.measure,
+        mode=dataset.mode,
         rule=dataset.rule,
         lifetime=books,
         whole_only=dataset.accounting == "approx"
