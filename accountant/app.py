@@ -81,6 +81,8 @@ def create_app(
     settings = config if isinstance(config, Settings) else load_settings(config)
     structured_logging.configure(settings.log_level)
     app = Flask(__name__)
+    # a path with a double slash is a 404 problem+json, not an HTML redirect to another path
+    app.url_map.merge_slashes = False
     app.json = DecimalJSONProvider(app)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     engine = make_engine(settings)

@@ -316,7 +316,14 @@ def test_each_schema_is_compiled_once_and_never_confused(ready: Api) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/v1/nothing-here"), ("GET", "/v2/datasets"), ("DELETE", "/v1/datasets/clicks")],
+    [
+        ("GET", "/v1/nothing-here"),
+        ("GET", "/v2/datasets"),
+        ("DELETE", "/v1/datasets/clicks"),
+        ("GET", "/v1//datasets"),
+        ("POST", "/v1//charges"),
+        ("GET", "/v1/datasets//clicks"),
+    ],
 )
 def test_an_unknown_path_or_method_is_our_own_problem(ready: Api, method: str, path: str) -> None:
     """Not Werkzeug's page text: the detail names what was asked for and where to look."""

@@ -229,3 +229,14 @@ def test_record_unit_loss_is_the_max_over_every_partition(api: Api) -> None:
     )
     blocked = api.charge(partitions=["other"], epsilon=0.05)
     assert blocked.status_code == 409 and blocked.get_json()["scope"] == "dataset"
+
+
+def test_a_partition_unit_dataset_says_what_it_protects_wherever_it_is_shown(api: Api) -> None:
+    """DESIGN.md: unit partition protects one partition, not a person; say so wherever such
+    a dataset is shown: its description, the list, and its budget report."""
+    api.make_dataset(privacy_unit="partition", budget={"epsilon": 1})
+    listed = api.get("/v1/datasets").get_json()["datasets"][0]
+    for shown in (api.get("/v1/datasets/clicks").get_json(), listed, api.budget()):
+        assert "not a person" in shown["note"], shown
+    api.make_dataset("orders", budget={"epsilon": 1})
+    assert "note" not in api.budget("orders")

@@ -609,7 +609,7 @@ def _denied_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
     its loss before the batch, what the batch adds to it and the first item that takes it
     over; a 429 when only windows overflow, each by less than its whole limit."""
     listed = []
-    waits = []
+    waits, ends = [], []
     for scope, denial in run.denials.items():
         check, decision = denial.check, denial.decision
         spent, after = run.first[scope].spent, run.last[scope].after
@@ -637,6 +637,7 @@ def _denied_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
             entry["population"] = check.population
         if check.window is not None:
             entry["resets_at"] = isoformat(check.window.end)
+            ends.append(check.window.end)
             if not check.limit.is_exceeded_by(requested, decision.mode.components):
                 waits.append(check.window.seconds_until_end(decision.now_us / 1e6))
         listed.append(entry)
@@ -653,7 +654,7 @@ def _denied_facts(batch: BatchRequest, run: _Run) -> dict[str, Any]:
     }
     if only_windows and len(waits) == len(listed):  # a retry fits once the last one resets
         facts["fits_again_in_s"] = max(waits)
-        facts["resets_at"] = max(entry["resets_at"] for entry in listed)
+        facts["resets_at"] = isoformat(max(ends))
     stored: dict[str, Any] = idempotency.decimals_as_floats(facts)
     return stored
 

@@ -316,11 +316,15 @@ def describe(dataset: Dataset) -> dict[str, Any]:
     if dataset.population is not None:
         view["population"] = dataset.population.name
     if dataset.privacy_unit == "partition":
-        view["note"] = (
-            "privacy unit 'partition' protects one whole partition, not a person "
-            "who appears in several partitions"
-        )
+        view["note"] = PARTITION_UNIT_NOTE
     return view
+
+
+#: What a dataset of privacy unit ``partition`` protects, said wherever it is shown.
+PARTITION_UNIT_NOTE = (
+    "privacy unit 'partition' protects one whole partition, not a person who appears in "
+    "several partitions"
+)
 
 
 def composition_of(dataset: Dataset) -> dict[str, Any]:
@@ -813,6 +817,8 @@ def budget_report(
         ),
     }
     report.update(composition_of(dataset))
+    if dataset.privacy_unit == "partition":
+        report["note"] = PARTITION_UNIT_NOTE
     if dataset.has_partition_limit and dataset.partition_limit is not None:
         limited = tuple(n for n in names if dataset.partition_limit[n] is not None)
         report["partition_limit"] = stated(mode, dataset.partition_limit.bounds(), dataset, limited)

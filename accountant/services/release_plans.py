@@ -178,9 +178,14 @@ class _DatasetPlan:
         try:
             base = price_alone(item.request, state, self.sizes[i], params).cost
         except pricing.PricingError as error:  # a 400 naming the item, never a 500
+            mechanism = item.request.mechanism_to_run
+            takes_delta = "delta" in mechanism.params_schema.get("properties", {})
             hint = (
                 "; or give the plan a delta, at which its approx groups are composed"
-                if state.accounting == "approx" and self.delta is None
+                if state.accounting == "approx"
+                and self.delta is None
+                and takes_delta
+                and "delta" not in params
                 else ""
             )
             raise field_error(f"items[{i}].{error.field}", f"{error}{hint}") from None
