@@ -204,6 +204,7 @@ def test_raising_a_population_limit_waits_for_another_admin(api: Api, second: Ap
     assert approved.status_code == 200, approved.get_json()
     history = api.get("/v1/populations/customers/budget").get_json()["limit_history"]
     assert [h["new"]["epsilon"] for h in history] == [1, 2]
+    assert (history[-1]["by"], history[-1]["approved_by"]) == ("admin", "second")
     lowered = api.patch("/v1/populations/customers", {"budget": {"epsilon": 1.5}})
     assert lowered.status_code == 200
 

@@ -202,6 +202,7 @@ def test_lowered_limit_blocks_without_refund(api: Api) -> None:
         (2, 0.5),
         (0.5, 3),
     ]
+    assert [h["by"] for h in history] == ["admin", "admin"]  # who, when, old and new
     changes = [e for e in api.ledger() if e["kind"] == "limit_change"]
     assert len(changes) == 2 and changes[0]["consumer"] == "admin"
 

@@ -22,6 +22,7 @@ from accountant.errors import Conflict, NotFound, field_error
 from accountant.exact import COMPONENTS, DELTA, Amount, ComponentName, Limit
 from accountant.key_hashing import KeyHasher
 from accountant.models import (
+    Consumer,
     Dataset,
     LedgerEntry,
     Partition,
@@ -785,12 +786,14 @@ def budget_report(
                 "old": as_numbers(entry.detail.get("old")),
                 "new": as_numbers(entry.detail.get("new")),
                 "reason": limit_notes.reason_of(entry.detail),
+                **changed_by(entry, actor),
             }
-            for entry in session.execute(
-                select(LedgerEntry)
+            for entry, actor in session.execute(
+                select(LedgerEntry, Consumer.name)
+                .outerjoin(Consumer, Consumer.id == LedgerEntry.consumer_id)
                 .where(LedgerEntry.dataset_id == dataset.id, LedgerEntry.kind == "limit_change")
                 .order_by(LedgerEntry.id)
-            ).scalars()
+            ).all()
         ]
         if history
         else []
@@ -829,6 +832,14 @@ def budget_report(
         )
         report["partitions"]["at_limit"] = at_limit(dataset.partition_limit, most_spent, names)
     return report
+
+
+def changed_by(entry: LedgerEntry, actor: str | None) -> dict[str, str]:
+    """Who made a limit change (``by``: the consumer its ledger entry names; none for one
+    made from the command line) and, when another admin approved it, ``approved_by``."""
+    who = {} if actor is None else {"by": actor}
+    approver = (entry.detail or {}).get("approved_by")
+    return who if approver is None else {**who, "approved_by": approver}
 
 
 def as_numbers(terms: Any) -> Any:

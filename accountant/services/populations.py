@@ -23,7 +23,7 @@ from accountant.driver import Driver
 from accountant.errors import Conflict, NotFound, field_error
 from accountant.exact import Amount, Limit
 from accountant.key_hashing import KeyHasher
-from accountant.models import Dataset, LedgerEntry, Population
+from accountant.models import Consumer, Dataset, LedgerEntry, Population
 from accountant.services import datasets, ledger, limit_notes
 
 #: What every member dataset must be, said wherever a population is created or shown.
@@ -217,15 +217,17 @@ def budget_report(session: Session, population: Population) -> dict[str, Any]:
             "old": datasets.as_numbers(entry.detail.get("old")),
             "new": datasets.as_numbers(entry.detail.get("new")),
             "reason": limit_notes.reason_of(entry.detail),
+            **datasets.changed_by(entry, actor),
         }
-        for entry in session.execute(
-            select(LedgerEntry)
+        for entry, actor in session.execute(
+            select(LedgerEntry, Consumer.name)
+            .outerjoin(Consumer, Consumer.id == LedgerEntry.consumer_id)
             .where(
                 LedgerEntry.population_id == population.id,
                 LedgerEntry.kind == "limit_change",
             )
             .order_by(LedgerEntry.id)
-        ).scalars()
+        ).all()
     ]
     return {
         "population": population.name,
