@@ -99,7 +99,30 @@ def _database(settings: Settings) -> Engine:
     return engine
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command line's group: a database that cannot be reached or is not one, and a
+    schema revision that does not exist, are one line saying what to do, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from alembic.util import CommandError
+        from sqlalchemy.exc import DBAPIError
+
+        try:
+            return super().invoke(ctx)
+        except DBAPIError as error:
+            first = str(error.orig).strip().splitlines()[0] if str(error.orig).strip() else ""
+            raise click.ClickException(
+                f"the database could not be used ({type(error.orig).__name__}: {first[:200]}); "
+                "check ACCOUNTANT_DATABASE_URL (a SQLite file the service made, or a "
+                "PostgreSQL server that is up and lets this user in)"
+            ) from None
+        except CommandError as error:
+            raise click.ClickException(
+                f"{error}; 'accountant db upgrade' with no revision brings the schema to the newest"
+            ) from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="privacy-accountant", prog_name="accountant")
 def main() -> None:
     """The privacy-budget accountant.

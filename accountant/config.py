@@ -131,6 +131,39 @@ def load_settings(overrides: Mapping[str, Any] | None = None) -> Settings:
     return settings
 
 
+def _validate_database_url(url: str) -> None:
+    """A URL of a SQLite file or a PostgreSQL database whose driver is installed."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    usage = (
+        "use sqlite:////absolute/path/accountant.db or "
+        "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
+    )
+    try:
+        parsed = make_url(url)
+        dialect = parsed.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError):
+        raise ConfigError(
+            f"{PREFIX}DATABASE_URL is not a database URL the service can use; {usage}"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ConfigError(
+            f"{PREFIX}DATABASE_URL names {backend}: the service runs on SQLite or "
+            f"PostgreSQL; {usage}"
+        )
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ConfigError(f"{PREFIX}DATABASE_URL names no SQLite file; {usage}")
+    try:
+        dialect.import_dbapi()
+    except ImportError:
+        raise ConfigError(
+            f"{PREFIX}DATABASE_URL needs the {parsed.get_driver_name()} driver, which is not "
+            f"installed; {usage}"
+        ) from None
+
+
 def _parse(name: str, raw: str) -> Any:
     if name in _INT_FIELDS:
         try:
@@ -171,6 +204,7 @@ def _validate(settings: Settings) -> None:
     for name in _INT_FIELDS:
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+    _validate_database_url(settings.database_url)
     if settings.alert_webhook_url is not None:
         _validate_webhook_url(settings.alert_webhook_url)
     if any(not 0 < t <= 1000 for t in settings.alert_thresholds):

@@ -206,6 +206,36 @@ def test_a_folder_without_a_database_gets_one_line_and_nothing_created(
     assert list(tmp_path.iterdir()) == []  # no ./var, no file
 
 
+@pytest.mark.parametrize(
+    ("url", "command", "says"),
+    [
+        ("notaurl", ["init"], "is not a database URL"),
+        ("mysql://x@localhost/db", ["db", "upgrade"], "names mysql"),
+        ("sqlite:///", ["init"], "names no SQLite file"),
+        ("postgresql+psycopg2://u@localhost/db", ["ledger", "verify"], "psycopg2 driver"),
+        ("postgresql+psycopg://u@127.0.0.1:1/db", ["init"], "could not be used"),
+        ("postgresql+psycopg://u@127.0.0.1:1/db", ["db", "upgrade"], "could not be used"),
+        ("{not_a_database}", ["init"], "file is not a database"),
+        ("{cli_db}", ["db", "upgrade", "9999"], "Can't locate revision"),
+    ],
+)
+def test_a_database_the_command_cannot_use_is_one_line_saying_what_to_do(
+    tmp_path: Path, url: str, command: list[str], says: str
+) -> None:
+    (tmp_path / "junk.db").write_text("not a database")
+    url = url.format(
+        not_a_database=f"sqlite:///{tmp_path / 'junk.db'}",
+        cli_db=f"sqlite:///{tmp_path / 'cli.db'}",
+    )
+    env = _env(tmp_path, ACCOUNTANT_DATABASE_URL=url)
+    done = subprocess.run([BIN, *command], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    error = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(error) == 1 and says in error[0], done.stderr
+    assert "ACCOUNTANT_DATABASE_URL" in error[0] or "accountant db upgrade" in error[0]
+
+
 def _serve_once(env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`accountant serve` that must refuse: a serve that starts is stopped after 30 s."""
     return subprocess.run(
