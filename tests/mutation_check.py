@@ -266,6 +266,23 @@ MUTATIONS = [
         ("tests/test_denials.py::test_partition_scope_names_the_partition",),
     ),
     Mutation(
+        "a window a charge can never fit is not named before one that resets later",
+        "accountant/accounting/checks.py",
+        "        waiting_fails = hopeless is not None and hopeless(denial)",
+        "        waiting_fails = False",
+        (
+            "tests/test_denials.py::"
+            "test_a_window_the_charge_can_never_fit_is_named_before_one_that_resets_later",
+        ),
+    ),
+    Mutation(
+        "a limit stated as rho where rho is not enforced is dropped, binding nothing",
+        "accountant/accounting/modes.py",
+        '    if rho is not None and (mode.name != "zcdp" or mode.composition_delta is not None):',
+        '    if False and rho is not None and (mode.name != "zcdp"):',
+        ("tests/test_bad_input.py::test_bad_dataset_is_400",),
+    ),
+    Mutation(
         "a charge too large for any window is told to wait",
         "accountant/accounting/decide.py",
         "    never = denial is not None and hopeless(denial)",
