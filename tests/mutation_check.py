@@ -240,8 +240,8 @@ MUTATIONS = [
     Mutation(
         "scopes deny in reverse contract order",
         "accountant/accounting/checks.py",
-        "ordered = sorted(checks, key=lambda check: SCOPE_ORDER.index(check.scope))",
-        "ordered = sorted(checks, key=lambda check: -SCOPE_ORDER.index(check.scope))",
+        "        rank = SCOPE_ORDER.index(denial.scope)",
+        "        rank = -SCOPE_ORDER.index(denial.scope)",
         ("tests/test_denials.py::test_window_and_lifetime_together_is_409_naming_the_dataset",),
     ),
     Mutation(

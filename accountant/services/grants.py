@@ -14,7 +14,7 @@ from accountant.accounting.checks import at_limit, remaining
 from accountant.accounting.loss import loss_now
 from accountant.driver import Driver
 from accountant.errors import Conflict, InvalidRequest, NotFound, field_error
-from accountant.exact import DELTA, Amount
+from accountant.exact import COMPONENTS, DELTA, Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import Consumer, Dataset, Grant, Tally
 from accountant.services import ledger, limit_notes
@@ -95,7 +95,8 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
         quota = grant.quota
         entry["quota"] = mode.labelled(describe_limit(quota, mode), quota.bounds())
         left = remaining(quota, loss, mode.components)
-        limited = tuple(n for n in mode.components if quota[n] is not None)
+        # what the quota states (a pure quota's delta is 0; an approx one may omit delta)
+        limited = tuple(n for n in COMPONENTS if quota[n] is not None)
         entry["remaining"] = stated(mode, left, dataset, limited)
         entry["at_limit"] = at_limit(grant.quota, loss, mode.components)
     return entry
