@@ -55,7 +55,10 @@ def test_the_deployment_probes_and_secrets_fit_together() -> None:
     # every pod reads the same three secret files from the read-only mount: the noise and
     # key-hash secrets default to the signing key's folder, where no pod could create them
     settings = load_settings(
-        {"signing_key_file": config["data"]["ACCOUNTANT_SIGNING_KEY_FILE"], "database_url": "x"}
+        {
+            "signing_key_file": config["data"]["ACCOUNTANT_SIGNING_KEY_FILE"],
+            "database_url": "postgresql+psycopg://accountant@db/accountant",
+        }
     )
     items = next(v for v in pod["volumes"] if v["name"] == "signing-key")["secret"]["items"]
     mounted = {f"{mount['mountPath']}/{item['path']}" for item in items}
