@@ -110,7 +110,7 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except DBAPIError as error:
-            first = str(error.orig).strip().splitlines()[0] if str(error.orig).strip() else ""
+            first = next(iter(str(error.orig).strip().splitlines()), "")
             raise click.ClickException(
                 f"the database could not be used ({type(error.orig).__name__}: {first[:200]}); "
                 "check ACCOUNTANT_DATABASE_URL (a SQLite file the service made, or a "

@@ -46,7 +46,8 @@ def json_body(schema: dict[str, Any], *, empty_ok: bool = False) -> Any:
     return body
 
 
-_ITEM_PATH = re.compile(r"\bitems\.(\d+)")
+#: A list body's own item (``items.3``), not a field named items inside one (``params.items.3``).
+_ITEM_PATH = re.compile(r"(?<![\w.])items\.(\d+)")
 
 
 @contextmanager
