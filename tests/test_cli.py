@@ -87,6 +87,21 @@ def test_init_prints_one_admin_key_and_keys_create_works(tmp_path: Path) -> None
         text=True,
     )
     assert existing.returncode == 1 and "PATCH /v1/consumers/aud" in existing.stderr
+    other_role = subprocess.run(
+        [BIN, "keys", "create", "--name", "aud", "--role", "admin"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert other_role.returncode == 1 and "exists with role auditor" in other_role.stderr
+    another = subprocess.run(  # the same consumer and role: another key, as docs/operations.md says
+        [BIN, "keys", "create", "--name", "aud", "--role", "auditor"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert another.stdout.strip().startswith("pba_") and another.stdout != made.stdout
     for name in ("", "=cmd|' /C calc'!A0", "x" * 64, "Upper", "-lead"):  # as over HTTP
         refused = subprocess.run(
             [BIN, "keys", "create", "--name", name, "--role", "auditor"],

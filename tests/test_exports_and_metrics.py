@@ -59,6 +59,7 @@ def test_metrics_count_charges_by_outcome(api: Api, client: FlaskClient) -> None
     assert (
         'accountant_charges_total{dataset="other",mechanism="laplace",outcome="granted"} 1' in text
     )
+    assert "\naccountant_database_up 1\n" in text
 
 
 def test_a_scrape_reads_no_ledger_entry(api: Api, app: Flask, client: FlaskClient) -> None:

@@ -112,6 +112,7 @@ def test_a_frozen_database_is_a_503_within_the_timeout_and_healthz_stays_up(tmp_
                         [charge(key) for key in keys]
                         + [
                             lambda: requests.get(f"{service.base}/readyz", timeout=60),
+                            lambda: requests.get(f"{service.base}/metrics", timeout=60),
                             lambda: requests.get(f"{service.base}/healthz", timeout=60),
                         ]
                     )
@@ -119,7 +120,7 @@ def test_a_frozen_database_is_a_503_within_the_timeout_and_healthz_stays_up(tmp_
                 finally:
                     server.signal_all(signal.SIGCONT)
                 assert still_frozen  # every answer came while the database was frozen
-                *charges, ready, health = during
+                *charges, ready, metrics, health = during
                 assert [getattr(r, "status_code", r) for r in charges] == [503] * len(keys)
                 assert all(
                     r.headers["Content-Type"] == "application/problem+json"
@@ -127,9 +128,13 @@ def test_a_frozen_database_is_a_503_within_the_timeout_and_healthz_stays_up(tmp_
                     for r in charges
                 )
                 assert ready.status_code == 503 and health.status_code == 200
+                # a scrape still answers, saying the database is down
+                assert metrics.status_code == 200, metrics.text
+                assert "\naccountant_database_up 0\n" in metrics.text
+                assert "accountant_charge_duration_seconds" in metrics.text  # its own
                 # one deadline for each request, its wait for a thread included, and
                 # liveness answered without waiting for the database at all
-                slowest = max(r.elapsed.total_seconds() for r in [*charges, ready])
+                slowest = max(r.elapsed.total_seconds() for r in [*charges, ready, metrics])
                 assert slowest < DEADLINE_S + 1, [
                     round(r.elapsed.total_seconds(), 2) for r in during
                 ]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 import hmac
+import logging
 from typing import Any
 
 from flask import Blueprint, Response, request
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from accountant.api.auth import principal
 from accountant.errors import Unauthorized, Unavailable
@@ -14,6 +17,7 @@ from accountant.metrics import process_metrics
 from accountant.services import datasets, ledger_reads
 from accountant.web import db, runtime
 
+log = logging.getLogger(__name__)
 bp = Blueprint("meta", __name__)
 
 
@@ -78,8 +82,31 @@ def metrics() -> Any:
     """Prometheus text format. Charge counts are kept by the charges themselves in the
     database, so every worker and host reports the same monotonic totals; a scrape reads
     those counts and the scope rows, never the ledger. With ACCOUNTANT_METRICS_KEY set, only
-    a request that sends that key as a bearer token is answered."""
+    a request that sends that key as a bearer token is answered.
+
+    While the database does not answer, the scrape still succeeds: it says
+    ``accountant_database_up 0`` and gives this process's own metrics (its database errors
+    among them), which is when they are wanted."""
     _check_metrics_key()
+    try:
+        lines = _database_lines()
+    except (OperationalError, PoolTimeout, Unavailable) as error:  # a charge's 503
+        log.warning("metrics without the database", extra={"error": str(error)[:200]})
+        lines = _database_up(0)
+    text = "\n".join(lines) + "\n" + process_metrics().decode()
+    return Response(text, mimetype="text/plain; version=0.0.4")
+
+
+def _database_up(up: int) -> list[str]:
+    return [
+        "# HELP accountant_database_up Whether this scrape could read the database.",
+        "# TYPE accountant_database_up gauge",
+        f"accountant_database_up {up}",
+    ]
+
+
+def _database_lines() -> list[str]:
+    """What /metrics reads from the database: charge counts and budget utilisation."""
     rows = ledger_reads.charge_counts(db())
     lines = [
         "# HELP accountant_charges_total Charges by dataset, mechanism and outcome.",
@@ -95,9 +122,7 @@ def metrics() -> Any:
         "# TYPE accountant_mechanisms gauge",
         f"accountant_mechanisms {len(runtime().registry.all())}",
     ]
-    lines += _utilisation_lines()
-    text = "\n".join(lines) + "\n" + process_metrics().decode()
-    return Response(text, mimetype="text/plain; version=0.0.4")
+    return lines + _utilisation_lines() + _database_up(1)
 
 
 def _check_metrics_key() -> None:
