@@ -240,3 +240,14 @@ def test_a_partition_unit_dataset_says_what_it_protects_wherever_it_is_shown(api
         assert "not a person" in shown["note"], shown
     api.make_dataset("orders", budget={"epsilon": 1})
     assert "note" not in api.budget("orders")
+
+
+def test_a_dataset_is_shown_with_the_description_it_was_created_with(api: Api) -> None:
+    """API.md: GET /v1/datasets/{name} shows the dataset as created; a description given on
+    creation is kept and shown (in the list too), and one never given is not made up."""
+    api.make_dataset(description="Clicks on the search page, one row per click")
+    listed = api.get("/v1/datasets").get_json()["datasets"][0]
+    for shown in (api.get("/v1/datasets/clicks").get_json(), listed):
+        assert shown["description"] == "Clicks on the search page, one row per click", shown
+    api.make_dataset("orders", budget={"epsilon": 1})
+    assert "description" not in api.get("/v1/datasets/orders").get_json()

@@ -230,6 +230,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "type": "string",
             "description": "the population the dataset belongs to, for life (absent: none)",
         },
+        description={
+            "type": "string",
+            "description": "what the dataset is, as given on creation (absent: none given)",
+        },
     ),
     "DatasetList": _object(["datasets"], datasets=_list(_ref("Dataset"))),
     "Budget": _object(

@@ -42,6 +42,8 @@ class Dataset(Base):
     )
     max_partitions_per_user: Mapped[int | None] = mapped_column(Integer)
     max_records_per_user: Mapped[int | None] = mapped_column(Integer)
+    #: what the admin said the dataset is, shown with it; no part of its terms
+    description: Mapped[str | None] = mapped_column(String(1000))
     limit_epsilon: Mapped[LimitUnits]
     limit_delta: Mapped[LimitUnits]
     limit_rho: Mapped[LimitUnits]

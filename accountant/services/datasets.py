@@ -111,6 +111,7 @@ def create(session: Session, body: dict[str, Any], now: int, hasher: KeyHasher) 
         composition_delta=share,
         max_partitions_per_user=body.get("max_partitions_per_user"),
         max_records_per_user=body.get("max_records_per_user"),
+        description=body.get("description"),
         limit_epsilon=lifetime.epsilon,
         limit_delta=lifetime.delta,
         limit_rho=lifetime.rho,
@@ -311,6 +312,8 @@ def describe(dataset: Dataset) -> dict[str, Any]:
         ],
         "created_at": isoformat(dataset.created_at / 1e6),
     }
+    if dataset.description is not None:
+        view["description"] = dataset.description
     if mode.order is not None:
         view["rdp_order"] = mode.order
     view.update(composition_of(dataset))
