@@ -187,12 +187,13 @@ def _parse(name: str, raw: str) -> Any:
 
 
 def _validate(settings: Settings) -> None:
-    key = settings.admin_key
-    if key is not None and (len(key) < 32 or not key.isprintable()):
-        raise ConfigError(f"{PREFIX}ADMIN_KEY must be at least 32 printable characters")
-    metrics_key = settings.metrics_key
-    if metrics_key is not None and (len(metrics_key) < 32 or not metrics_key.isprintable()):
-        raise ConfigError(f"{PREFIX}METRICS_KEY must be at least 32 printable characters")
+    # ASCII: a header carries no other text the same way from every client
+    for name, key in (("ADMIN_KEY", settings.admin_key), ("METRICS_KEY", settings.metrics_key)):
+        if key is not None and (len(key) < 32 or not (key.isprintable() and key.isascii())):
+            raise ConfigError(
+                f"{PREFIX}{name} must be at least 32 printable ASCII characters, as sent in "
+                "an Authorization header ('openssl rand -hex 32' makes one)"
+            )
     if settings.cookie_secure not in {"auto", "true", "false"}:
         raise ConfigError(f"{PREFIX}COOKIE_SECURE must be auto, true or false")
     if settings.approvals not in {"on", "off"}:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from accountant.config import ConfigError, load_settings
 from tests.conftest import ADMIN_KEY, Api
 
 VALID = {
@@ -341,3 +342,16 @@ def test_a_revoked_key_answers_204_with_no_content_type(api: Api) -> None:
     response = api.call("DELETE", f"/v1/keys/{new['id']}")
     assert response.status_code == 204 and response.text == ""
     assert "Content-Type" not in response.headers
+
+
+@pytest.mark.parametrize("setting", ["admin_key", "metrics_key"])
+@pytest.mark.parametrize("key", ["s" * 31, "schlüssel-" + "k" * 30, "tab\t" + "k" * 30])
+def test_a_key_no_client_could_send_is_refused_with_the_settings(setting: str, key: str) -> None:
+    """A key shorter than 32 characters, or with a character outside printable ASCII (which
+    a client sends in its Authorization header as UTF-8 and the server reads as Latin-1, so
+    that it never matches), stops the start, naming the setting, never the key."""
+    with pytest.raises(ConfigError) as refused:
+        load_settings({setting: key})
+    assert str(refused.value).startswith(f"ACCOUNTANT_{setting.upper()} must be at least 32")
+    assert key not in str(refused.value)
+    load_settings({setting: "k" * 32})  # printable ASCII is accepted
