@@ -541,3 +541,14 @@ def test_holds_show_as_held_apart_from_spent_with_their_draws_and_settles(
             assert f" 0 drew on hold {short}, charged nothing" in row
         else:
             assert "hold" not in row
+
+
+def test_a_lifetime_limit_of_0_is_shown_exhausted(api: Api, client: FlaskClient) -> None:
+    """An rdp order that does not suit the budget leaves a lifetime limit of 0: nothing
+    fits, so the dashboard shows it exhausted at 100%, as the budget report's at_limit says
+    (it showed "0% ... ok")."""
+    api.make_dataset(accounting="rdp", rdp_order=8, budget={"epsilon": 1, "delta": 1e-6})
+    assert api.budget()["at_limit"] is True
+    _sign_in(client, ADMIN_KEY)
+    row = _dataset_row(client.get("/dashboard").get_data(as_text=True), "clicks")
+    assert "exhausted" in row and "100%" in row and "ok" not in row, row

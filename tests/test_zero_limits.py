@@ -175,3 +175,28 @@ def test_a_stated_limit_of_the_other_modes_is_unchanged(api: Api) -> None:
     assert api.get("/v1/datasets/clicks").get_json()["partition_budget"]["rho"] > 0
     assert api.patch("/v1/datasets/clicks", {"partition_budget": {"rho": 1e-12}}).status_code == 200
     assert api.get("/v1/datasets/clicks").get_json()["partition_budget"]["rho"] == 1e-12
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [
+        # accounting.md's own example of an order that does not suit the budget
+        {"accounting": "rdp", "rdp_order": 8, "budget": {"epsilon": 1, "delta": 1e-6}},
+        {"accounting": "rdp", "rdp_order": 1.001, "budget": {"epsilon": 1, "delta": 1e-6}},
+    ],
+    ids=["rdp order 8", "rdp order 1.001"],
+)
+def test_a_lifetime_limit_of_0_is_shown_at_its_limit_everywhere(
+    api: Api, dataset: dict[str, Any]
+) -> None:
+    """A lifetime budget whose enforced limit is 0 is kept (it is the dataset's terms), and
+    admits no charge: API.md's at_limit ("true exactly when ... nothing more fits") says so,
+    as does the utilisation metric (1 is exhausted), which would otherwise never alert."""
+    api.make_dataset(**dataset)
+    report = api.budget()
+    assert report["limit"]["rdp"] == 0 and report["remaining"]["rdp"] == 0
+    assert report["at_limit"] is True
+    refused = api.charge(epsilon=0.001)
+    assert refused.status_code == 409 and refused.get_json()["scope"] == "dataset"
+    metrics = api.get("/metrics").text
+    assert 'accountant_budget_utilisation{dataset="clicks",scope="dataset"} 1\n' in metrics

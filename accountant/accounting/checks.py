@@ -249,12 +249,18 @@ def remaining(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> A
 
 
 def at_limit(limit: Limit, loss: Amount, names: tuple[ComponentName, ...]) -> bool:
-    """Whether ``loss`` has used up a component that ``limit`` grants (a positive bound):
-    ``remaining`` is 0 there, and no charge that costs anything in it fits. A bound of 0
-    (an approx budget stated without delta) grants nothing to use up: it only admits
-    charges free in that component, and is never "at limit" by itself. The one definition
-    of "at limit" (the budget report's ``at_limit``, the dashboard's badges)."""
-    return any(0 < bound <= loss[name] for name, bound in bounds(limit, names).items())
+    """Whether nothing more fits ``limit`` after ``loss``: ``remaining`` is 0 in a bound
+    component that every charge costs something in. That is any bound component but delta,
+    since a charge's epsilon, rho, Renyi divergence or mu^2 is never recorded as 0: a
+    positive bound that ``loss`` reached, or a bound of 0 (a lifetime budget whose enforced
+    limit rounds to 0, such as an rdp order that does not suit the budget). A delta bound of
+    0 (an approx budget stated without delta) only admits charges free in delta, and is
+    never "at limit" by itself. The one definition of "at limit" (the budget report's
+    ``at_limit``, the dashboard's badges, the utilisation metric)."""
+    return any(
+        0 < bound <= loss[name] or (bound == 0 and name != "delta")
+        for name, bound in bounds(limit, names).items()
+    )
 
 
 def shared_limit(limit: Limit, before: Amount, share: Fraction) -> Limit:

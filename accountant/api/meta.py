@@ -158,7 +158,8 @@ def _utilisation_lines() -> list[str]:
             if measure not in limit:
                 continue
             bound = float(limit[measure])
-            ratio = float(loss[measure]) / bound if bound > 0 else float(loss[measure] > 0)
+            # a bound of 0 in the measure admits nothing: exhausted (checks.at_limit)
+            ratio = float(loss[measure]) / bound if bound > 0 else 1.0
             lines.append(
                 f'accountant_budget_utilisation{{dataset="{_label(dataset.name)}",'
                 f'scope="{scope}"}} {ratio:.6g}'

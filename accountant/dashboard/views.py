@@ -126,8 +126,14 @@ def sign_out_submit(who: Principal) -> Any:
 def _used(loss: dict[str, Any], limit: dict[str, Any]) -> float:
     """The largest share of a limit used, in percent, over the figures it binds: those that
     add up (a share of a figure that does not add, mu or a converted epsilon, is no share of
-    the budget)."""
-    shares = [_pct(float(loss.get(name, 0)), float(limit[name])) for name in limit["additive"]]
+    the budget). A limit of 0 in a figure every charge costs something in (any but delta)
+    admits nothing: 100%, as ``checks.at_limit`` has it."""
+    shares = [
+        100.0
+        if float(limit[name]) == 0 and name != "delta"
+        else _pct(float(loss.get(name, 0)), float(limit[name]))
+        for name in limit["additive"]
+    ]
     return max(shares, default=0.0)
 
 
