@@ -297,3 +297,87 @@ def _output_digest(
         {k: Decimal(v) for k, v in params.items()}, data, secret.source_for(charge)
     )
     return hashlib.sha256(json.dumps(output, sort_keys=True).encode()).hexdigest()
+
+
+def _restarted(database_url: str, tmp_path: Path, **settings: Any) -> Api:
+    """The same database and secrets, served again with ``settings`` changed."""
+    app = prepared_app(
+        {
+            "database_url": database_url,
+            "admin_key": ADMIN_KEY,
+            "signing_key_file": str(tmp_path / "signing-key.pem"),
+            "noise_secret_file": str(tmp_path / "noise-secret"),
+            **settings,
+        }
+    )
+    return Api(app.test_client())
+
+
+def test_a_retry_that_would_now_be_refused_as_it_stands_gets_its_first_answer(
+    database_url: str, tmp_path: Path
+) -> None:
+    """API.md: the same key with the same body returns the first response again. A retry
+    of a committed request whose mechanism was disabled since, or whose input is over a
+    vector limit lowered since, never gets a 400 (which says nothing was charged): a denial
+    and a grant whose output can be made again come back byte for byte; a grant whose
+    mechanism is gone is the 409 that releases nothing; another body is a 422."""
+    api, first = _first(database_url, tmp_path)  # laplace on two values, granted
+    denied = api.charge(epsilon=5, headers={"Idempotency-Key": "too-much"})
+    assert denied.status_code == 409
+    lower = _restarted(database_url, tmp_path, max_vector_length=1)
+    assert lower.charge(**CHARGE).text == first.text
+    assert lower.charge(input={"values": [1.0, 2.0]}).status_code == 400  # a new request
+    disabled = _restarted(database_url, tmp_path, disabled_plugins=("laplace",))
+    gone = disabled.charge(**CHARGE)
+    assert gone.status_code == 409 and gone.get_json()["type"].endswith("/replay-unavailable")
+    assert "not registered here now" in gone.get_json()["detail"] and "output" not in gone.text
+    again = disabled.charge(epsilon=5, headers={"Idempotency-Key": "too-much"})
+    assert (again.status_code, again.text) == (409, denied.text)
+    other = disabled.charge(epsilon=0.2, **CHARGE)
+    assert other.status_code == 422
+    assert disabled.charge(input={"values": [1.0]}).status_code == 400  # no key: refused
+    assert len(disabled.ledger()) == 2  # nothing charged by any retry
+
+
+def test_a_hold_batch_and_settle_retried_after_a_change_get_their_first_answers(
+    database_url: str, tmp_path: Path
+) -> None:
+    api = Api(_app(database_url, tmp_path).test_client())
+    api.make_dataset(accounting="rdp", rdp_order=8, budget={"epsilon": 10, "delta": 1e-6})
+    params = {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 100, "sensitivity": 1}
+    hold_body = {
+        "dataset": "clicks",
+        "partitions": ["h"],
+        "expires_in": 600,
+        "mechanism": "subsampled_gaussian",
+        "params": params,
+    }
+    held = api.post("/v1/holds", hold_body, headers={"Idempotency-Key": "h1"})
+    assert held.status_code == 201, held.get_json()
+    settle_path = f"/v1/holds/{held.get_json()['hold_id']}/settle"
+    settle_body = {"params": {"steps": 50}}
+    settled = api.post(settle_path, settle_body, headers={"Idempotency-Key": "s1"})
+    assert settled.status_code == 200, settled.get_json()
+    item = {
+        "dataset": "clicks",
+        "partitions": ["b"],
+        "mechanism": "laplace",
+        "params": {"epsilon": 0.1, "sensitivity": 1},
+        "input": {"values": [1.0, 2.0]},
+    }
+    batch_body = {"items": [item, {**item, "partitions": ["c"]}]}
+    batch = api.post("/v1/charges/batch", batch_body, headers={"Idempotency-Key": "b1"})
+    assert batch.status_code == 201, batch.get_json()
+    entries = len(api.ledger())
+    later = _restarted(
+        database_url, tmp_path, disabled_plugins=("subsampled_gaussian",), max_vector_length=1
+    )
+    for path, body, key, first in (
+        ("/v1/holds", hold_body, "h1", held),
+        (settle_path, settle_body, "s1", settled),
+        ("/v1/charges/batch", batch_body, "b1", batch),
+    ):
+        again = later.post(path, body, headers={"Idempotency-Key": key})
+        assert (again.status_code, again.text) == (first.status_code, first.text), path
+        assert later.post(path, body).status_code == 400, path  # without its key: refused
+    assert len(later.ledger()) == entries

@@ -12,10 +12,11 @@ from accountant.accounting.charge_inputs import ChargeRequest, HoldTerms
 from accountant.api import schemas
 from accountant.api.auth import confirmed_on_failure, principal
 from accountant.api.charges import answer as charge_answer
-from accountant.api.charges import checked_partitions
+from accountant.api.charges import checked_partitions, known_answer
 from accountant.api.common import json_body
-from accountant.errors import Forbidden, field_error
+from accountant.errors import Forbidden, InvalidRequest, field_error
 from accountant.jsonio import dumps
+from accountant.mechanism import Mechanism
 from accountant.services import charges, evaluation, holds, idempotency, ledger_reads, settles
 from accountant.services.api_keys import Principal
 from accountant.web import db, driver, runtime
@@ -29,9 +30,14 @@ def create() -> Any:
     with confirmed_on_failure():
         body = json_body(schemas.HOLD)
         key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
-        hold_request = replace(
-            _request(body, caller), key=key, fingerprint=idempotency.fingerprint(body)
-        )
+        fingerprint = idempotency.fingerprint(body)
+        try:
+            hold_request = replace(_request(body, caller), key=key, fingerprint=fingerprint)
+        except InvalidRequest:  # a committed hold's retry gets its first answer
+            first = known_answer(caller, key, fingerprint)
+            if first is None:
+                raise
+            return answer(first.facts)
         if hold_request.mechanism is not None and not hold_request.mechanism.runs:
             # an accounting-only mechanism may take a second to price (a privacy-loss
             # distribution): price it once before the lock, so that the charge's own
@@ -103,19 +109,18 @@ def _settle(hold_id: str, *, release: bool) -> Response:
     with confirmed_on_failure():
         body = json_body(schemas.RELEASE if release else schemas.SETTLE, empty_ok=release)
         key = idempotency.key_of(body, request.headers.get("Idempotency-Key"))
+        # the same key on another hold, or to settle and then release, is a reuse
+        fingerprint = idempotency.fingerprint({**body, "hold": hold_id, "release": release})
         dataset, mechanism_name, held_params = settles.locate(driver(), hold_id)
         mechanism = None if mechanism_name is None else runtime().registry.get(mechanism_name)
         params = body.get("params")
-        if params is not None:
-            if mechanism is None:
-                raise field_error(
-                    "params",
-                    "this hold was not priced by a mechanism: settle it with used, the "
-                    "amount the job used in all",
-                )
-            merged = {**held_params, **params}
-            merged.pop("sensitivity_unit", None)
-            schemas.validate(mechanism.params_schema, merged, "params")
+        try:
+            _check_settle_params(params, mechanism_name, mechanism, held_params)
+        except InvalidRequest:  # a committed settle's retry gets its first answer
+            first = known_answer(caller, key, fingerprint)
+            if first is None:
+                raise
+            return _settled(first.facts)
         done = settles.settle(
             driver(),
             settles.SettleRequest(
@@ -126,12 +131,41 @@ def _settle(hold_id: str, *, release: bool) -> Response:
                 params=params,
                 mechanism=mechanism,
                 key=key,
-                # the same key on another hold, or to settle and then release, is a reuse
-                fingerprint=idempotency.fingerprint({**body, "hold": hold_id, "release": release}),
+                fingerprint=fingerprint,
             ),
             runtime().charging,
         )
-    body = {k: v for k, v in done.facts.items() if k != "kind"}
+    return _settled(done.facts)
+
+
+def _check_settle_params(
+    params: dict[str, Any] | None,
+    mechanism_name: str | None,
+    mechanism: Mechanism | None,
+    held_params: dict[str, Any],
+) -> None:
+    """A settle's ``params``: for the mechanism that priced the hold, which runs here."""
+    if params is None:
+        return
+    if mechanism_name is None:
+        raise field_error(
+            "params",
+            "this hold was not priced by a mechanism: settle it with used, the "
+            "amount the job used in all",
+        )
+    if mechanism is None:
+        raise field_error(
+            "params",
+            f"the hold's mechanism {mechanism_name!r} is not registered here now (disabled "
+            "or not installed): settle with used, the amount the job used in all",
+        )
+    merged = {**held_params, **params}
+    merged.pop("sensitivity_unit", None)
+    schemas.validate(mechanism.params_schema, merged, "params")
+
+
+def _settled(facts: dict[str, Any]) -> Response:
+    body = {k: v for k, v in facts.items() if k != "kind"}
     return Response(dumps(body), status=200, mimetype="application/json")
 
 

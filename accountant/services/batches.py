@@ -71,7 +71,9 @@ from accountant.errors import (
     field_error,
 )
 from accountant.exact import DELTA, EPSILON, Amount
+from accountant.mechanism import Mechanism
 from accountant.models import Dataset, LedgerEntry, Population
+from accountant.noise import NoiseSecret
 from accountant.services import charge_plan, charge_reads, folded_reads, idempotency, ledger
 from accountant.services.api_keys import UNKNOWN_KEY
 from accountant.services.charge_responses import report, report_cost
@@ -158,7 +160,14 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
         raise
     if first is not None:  # a known key: nothing written
         driver.rollback()
-        return _replay(driver, first, batch, context)
+        if first.request_hash != batch.fingerprint:
+            raise IdempotencyKeyReused(
+                f"idempotency key {batch.key!r} was first used with a different request; "
+                "use a new key for a new request"
+            )
+        return replay(
+            driver, first, [(r.mechanism_to_run, r.data) for r in batch.items], context.noise
+        )
     # committed: a grant without a key is answered with facts built outside the locks
     done = _granted(batch, run) if decided is None else decided
     if isinstance(done, BatchGranted):  # after the commit, never failing the batch
@@ -718,19 +727,15 @@ _ITEM_SOURCES = statement(
 )
 
 
-def _replay(
+def replay(
     driver: Driver,
     first: idempotency.Remembered,
-    batch: BatchRequest,
-    context: ChargeContext,
+    runs: Sequence[tuple[Mechanism | None, Any]],
+    noise: NoiseSecret,
 ) -> BatchDone:
-    """The first answer to ``batch``'s key, given again: every item's output regenerated
-    exactly, or a 409 that releases nothing."""
-    if first.request_hash != batch.fingerprint:
-        raise IdempotencyKeyReused(
-            f"idempotency key {batch.key!r} was first used with a different request; "
-            "use a new key for a new request"
-        )
+    """The first answer to a batch's key, given again: every item's output regenerated
+    exactly by its mechanism from its input (``runs``, by item: None for a mechanism that
+    does not run here now), or a 409 that releases nothing."""
     facts = first.facts
     if facts["kind"] != "batch":
         return BatchDenied(facts)
@@ -739,12 +744,12 @@ def _replay(
     driver.end_read()
     sources = {row.charge_id: (row.noise_secret, row.implementation) for row in rows}
     outputs = []
-    for item_facts, request in zip(items, batch.items, strict=True):
+    for item_facts, (mechanism, data) in zip(items, runs, strict=True):
         secret, implementation = sources.get(item_facts["charge_id"], (None, None))
         remembered = idempotency.Remembered(
             first.request_hash, item_facts["charge_id"], item_facts, secret, implementation
         )
-        output = idempotency.output_of(remembered, request, context.noise)
+        output = idempotency.output_of(remembered, mechanism, data, noise)
         assert output is not None
         outputs.append(output)
     return BatchGranted(facts, outputs)

@@ -113,7 +113,7 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
         duplicates=request.key is not None,
     )
     if isinstance(done, idempotency.Remembered):  # outside the lock; no new alerts
-        return Replayed(done.facts, idempotency.output_of(done, request, context.noise))
+        return Replayed(done.facts, replayed_output(done, request, context.noise))
     decision, planned, output = done  # committed: its answer is built outside the lock
     if not decision.granted:
         return Denied(decision, planned.facts)
@@ -128,6 +128,16 @@ def submit(connection: Driver, request: ChargeRequest, context: ChargeContext) -
         at=context.clock.now_us() / 1e6,
     )
     return granted
+
+
+def replayed_output(
+    first: idempotency.Remembered, request: ChargeRequest, noise: NoiseSecret
+) -> dict[str, Any] | None:
+    """The output of the first answer to ``request``'s key, regenerated (None for a denial
+    or a hold)."""
+    if not first.granted:
+        return None
+    return idempotency.output_of(first, request.mechanism_to_run, request.data, noise)
 
 
 def _charge(
