@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from accountant.models import Consumer, Dataset, LedgerEntry
+from accountant.services.ledger import canonical, chain_hash
 from tests.conftest import Api, run_sql
 
 BIN = Path(sys.executable).parent / "accountant"
@@ -381,3 +385,33 @@ def test_keys_issued_at_once_leave_a_seal_that_holds(app: Flask, database_url: s
         assert set(pool.map(issue, range(24))) == {201}
     body = api.get("/v1/ledger/verify").get_json()
     assert body["ok"] is True and body["seals_checked"] is True, body
+
+
+def test_a_last_entry_rewritten_with_its_hash_recomputed_is_named(
+    busy: Api, app: Flask, database_url: str
+) -> None:
+    """The chain of a last entry edited with its hash recomputed (the canonical form is
+    public) holds together, and it ends at the seq the dataset records: the head the dataset
+    records is what shows it, and verify names that entry (it said "entries deleted?")."""
+    with Session(app.extensions["accountant_engine"]) as session:
+        last = session.execute(
+            select(LedgerEntry)
+            .join(Dataset, Dataset.id == LedgerEntry.dataset_id)
+            .where(Dataset.name == "clicks")
+            .order_by(LedgerEntry.seq.desc())
+            .limit(1)
+        ).scalar_one()
+        consumer = None if last.consumer_id is None else session.get(Consumer, last.consumer_id)
+        last.created_at += 1
+        last.hash = chain_hash(
+            last.prev_hash, canonical(last, "clicks", consumer.name if consumer else None)
+        )
+        seq = last.seq
+        session.commit()
+    body = busy.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and body["dataset"] == "clicks"
+    assert body["first_bad_entry"]["seq"] == seq and "rewritten" in body["reason"]
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
+    result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and f"seq {seq}" in result.stderr
+    assert "deleted" not in result.stderr

@@ -180,6 +180,7 @@ class _Walk:
         self.recorded_terms = dataset.terms_sha256 if isinstance(dataset, Dataset) else ""
         self.limit_set: LedgerEntry | None = None  # a population's last limit change
         self.past_head: LedgerEntry | None = None  # the entry after the recorded head
+        self.last: LedgerEntry | None = None  # the last entry taken in
         self.wrong_loss: Problem | None = None
         self.loss_recorded = False  # whether an earlier entry recorded its loss_after
 
@@ -197,6 +198,7 @@ class _Walk:
         if chain_hash(entry.prev_hash, canonical(entry, self.dataset.name, consumer)) != entry.hash:
             return "the entry's content does not match its hash (edited)"
         self.head, self.seq, self.previous_id = entry.hash, entry.seq, entry.id
+        self.last = entry
         if (entry.detail or {}).get("terms_sha256"):  # a limit change, or a charge
             self.recorded_terms = entry.detail["terms_sha256"]
         if entry.kind == "limit_change" and (entry.detail or {}).get("scope") == "population":
@@ -221,6 +223,14 @@ class _Walk:
                 "appended in the database, not by the service, which moves the head with "
                 "every entry (forged?)",
                 past,
+            )
+        if dataset.ledger_seq == self.seq and self.last is not None:
+            return Problem(
+                dataset.name,
+                f"the last entry (seq {self.seq}) does not hash to the head the {self.what} "
+                "records: it, or entries before it, were rewritten in the database with "
+                "their hashes recomputed (forged?)",
+                self.last,
             )
         return Problem(
             dataset.name,
