@@ -38,7 +38,7 @@ from accountant.clock import Clock, SystemClock
 from accountant.config import ConfigError, Settings, load_settings
 from accountant.dashboard import views as dashboard
 from accountant.dashboard.session import CookieSessions
-from accountant.db import begin_write, make_engine, make_session_factory
+from accountant.db import begin_write, make_engine, make_session_factory, schema_missing
 from accountant.deadline import request_deadline
 from accountant.errors import AccountantError, Conflict, InvalidRequest, Unavailable
 from accountant.group_commit import GroupCommit
@@ -252,16 +252,6 @@ def _prepare_webhook_secret(settings: Settings) -> None:
     )
 
 
-def _schema_missing(error: OperationalError | ProgrammingError) -> bool:
-    """Whether the database lacks a table or column this release uses: no schema, or one
-    behind its migrations (SQLite's wording; PostgreSQL's undefined_table and
-    undefined_column codes)."""
-    code = getattr(error.orig, "sqlstate", None)
-    return code in {"42P01", "42703"} or str(error.orig).startswith(
-        ("no such table", "no such column")
-    )
-
-
 def _no_schema() -> Response:
     log.error("the database has no schema or is behind this release's migrations")
     return problems.response(
@@ -341,11 +331,11 @@ def _register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(ProgrammingError)
     def _on_statement(error: ProgrammingError) -> Response:
-        return _no_schema() if _schema_missing(error) else _on_unexpected(error)
+        return _no_schema() if schema_missing(error) else _on_unexpected(error)
 
     @app.errorhandler(OperationalError)
     def _on_database(error: OperationalError) -> Response:
-        if _schema_missing(error):
+        if schema_missing(error):
             return _no_schema()
         record_metric(DATABASE_ERRORS.inc)
         log.error(

@@ -110,6 +110,13 @@ class _Commands(click.Group):
         try:
             return super().invoke(ctx)
         except DBAPIError as error:
+            from accountant.db import schema_missing
+
+            if schema_missing(error):
+                raise click.ClickException(
+                    "the database's schema is behind this release's migrations, or missing; "
+                    "run 'accountant db upgrade', then this command again"
+                ) from None
             first = next(iter(str(error.orig).strip().splitlines()), "")
             raise click.ClickException(
                 f"the database could not be used ({type(error.orig).__name__}: {first[:200]}); "

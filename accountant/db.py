@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from accountant.config import Settings
@@ -178,3 +178,13 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 def begin_write(session: Session) -> None:
     """Start ``session``'s transaction as a write transaction (call before any query)."""
     session.connection(execution_options={WRITE: True})
+
+
+def schema_missing(error: DBAPIError) -> bool:
+    """Whether the database lacks a table or column this release uses: no schema, or one
+    behind its migrations (SQLite's wording; PostgreSQL's undefined_table and
+    undefined_column codes)."""
+    code = getattr(error.orig, "sqlstate", None)
+    return code in {"42P01", "42703"} or str(error.orig).startswith(
+        ("no such table", "no such column")
+    )

@@ -232,6 +232,8 @@ def test_a_folder_without_a_database_gets_one_line_and_nothing_created(
         ("postgresql+psycopg://u@127.0.0.1:1/db", ["db", "upgrade"], "could not be used"),
         ("{not_a_database}", ["init"], "file is not a database"),
         ("{cli_db}", ["db", "upgrade", "9999"], "Can't locate revision"),
+        ("{behind}", ["ledger", "verify"], "behind this release's migrations"),
+        ("{behind}", ["ledger", "rebuild-totals", "--check"], "behind this release's migrations"),
     ],
 )
 def test_a_database_the_command_cannot_use_is_one_line_saying_what_to_do(
@@ -241,8 +243,11 @@ def test_a_database_the_command_cannot_use_is_one_line_saying_what_to_do(
     url = url.format(
         not_a_database=f"sqlite:///{tmp_path / 'junk.db'}",
         cli_db=f"sqlite:///{tmp_path / 'cli.db'}",
+        behind=f"sqlite:///{tmp_path / 'behind.db'}",
     )
     env = _env(tmp_path, ACCOUNTANT_DATABASE_URL=url)
+    if "behind" in url:  # a schema one migration behind this release
+        subprocess.run([BIN, "db", "upgrade", "0020"], env=env, check=True, capture_output=True)
     done = subprocess.run([BIN, *command], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr

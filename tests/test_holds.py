@@ -242,6 +242,12 @@ def test_who_may_hold_and_read_holds(api: Api) -> None:
     assert api.get("/v1/holds?dataset=nope").status_code == 404
     audited = api.get("/v1/holds?dataset=clicks", headers={"Authorization": f"Bearer {auditor}"})
     assert [h["hold_id"] for h in audited.get_json()["holds"]] == [hold["hold_id"]]
+    foreign = api.get(path, headers={"Authorization": f"Bearer {other}"}).get_json()
+    assert "only its own holds" in foreign["detail"]
+    # its own hold, once the dataset is no longer granted: 403, saying why
+    assert api.patch("/v1/consumers/svc", {"datasets": ["orders"]}).status_code == 200
+    own = api.get(path, headers={"Authorization": f"Bearer {service}"})
+    assert own.status_code == 403 and "'clicks' is not granted to 'svc'" in own.get_json()["detail"]
 
 
 def test_an_export_with_holds_verifies_offline_and_an_edited_hold_id_shows(

@@ -85,7 +85,16 @@ def show(session: Session, hold_id: str, caller: Principal, now_us: int) -> dict
     """The hold ``hold_id``: 404 if there is none, 403 for a service that does not hold it."""
     row = session.execute(_visible(caller).where(Hold.id == hold_id)).first()
     if row is None:
-        exists = session.execute(select(Hold.id).where(Hold.id == hold_id)).first()
+        exists = session.execute(
+            select(Hold.consumer_id, Dataset.name)
+            .join(Dataset, Dataset.id == Hold.dataset_id)
+            .where(Hold.id == hold_id)
+        ).first()
+        if exists is not None and exists.consumer_id == caller.consumer_id:
+            raise Forbidden(  # its own hold, on a dataset no longer granted to it
+                f"dataset {exists.name!r} is not granted to {caller.name!r}: its holds there "
+                "are read by an admin or an auditor"
+            )
         if exists is not None:
             raise Forbidden("a service may read only its own holds")
         raise NotFound(f"no hold with id {hold_id!r}")
