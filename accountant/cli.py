@@ -148,12 +148,32 @@ def db() -> None:
 @click.argument("revision", default="head")
 def db_upgrade(revision: str) -> None:
     """Upgrade the schema to REVISION (default: the newest)."""
-    from accountant.migrate import upgrade
+    from accountant.migrate import current_revision, upgrade
 
     settings = _settings()
     click.echo(f"upgrading {_safe_url(settings.database_url)} to {revision} ...", err=True)
+    before = _revision_before(settings.database_url)
     upgrade(settings.database_url, revision)
-    click.echo("schema is up to date", err=True)
+    after = current_revision(settings.database_url)
+    if before == after:
+        click.echo(f"schema is up to date (at {after}): nothing to do", err=True)
+    else:
+        click.echo(f"schema upgraded from {before or 'none'} to {after}", err=True)
+
+
+def _revision_before(database_url: str) -> str | None:
+    """The schema's revision before an upgrade; None for a SQLite file not made yet (the
+    upgrade makes it, as it does its folder)."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from accountant.migrate import current_revision
+
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and not Path(url.database or "").exists():
+        return None
+    return current_revision(database_url)
 
 
 @db.command("downgrade")

@@ -92,7 +92,8 @@ def verify_lines(lines: Iterable[str]) -> FileVerification:
             return _bad(
                 result,
                 f"line {number} is not a ledger entry of this version "
-                f"({type(error).__name__}: {error})",
+                f"({type(error).__name__}: {error}); --file takes the JSON Lines export "
+                "(GET /v1/ledger/export?format=jsonl), not the CSV one",
             )
         where = f"line {number} (dataset {name!r}, seq {seq})"
         previous = result.segments.get(name)

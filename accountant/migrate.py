@@ -30,6 +30,19 @@ def is_revision(revision: str) -> bool:
     return any(step.revision == revision for step in script.walk_revisions())
 
 
+def current_revision(database_url: str) -> str | None:
+    """The schema revision of the database at ``database_url`` (None: no schema yet)."""
+    from alembic.runtime.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        engine.dispose()
+
+
 def upgrade(database_url: str, revision: str = "head") -> None:
     """Migrate the schema, then (at the head) the data that a migration cannot derive in
     SQL: the rho limits of zcdp datasets (``services.conversions``)."""

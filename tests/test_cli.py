@@ -256,6 +256,21 @@ def test_a_database_the_command_cannot_use_is_one_line_saying_what_to_do(
     assert "ACCOUNTANT_DATABASE_URL" in error[0] or "accountant db upgrade" in error[0]
 
 
+def test_db_upgrade_says_what_it_did(tmp_path: Path) -> None:
+    env = _env(tmp_path, ACCOUNTANT_DATABASE_URL=f"sqlite:///{tmp_path / 'up.db'}")
+
+    def upgrade(*revision: str) -> str:
+        done = subprocess.run(
+            [BIN, "db", "upgrade", *revision], env=env, capture_output=True, text=True, check=True
+        )
+        return done.stderr.strip().splitlines()[-1]
+
+    assert upgrade("0020") == "schema upgraded from none to 0020"
+    head = head_revision()
+    assert upgrade() == f"schema upgraded from 0020 to {head}"
+    assert upgrade() == f"schema is up to date (at {head}): nothing to do"
+
+
 def _serve_once(env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """`accountant serve` that must refuse: a serve that starts is stopped after 30 s."""
     return subprocess.run(

@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 from accountant.clock import FrozenClock
 from accountant.services import totals
 from accountant_plugins._sampled_gaussian import rdp_cost
-from tests.conftest import Api
+from tests.conftest import ADMIN_KEY, Api
+from tests.test_dashboard import _shown, _sign_in
 from tests.test_ledger_export import _verifiers
 
 
@@ -570,3 +571,62 @@ def test_who_may_settle_and_a_settle_is_idempotent(api: Api) -> None:
     assert api.post(f"/v1/holds/{admin_held}/release", headers=key).status_code == 200
     missing = "00000000-0000-4000-8000-000000000000"
     assert _settle(api, missing, {"used": {"epsilon": 0.1}}).status_code == 404
+
+
+#: (dataset terms, charges and holds as (partitions, release, epsilon, is_hold)).
+_SPLITS: dict[str, tuple[dict[str, Any], list[tuple[list[str], str, float, bool]]]] = {
+    # a hold outside the k largest adds to T only: the loss is the k largest
+    "user, hold outside the k largest": (
+        {"privacy_unit": "user", "max_partitions_per_user": 1},
+        [(["a"], "joint", 1.0, False), (["d"], "joint", 0.3, True)],
+    ),
+    "user k=2, holds inside and outside": (
+        {"privacy_unit": "user", "max_partitions_per_user": 2},
+        [
+            (["a"], "joint", 1.0, False),
+            (["b"], "joint", 0.8, False),
+            (["c"], "joint", 0.5, False),
+            (["c"], "joint", 0.3, True),
+            (["b"], "joint", 0.3, True),
+            (["a", "b", "c"], "parallel", 0.2, True),
+        ],
+    ),
+    "user unbounded, parallel": (
+        {"privacy_unit": "user"},
+        [(["a", "b"], "parallel", 0.4, False), (["b", "c"], "parallel", 0.25, True)],
+    ),
+    # parallel composition: a hold on another partition than the most spent one
+    "record, disjoint": (
+        {"privacy_unit": "record"},
+        [(["a"], "joint", 1.0, False), (["d"], "joint", 0.3, True), (["a"], "joint", 0.1, True)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SPLITS))
+def test_spent_is_the_loss_of_the_same_releases_without_the_open_holds(
+    api: Api, client: Any, case: str
+) -> None:
+    """The budget report's spent is the loss the dataset would have without its open holds:
+    the loss of a twin dataset given the same charges and no holds. The dashboard's held is
+    the loss less spent (what the holds add to the loss), and the two add up to it. It read
+    the holds' amounts and loss less held, which the k largest or the max do not allow."""
+    terms, steps = _SPLITS[case]
+    for name in ("clicks", "twin"):
+        api.make_dataset(name, accounting="pure", budget={"epsilon": 10}, **terms)
+    for partitions, release, epsilon, is_hold in steps:
+        if is_hold:
+            held = _hold(api, partitions=partitions, release=release, amount={"epsilon": epsilon})
+            assert held.status_code == 201, held.get_json()
+        else:
+            for name in ("clicks", "twin"):
+                charged = api.charge(name, partitions, epsilon, release)
+                assert charged.status_code == 201, charged.get_json()
+    report, twin = api.budget(), api.budget("twin")
+    assert report["spent"]["epsilon"] == twin["loss"]["epsilon"], (report, twin)
+    assert twin["spent"] == twin["loss"]  # no hold: spent is the loss
+    held = round(report["loss"]["epsilon"] - report["spent"]["epsilon"], 9)
+    _sign_in(client, ADMIN_KEY)
+    page = client.get("/dashboard/datasets/clicks").get_data(as_text=True)
+    assert f'<span id="spent">{_shown(report["spent"]["epsilon"])}</span>' in page
+    assert f'<span id="held">{_shown(held)}</span>' in page

@@ -364,3 +364,16 @@ def test_an_entry_committed_after_the_heads_were_read_is_left_out(
     assert {json.loads(line)["dataset"] for line in lines} == {"late"} and len(lines) == 1001
     result = _verifiers(tmp_path)["cli"](_write(tmp_path, lines))
     assert result.returncode == 0 and "late seq 1..1001 (whole chain)" in result.stdout
+
+
+def test_the_csv_export_given_to_verify_file_is_named_as_the_wrong_export(
+    api: Api, tmp_path: Path
+) -> None:
+    api.make_dataset()
+    assert api.charge().status_code == 201
+    path = tmp_path / "ledger.csv"
+    path.write_text(api.get("/v1/ledger/export?format=csv").text, encoding="utf-8")
+    result = _verifiers(tmp_path)["cli"](path)
+    assert result.returncode == 1
+    assert "line 1 is not a ledger entry" in result.stderr
+    assert "takes the JSON Lines export" in result.stderr, result.stderr

@@ -251,6 +251,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         partition_limit=_ref("Amount"),
         limit_history=_list(ANY_OBJECT),
         held=_ref("Amount"),
+        spent=_ref("Amount"),
         consumer=ANY_OBJECT,
         composition={"enum": ["basic", "advanced"]},
         composition_delta={"type": "number"},

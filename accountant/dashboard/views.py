@@ -258,7 +258,7 @@ def overview(who: Principal) -> Any:
             if "period" in s
         ]
         marks = _marks(scopes)
-        held = report["held"][measure] if _holding(report["held"]) else None
+        held = _split(report, measure)[0] if _holding(report["held"]) else None
         rows.append(
             {
                 "name": dataset.name,
@@ -322,13 +322,14 @@ def _holding(held: dict[str, Any]) -> bool:
 
 
 def _split(report: dict[str, Any], measure: str) -> tuple[Decimal, Decimal]:
-    """The lifetime loss in the measure as (held, spent): what open holds charged, and the
-    rest, the loss less held, which releases spent (an expired hold's amount among them:
-    expiry never refunds). Both figures add up in the measure, so the subtraction is exact;
-    it stops at 0 where holds on disjoint partitions compose in parallel, each counted in
-    held but only the largest in the loss (docs/dashboard.md)."""
-    held: Decimal = report["held"][measure]
-    return held, max(report["loss"][measure] - held, Decimal(0))
+    """The lifetime loss in the measure as (held, spent): what open holds add to it, and
+    the loss without them (the report's ``spent``: what releases spent, an expired hold's
+    amount among them, since expiry never refunds). The loss is not a sum over charges (a
+    max, the k largest, a min), so held is the loss less spent, not what the holds charged:
+    a hold on a partition that does not set the loss adds nothing to it
+    (docs/dashboard.md)."""
+    spent: Decimal = report["spent"][measure]
+    return report["loss"][measure] - spent, spent
 
 
 def _hold(hold: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from accountant.models import (
 )
 from accountant.models.tally import PART_PREFIXES
 from accountant.services import holds, ledger, limit_notes, terms
+from accountant.services.held_split import loss_without_open_holds
 
 
 def all_datasets(session: Session) -> list[Dataset]:
@@ -758,6 +759,9 @@ def budget_report(
     }
     lifetime = tallies.get(("lifetime", 0, 0))
     loss = loss_now(rule, tally_state(session, lifetime, rule, names), names)
+    spent = loss_without_open_holds(
+        session, dataset.id, lifetime, rule, names, int(now * 1_000_000)
+    )
     windows = []
     for budget in dataset.windows:
         window = Window.containing(budget.period_seconds, now)
@@ -811,6 +815,8 @@ def budget_report(
         "at_limit": at_limit(dataset.limit, loss, names),
         # what open holds charged: part of the loss, reserved for jobs not yet settled
         "held": stated(mode, holds.held(session, dataset.id, int(now * 1_000_000)), dataset),
+        # the loss without the open holds: what releases (and settled or expired holds) spent
+        "spent": stated(mode, spent if spent is not None else loss, dataset),
         "windows": windows,
         "partitions": {
             "count": count,
