@@ -45,6 +45,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from accountant.deadline import remaining, spent
 from accountant.sqlite_gate import WRITE_GATES, WriteGate
 from accountant.statements import SQL, Block, Params, WritePlan, record, render
 
@@ -112,10 +113,25 @@ class Driver:
             self._gate.enter()
             self._in_gate = True
         try:
-            self.run("BEGIN IMMEDIATE")
+            if self._gate is not None:
+                self._bound_busy_wait(self._gate.timeout_s)
+            with spent():
+                self.run("BEGIN IMMEDIATE")
         except BaseException:
             self._leave_gate()
             raise
+
+    def _bound_busy_wait(self, longest: float) -> None:
+        """Make SQLite's busy timeout, which ``BEGIN IMMEDIATE`` waits for a writer outside
+        this service (the command line, a backup) to finish, at most what is left of the
+        request's budget (``deadline.remaining``), not the whole lock timeout: a request
+        that waited for a thread has less. Set only when it changes, so as a rule never
+        (the connection starts at the lock timeout, ``accountant.db``)."""
+        wanted = max(1, int(remaining(longest) * 1000))
+        info = self._connection.info
+        if info.get("busy_timeout_ms", round(longest * 1000)) != wanted:
+            self.run(f"PRAGMA busy_timeout={wanted}")
+            info["busy_timeout_ms"] = wanted
 
     def begin_read(self) -> None:
         """Start a read transaction: one snapshot for several statements on SQLite. Nothing

@@ -11,6 +11,8 @@ import weakref
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
+from accountant.deadline import remaining, spent
+
 
 class WriteGate:
     """The queue of SQLite's writers, in front of ``BEGIN IMMEDIATE``.
@@ -45,9 +47,20 @@ class WriteGate:
         self._path = path
         self._file: tuple[int, int] | None = None  # (pid, descriptor): reopened after a fork
 
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
     def enter(self) -> None:
-        deadline = time.monotonic() + self._timeout_s
-        if not self._lock.acquire(timeout=self._timeout_s):
+        """Wait for this writer's turn, at most the lock timeout, or what is left of the
+        request's budget if that is less (``deadline.remaining``)."""
+        allowed = remaining(self._timeout_s)
+        deadline = time.monotonic() + allowed
+        with spent():
+            self._enter(allowed, deadline)
+
+    def _enter(self, allowed: float, deadline: float) -> None:
+        if not self._lock.acquire(timeout=allowed):
             raise self._timed_out()
         if self._path is None:
             return

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -228,3 +229,63 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 60) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the awaited event never came"
         time.sleep(0.02)
+
+
+def test_a_sqlite_file_locked_from_outside_is_a_503_within_the_deadline(tmp_path: Path) -> None:
+    """Another process (a backup, the command line) holding SQLite's write lock: every
+    charge is a 503 problem+json within the request's deadline (lock timeout + database
+    timeout + 1 s), a request that waited for a thread included. A waiting writer's BEGIN
+    used to wait SQLite's whole busy timeout whatever was left of its budget, so a request
+    queued behind two rounds of refusals answered a lock timeout late."""
+    database = tmp_path / "locked.db"
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": f"sqlite:///{database}",
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+        "ACCOUNTANT_SIGNING_KEY_FILE": str(tmp_path / "signing.pem"),
+        "ACCOUNTANT_LOCK_TIMEOUT_MS": "1500",
+        "ACCOUNTANT_DATABASE_TIMEOUT_MS": "1000",
+    }
+    deadline_s = 1.5 + 1.0 + 1.0
+    subprocess.run([BIN, "init"], env=env, check=True, capture_output=True)
+    with running_service(env, tmp_path / "serve.log", "--workers", "1", "--threads", "1") as server:
+        api = requests.Session()
+        body: dict[str, Any] = {"name": "locked", "privacy_unit": "record", "accounting": "pure"}
+        created = api.post(
+            f"{server.base}/v1/datasets", json={**body, "budget": {"epsilon": 10}}, headers=HEADERS
+        )
+        assert created.status_code == 201, created.text
+        charge: dict[str, Any] = {
+            "dataset": "locked",
+            "partitions": ["p"],
+            "mechanism": "laplace",
+            "params": {"epsilon": 0.01, "sensitivity": 1},
+            "input": {"values": [1.0]},
+        }
+        outside = sqlite3.connect(database, isolation_level=None)
+        outside.execute("BEGIN EXCLUSIVE")
+        try:
+            answers: list[Any] = [None] * 4
+
+            def send(index: int) -> None:  # one thread serves them: three wait for it
+                answers[index] = requests.post(
+                    f"{server.base}/v1/charges",
+                    json={**charge, "idempotency_key": f"k{index}"},
+                    headers=HEADERS,
+                    timeout=30,
+                )
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(answers))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            outside.execute("ROLLBACK")
+            outside.close()
+        assert [a.status_code for a in answers] == [503] * len(answers)
+        assert all(a.headers["Content-Type"] == "application/problem+json" for a in answers)
+        slowest = max(a.elapsed.total_seconds() for a in answers)
+        assert slowest < deadline_s + 0.5, [round(a.elapsed.total_seconds(), 2) for a in answers]
+        after = api.post(f"{server.base}/v1/charges", json=charge, headers=HEADERS)
+        assert after.status_code == 201, after.text
