@@ -295,16 +295,22 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
             for key, value in options.items():
                 self.cfg.set(key, value)
             self.cfg.set("child_exit", _mark_dead)
+            self.cfg.set("when_ready", _say_serving)
 
         def load(self) -> Any:
             from accountant.wsgi import app
 
             return app
 
-    logging.getLogger("accountant.serve").info(
-        f"serving on http://{host}:{port} with {workers} workers",
-        extra={"url": f"http://{host}:{port}", "workers": workers, "threads": threads},
-    )
+    def _say_serving(server: Any) -> None:
+        """Once the sockets are bound (a port in use never gets this far): where, with the
+        port the system chose for ``--port 0``."""
+        url = str(server.LISTENERS[0]) if server.LISTENERS else f"http://{host}:{port}"
+        logging.getLogger("accountant.serve").info(
+            f"serving on {url} with {workers} workers",
+            extra={"url": url, "workers": workers, "threads": threads},
+        )
+
     serving.install()
     serving.Logger.access_log = settings.access_log
     try:

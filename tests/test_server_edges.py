@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,8 @@ import requests
 from accountant.serving import REQUEST_LINE_BYTES
 from tests.conftest import ADMIN_KEY
 from tests.server import Server, SlowClients, running_service
+
+BIN = Path(sys.executable).parent / "accountant"
 
 HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
@@ -164,7 +168,8 @@ def test_every_log_line_is_json(database_url: str, signing_key_file: str, tmp_pa
         assert isinstance(json.loads(line), dict), line
     messages = [json.loads(line)["message"] for line in lines]
     assert any("Invalid request" in message for message in messages)  # gunicorn's
-    assert any(message.startswith("serving on") for message in messages)  # the service's
+    # the service's, once its socket is bound, naming it
+    assert f"serving on {running.base} with 1 workers" in messages
 
 
 def test_gunicorn_builds_no_request_line_for_an_access_log_the_service_does_not_write(
@@ -220,3 +225,33 @@ def test_liveness_is_answered_while_slow_clients_hold_every_thread(server: Serve
     assert probes[2][2] == b"" and probes[2][1]["content-length"] == "16"
     assert all(headers["x-content-type-options"] == "nosniff" for _, headers, _ in probes)
     assert requests.get(f"{server.base}/healthz", timeout=30).json() == {"status": "ok"}
+
+
+def test_serve_on_a_port_in_use_never_says_it_is_serving(
+    database_url: str, signing_key_file: str
+) -> None:
+    """README: the log runs from 'serving on ...' to 'stopped: ...'. A port another process
+    holds is never served, so the first line must not say it is."""
+    if database_url.startswith("postgresql"):
+        pytest.skip("binding does not depend on the database")
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_ADMIN_KEY": ADMIN_KEY,
+    }
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = subprocess.run(
+            [BIN, "serve", "--port", str(port), "--workers", "1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert refused.returncode != 0
+    messages = [json.loads(line)["message"] for line in refused.stderr.splitlines() if line]
+    assert not [m for m in messages if m.startswith("serving on")], messages
+    assert any("Address already in use" in m for m in messages), messages
