@@ -552,3 +552,13 @@ def test_a_lifetime_limit_of_0_is_shown_exhausted(api: Api, client: FlaskClient)
     _sign_in(client, ADMIN_KEY)
     row = _dataset_row(client.get("/dashboard").get_data(as_text=True), "clicks")
     assert "exhausted" in row and "100%" in row and "ok" not in row, row
+
+
+def test_a_dataset_page_shows_its_description_escaped(api: Api, client: FlaskClient) -> None:
+    api.make_dataset(description="Clicks <script>alert(1)</script> & more")
+    api.make_dataset("plain")
+    _sign_in(client, ADMIN_KEY)
+    page = client.get("/dashboard/datasets/clicks").get_data(as_text=True)
+    shown = '<p id="description">Clicks &lt;script&gt;alert(1)&lt;/script&gt; &amp; more</p>'
+    assert shown in page and "<script>alert" not in page
+    assert 'id="description"' not in client.get("/dashboard/datasets/plain").get_data(as_text=True)

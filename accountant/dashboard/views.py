@@ -408,6 +408,7 @@ def dataset(who: Principal, name: str) -> Any:
         "dataset.html",
         who,
         name=name,
+        description=found.description,
         report=report,
         population=None
         if shared is None
