@@ -381,3 +381,22 @@ def test_a_hold_batch_and_settle_retried_after_a_change_get_their_first_answers(
         assert (again.status_code, again.text) == (first.status_code, first.text), path
         assert later.post(path, body).status_code == 400, path  # without its key: refused
     assert len(later.ledger()) == entries
+
+
+def test_a_revoked_key_gets_401_not_the_first_answer_of_a_request_now_refused(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A host that remembers a key (tests/test_known_keys.py) reads it again under the
+    charge's lock; a retry answered from its first answer, without that transaction, reads
+    it again first: a key revoked since gets 401 and no output."""
+    first_host = Api(_app(database_url, tmp_path).test_client())
+    lower = _restarted(database_url, tmp_path, max_vector_length=1)  # another host
+    first_host.make_dataset(budget={"epsilon": 10})
+    first_host.make_consumer("svc", datasets=["clicks"])
+    issued = first_host.post("/v1/consumers/svc/keys").get_json()
+    on_first, on_lower = first_host.as_key(issued["api_key"]), lower.as_key(issued["api_key"])
+    assert on_first.charge(**CHARGE).status_code == 201
+    assert on_lower.charge(input={"values": [1.0]}).status_code == 201  # remembered there
+    assert first_host.call("DELETE", f"/v1/keys/{issued['id']}").status_code == 204
+    again = on_lower.charge(**CHARGE)
+    assert again.status_code == 401 and "output" not in again.text, again.get_json()

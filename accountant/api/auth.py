@@ -60,6 +60,16 @@ def confirmed_on_failure() -> Iterator[None]:
         raise
 
 
+def confirm() -> None:
+    """Read the key of a remembered principal (``principal``) again now: a 401 if it was
+    revoked since. For a view that answers without the transaction that would read it."""
+    key_hash, g.unconfirmed = g.get("unconfirmed"), None
+    if key_hash is not None:
+        known = runtime().known_keys
+        known.forget(key_hash)
+        known.remember(key_hash, _authenticated(key_hash))
+
+
 def _authenticated(key_hash: str) -> Principal:
     found = authenticate(driver(), key_hash)
     driver().end_read()

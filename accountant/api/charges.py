@@ -12,7 +12,7 @@ from flask import Blueprint, Response, request
 from accountant import problems
 from accountant.accounting.windows import isoformat
 from accountant.api import schemas
-from accountant.api.auth import confirmed_on_failure, principal
+from accountant.api.auth import confirm, confirmed_on_failure, principal
 from accountant.api.common import items_named, json_body
 from accountant.errors import BudgetExhausted, InvalidRequest, WindowExhausted, field_error
 from accountant.jsonio import dumps
@@ -130,6 +130,7 @@ def known_answer(
     mechanism disabled, a lower vector limit), never a 400, which says nothing was charged."""
     if key is None:
         return None
+    confirm()  # a key revoked since gets a 401, as under the lock of a charge
     return idempotency.first_answer(driver(), caller.consumer_id, key, fingerprint)
 
 
