@@ -155,7 +155,13 @@ def db_upgrade(revision: str) -> None:
     before = _revision_before(settings.database_url)
     upgrade(settings.database_url, revision)
     after = current_revision(settings.database_url)
-    if before == after:
+    if before == after and revision not in ("head", after):
+        click.echo(
+            f"schema is at {after}, past {revision}: nothing to do (going back is "
+            "'accountant db downgrade')",
+            err=True,
+        )
+    elif before == after:
         click.echo(f"schema is up to date (at {after}): nothing to do", err=True)
     else:
         click.echo(f"schema upgraded from {before or 'none'} to {after}", err=True)

@@ -269,6 +269,10 @@ def test_db_upgrade_says_what_it_did(tmp_path: Path) -> None:
     head = head_revision()
     assert upgrade() == f"schema upgraded from 0020 to {head}"
     assert upgrade() == f"schema is up to date (at {head}): nothing to do"
+    assert (
+        upgrade("0019") == f"schema is at {head}, past 0019: nothing to do (going back is "
+        "'accountant db downgrade')"
+    )
 
 
 def _serve_once(env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -630,3 +630,16 @@ def test_spent_is_the_loss_of_the_same_releases_without_the_open_holds(
     page = client.get("/dashboard/datasets/clicks").get_data(as_text=True)
     assert f'<span id="spent">{_shown(report["spent"]["epsilon"])}</span>' in page
     assert f'<span id="held">{_shown(held)}</span>' in page
+
+
+def test_spent_with_a_hold_on_every_partition_reads_without_naming_them(api: Api) -> None:
+    """A hold on "*" stores every partition: the split reads them without binding each
+    key (a statement takes a bounded number of parameters: 65,535 on PostgreSQL)."""
+    api.make_dataset(accounting="pure", budget={"epsilon": 10})
+    keys = [f"k{i:04d}" for i in range(700)]
+    assert api.post("/v1/datasets/clicks/partitions", {"keys": keys}).status_code == 201
+    assert api.charge(partitions=["k0001"], epsilon=1.0).status_code == 201
+    held = _hold(api, partitions="*", amount={"epsilon": 0.25})
+    assert held.status_code == 201, held.get_json()
+    report = api.budget()
+    assert report["loss"]["epsilon"] == 1.25 and report["spent"]["epsilon"] == 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hmac
 import logging
@@ -12,8 +13,9 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from accountant.api.auth import principal
+from accountant.db import schema_missing
 from accountant.errors import Unauthorized, Unavailable
-from accountant.metrics import process_metrics
+from accountant.metrics import DATABASE_ERRORS, process_metrics
 from accountant.services import datasets, ledger_reads
 from accountant.web import db, runtime
 
@@ -91,7 +93,11 @@ def metrics() -> Any:
     try:
         lines = _database_lines()
     except (OperationalError, PoolTimeout, Unavailable) as error:  # a charge's 503
+        if isinstance(error, OperationalError) and schema_missing(error):
+            raise  # the 503 that names 'accountant db upgrade'
         log.warning("metrics without the database", extra={"error": str(error)[:200]})
+        with contextlib.suppress(Exception):  # as app.record_metric: never fails a scrape
+            DATABASE_ERRORS.inc()
         lines = _database_up(0)
     text = "\n".join(lines) + "\n" + process_metrics().decode()
     return Response(text, mimetype="text/plain; version=0.0.4")

@@ -759,8 +759,15 @@ def budget_report(
     }
     lifetime = tallies.get(("lifetime", 0, 0))
     loss = loss_now(rule, tally_state(session, lifetime, rule, names), names)
-    spent = loss_without_open_holds(
+    without = loss_without_open_holds(
         session, dataset.id, lifetime, rule, names, int(now * 1_000_000)
+    )
+    # between 0 and the loss, as it is but for a hold committed while this report reads
+    # (PostgreSQL: each statement sees what was committed before it began)
+    spent = (
+        loss
+        if without is None
+        else Amount(**{name: min(max(without[name], 0), loss[name]) for name in names})
     )
     windows = []
     for budget in dataset.windows:
@@ -816,7 +823,7 @@ def budget_report(
         # what open holds charged: part of the loss, reserved for jobs not yet settled
         "held": stated(mode, holds.held(session, dataset.id, int(now * 1_000_000)), dataset),
         # the loss without the open holds: what releases (and settled or expired holds) spent
-        "spent": stated(mode, spent if spent is not None else loss, dataset),
+        "spent": stated(mode, spent, dataset),
         "windows": windows,
         "partitions": {
             "count": count,

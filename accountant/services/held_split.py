@@ -11,7 +11,9 @@ other than the most spent one add nothing either.
 
 Only the partitions of open holds change, so this reads their spend rows and, of the other
 partitions, the largest spend (``record``, ``partition``) or the k largest of each part
-(``user`` with k): a bounded number of rows besides the holds themselves.
+(``user`` with k). Holds over many partitions (``"*"``) are read without naming their keys
+in the statements (a statement takes a bounded number of parameters): their dataset's
+partitions and spend rows are read whole, as many rows as the holds cover.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from accountant.accounting.loss import PARTS, LossRule, Part, ScopeState, Top, l
 from accountant.exact import Amount, ComponentName
 from accountant.models import Hold, Partition, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
+
+#: Up to this many partition keys of open holds are named in the statements that read them.
+_NAMED_AT_MOST = 500
 
 
 def loss_without_open_holds(
@@ -51,13 +56,15 @@ def loss_without_open_holds(
     if lifetime is None:
         return Amount()
     keys = sorted({key for hold in holds for key in hold.partitions})
-    ids = dict(
+    named = len(keys) <= _NAMED_AT_MOST  # else read whole, filtered here
+    known = dict(
         session.execute(
             select(Partition.key, Partition.id).where(
-                Partition.dataset_id == dataset_id, Partition.key.in_(keys)
+                Partition.dataset_id == dataset_id, *([Partition.key.in_(keys)] if named else [])
             )
         ).all()
     )
+    ids = {key: known[key] for key in keys}
     off: dict[tuple[Part, ComponentName, int], int] = defaultdict(int)
     totals_off: dict[tuple[Part, ComponentName], int] = defaultdict(int)
     for hold in holds:
@@ -70,13 +77,16 @@ def loss_without_open_holds(
                 for key in hold.partitions:
                     off[each, name, ids[key]] += amount
     touched = tuple(sorted(set(ids.values())))
+    inside = set(touched)
     rows = {
         row.partition_id: row
         for row in session.execute(
             select(TallySpend).where(
-                TallySpend.tally_id == lifetime.id, TallySpend.partition_id.in_(touched)
+                TallySpend.tally_id == lifetime.id,
+                *([TallySpend.partition_id.in_(touched)] if named else []),
             )
         ).scalars()
+        if row.partition_id in inside
     }
 
     def after(part: Part, name: ComponentName) -> list[int]:
@@ -88,20 +98,16 @@ def loss_without_open_holds(
         ]
 
     def others(part: Part, name: ComponentName, limit: int) -> list[int]:
-        """The ``limit`` largest s(p) of the other partitions."""
+        """The ``limit`` largest s(p) of the other partitions: of the ``limit`` + |touched|
+        largest of all, those outside."""
         column = getattr(TallySpend, f"{PART_PREFIXES[part]}{name}")
-        return list(
-            session.execute(
-                select(column)
-                .where(
-                    TallySpend.tally_id == lifetime.id,
-                    TallySpend.partition_id.not_in(touched),
-                    column > 0,
-                )
-                .order_by(column.desc())
-                .limit(limit)
-            ).scalars()
-        )
+        largest = session.execute(
+            select(column, TallySpend.partition_id)
+            .where(TallySpend.tally_id == lifetime.id, column > 0)
+            .order_by(column.desc())
+            .limit(limit + len(touched))
+        ).all()
+        return [value for value, pid in largest if pid not in inside][:limit]
 
     def less(total: Amount, part: Part) -> Amount:
         return Amount(**{name: total[name] - totals_off[part, name] for name in names})
