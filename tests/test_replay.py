@@ -400,3 +400,26 @@ def test_a_revoked_key_gets_401_not_the_first_answer_of_a_request_now_refused(
     assert first_host.call("DELETE", f"/v1/keys/{issued['id']}").status_code == 204
     again = on_lower.charge(**CHARGE)
     assert again.status_code == 401 and "output" not in again.text, again.get_json()
+
+
+def test_a_hold_priced_before_the_lock_replays_after_its_grant_is_removed(api: Api) -> None:
+    """A hold priced by an accounting-only mechanism is priced once before the lock; a
+    retry of a committed one answers as a charge's retry does after the grant is gone: its
+    first answer, not the 403 of that pricing."""
+    api.make_dataset(accounting="rdp", rdp_order=8, budget={"epsilon": 10, "delta": 1e-6})
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"]))
+    params = {"sampling_rate": 0.01, "noise_multiplier": 1.1, "steps": 100, "sensitivity": 1}
+    body = {
+        "dataset": "clicks",
+        "partitions": ["h"],
+        "expires_in": 600,
+        "mechanism": "subsampled_gaussian",
+        "params": params,
+    }
+    first = service.post("/v1/holds", body, headers={"Idempotency-Key": "h1"})
+    assert first.status_code == 201, first.get_json()
+    api.make_dataset("other", budget={"epsilon": 1})
+    assert api.patch("/v1/consumers/svc", {"datasets": ["other"]}).status_code == 200
+    again = service.post("/v1/holds", body, headers={"Idempotency-Key": "h1"})
+    assert (again.status_code, again.text) == (201, first.text)
+    assert service.post("/v1/holds", body).status_code == 403  # a new hold is refused

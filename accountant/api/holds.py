@@ -33,16 +33,16 @@ def create() -> Any:
         fingerprint = idempotency.fingerprint(body)
         try:
             hold_request = replace(_request(body, caller), key=key, fingerprint=fingerprint)
-        except InvalidRequest:  # a committed hold's retry gets its first answer
+            if hold_request.mechanism is not None and not hold_request.mechanism.runs:
+                # an accounting-only mechanism may take a second to price (a privacy-loss
+                # distribution): price it once before the lock, so that the charge's own
+                # pricing under the lock finds it in the mechanism's cache
+                evaluation.preview(driver(), hold_request, runtime().clock.now_us())
+        except (InvalidRequest, Forbidden):  # a committed hold's retry gets its first answer
             first = known_answer(caller, key, fingerprint)
             if first is None:
                 raise
             return answer(first.facts)
-        if hold_request.mechanism is not None and not hold_request.mechanism.runs:
-            # an accounting-only mechanism may take a second to price (a privacy-loss
-            # distribution): price it once before the lock, so that the charge's own
-            # pricing under the lock finds it in the mechanism's cache
-            evaluation.preview(driver(), hold_request, runtime().clock.now_us())
         done = charges.submit(driver(), hold_request, runtime().charging)
     return answer(done.facts)
 
