@@ -415,3 +415,31 @@ def test_a_last_entry_rewritten_with_its_hash_recomputed_is_named(
     result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
     assert result.returncode == 1 and f"seq {seq}" in result.stderr
     assert "deleted" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE holds SET amount_epsilon = amount_epsilon * 10",
+        "UPDATE holds SET multiplicity = 2",
+        'UPDATE holds SET partitions = \'["p1", "p2"]\'',
+    ],
+    ids=["amount", "multiplicity", "partitions"],
+)
+def test_a_hold_edited_in_the_database_is_caught(api: Api, database_url: str, edit: str) -> None:
+    """A hold's amount is what its draws are checked against, kept in the holds table: one
+    raised there would let draws take more than the hold charged. verify compares each
+    hold with the ledger entry that charged it."""
+    api.make_dataset(budget={"epsilon": 10})
+    body = {"dataset": "clicks", "partitions": ["p1"], "expires_in": 600}
+    held = api.post("/v1/holds", {**body, "amount": {"epsilon": 0.5}})
+    assert held.status_code == 201, held.get_json()
+    assert api.get("/v1/ledger/verify").get_json()["ok"] is True
+    _sql(database_url, edit)
+    body = api.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and body["dataset"] == "clicks", body
+    assert held.get_json()["hold_id"] in body["reason"]
+    assert body["first_bad_entry"]["kind"] == "hold"
+    env = {**os.environ, "ACCOUNTANT_DATABASE_URL": database_url}
+    result = subprocess.run([BIN, "ledger", "verify"], env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "ledger entry charged" in result.stderr

@@ -28,7 +28,7 @@ from accountant import seals
 from accountant.accounting.loss import LossRule, RunningLoss
 from accountant.exact import COMPONENTS, Amount, ComponentName
 from accountant.key_hashing import KeyHasher
-from accountant.models import Consumer, Dataset, KeyHashSecret, LedgerEntry, Population
+from accountant.models import Consumer, Dataset, Hold, KeyHashSecret, LedgerEntry, Population
 from accountant.services import datasets, terms
 from accountant.services.ledger import (
     GENESIS,
@@ -126,6 +126,7 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
             _limit_problem(owner, walk.limit_set)
             if isinstance(owner, Population)
             else _terms_problem(owner, walk.recorded_terms)
+            or _holds_problem(session, owner, walk.held)
         )
         if found:
             return Verification(
@@ -156,6 +157,35 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
     return Verification(ok=True, entries=checked, heads=heads, seals_checked=hasher is not None)
 
 
+def _holds_problem(
+    session: Session, dataset: Dataset, entries: dict[str, LedgerEntry]
+) -> Problem | None:
+    """Why a hold of ``dataset`` is not the one its ledger entry charged, if one is not:
+    its amount, multiplicity, partitions and release are what its draws are checked
+    against, so one edited in the database (a larger amount) would let draws take more
+    than was charged. A hold without its entry was made in the database."""
+    for hold in session.execute(
+        select(Hold).where(Hold.dataset_id == dataset.id).order_by(Hold.created_at)
+    ).scalars():
+        entry = entries.get(hold.id)
+        if entry is None:
+            return Problem(
+                dataset.name,
+                f"hold {hold.id} has no ledger entry: made in the database, not by the "
+                "service, which ledgers every hold it grants (forged?)",
+            )
+        amount = Amount(hold.amount_epsilon, hold.amount_delta, hold.amount_rho)
+        recorded = (entry.cost, entry.multiplicity, list(entry.partitions), entry.release)
+        if (amount, hold.multiplicity, list(hold.partitions), hold.release) != recorded:
+            return Problem(
+                dataset.name,
+                f"hold {hold.id}'s amount, multiplicity, partitions or release is not what "
+                "its ledger entry charged (edited in the database?)",
+                entry,
+            )
+    return None
+
+
 def _owners(session: Session) -> Iterator[Dataset | Population]:
     """Every chain's owner: each dataset, then each population."""
     yield from session.execute(select(Dataset).order_by(Dataset.id)).scalars()
@@ -181,6 +211,7 @@ class _Walk:
         self.limit_set: LedgerEntry | None = None  # a population's last limit change
         self.past_head: LedgerEntry | None = None  # the entry after the recorded head
         self.last: LedgerEntry | None = None  # the last entry taken in
+        self.held: dict[str, LedgerEntry] = {}  # each hold's entry, by hold id
         self.wrong_loss: Problem | None = None
         self.loss_recorded = False  # whether an earlier entry recorded its loss_after
 
@@ -199,6 +230,8 @@ class _Walk:
             return "the entry's content does not match its hash (edited)"
         self.head, self.seq, self.previous_id = entry.hash, entry.seq, entry.id
         self.last = entry
+        if entry.kind == "hold" and entry.hold_id is not None:
+            self.held[entry.hold_id] = entry
         if (entry.detail or {}).get("terms_sha256"):  # a limit change, or a charge
             self.recorded_terms = entry.detail["terms_sha256"]
         if entry.kind == "limit_change" and (entry.detail or {}).get("scope") == "population":
