@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,13 @@ from accountant.deadline import request_deadline
 from accountant.errors import AccountantError, Conflict, InvalidRequest, Unavailable
 from accountant.group_commit import GroupCommit
 from accountant.jsonio import DecimalJSONProvider
-from accountant.metrics import CHARGE_SECONDS, DATABASE_ERRORS, observe_transaction, outcome_of
+from accountant.metrics import (
+    CHARGE_SECONDS,
+    DATABASE_ERRORS,
+    observe_transaction,
+    outcome_of,
+    record_metric,
+)
 from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
 from accountant.services.api_keys import KnownKeys
@@ -164,15 +170,6 @@ def prepared_app(config: Mapping[str, Any] | Settings | None = None, **options: 
     settings = config if isinstance(config, Settings) else load_settings(config)
     prepare_host(settings)
     return create_app(settings, **options)
-
-
-def record_metric(update: Callable[[], object]) -> None:
-    """Update a metric; a failure (its multiprocess folder gone, a full disk) is logged and
-    never turns an answer, least of all a committed charge, into an error."""
-    try:
-        update()
-    except Exception as error:  # prometheus_client writes files; anything may fail
-        log.error("could not record a metric", extra={"error": repr(error)[:200]})
 
 
 def prepare_host(settings: Settings) -> None:

@@ -10,7 +10,9 @@ sets stay bounded: dataset, scope, mechanism, outcome; never a partition or a ke
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
@@ -70,3 +72,14 @@ def process_metrics() -> bytes:
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus_client's multiprocess module is untyped
         return generate_latest(registry)
     return generate_latest()
+
+
+def record_metric(update: Callable[[], object]) -> None:
+    """Update a metric; a failure (its multiprocess folder gone, a full disk) is logged and
+    never turns an answer, least of all a committed charge, into an error."""
+    try:
+        update()
+    except Exception as error:  # prometheus_client writes files; anything may fail
+        logging.getLogger(__name__).error(
+            "could not record a metric", extra={"error": repr(error)[:200]}
+        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hmac
 import logging
@@ -15,7 +14,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from accountant.api.auth import principal
 from accountant.db import schema_missing
 from accountant.errors import Unauthorized, Unavailable
-from accountant.metrics import DATABASE_ERRORS, process_metrics
+from accountant.metrics import DATABASE_ERRORS, process_metrics, record_metric
 from accountant.services import datasets, ledger_reads
 from accountant.web import db, runtime
 
@@ -96,8 +95,7 @@ def metrics() -> Any:
         if isinstance(error, OperationalError) and schema_missing(error):
             raise  # the 503 that names 'accountant db upgrade'
         log.warning("metrics without the database", extra={"error": str(error)[:200]})
-        with contextlib.suppress(Exception):  # as app.record_metric: never fails a scrape
-            DATABASE_ERRORS.inc()
+        record_metric(DATABASE_ERRORS.inc)
         lines = _database_up(0)
     text = "\n".join(lines) + "\n" + process_metrics().decode()
     return Response(text, mimetype="text/plain; version=0.0.4")

@@ -65,7 +65,6 @@ from accountant.clock import FrozenClock
 from accountant.driver import Driver
 from accountant.errors import (
     AccountantError,
-    IdempotencyKeyReused,
     InvalidRequest,
     Unauthorized,
     field_error,
@@ -160,13 +159,11 @@ def _once(driver: Driver, batch: BatchRequest, context: ChargeContext) -> BatchD
         raise
     if first is not None:  # a known key: nothing written
         driver.rollback()
-        if first.request_hash != batch.fingerprint:
-            raise IdempotencyKeyReused(
-                f"idempotency key {batch.key!r} was first used with a different request; "
-                "use a new key for a new request"
-            )
         return replay(
-            driver, first, [(r.mechanism_to_run, r.data) for r in batch.items], context.noise
+            driver,
+            idempotency.same_request(first, batch.key, batch.fingerprint),
+            [(r.mechanism_to_run, r.data) for r in batch.items],
+            context.noise,
         )
     # committed: a grant without a key is answered with facts built outside the locks
     done = _granted(batch, run) if decided is None else decided

@@ -50,7 +50,7 @@ from accountant.accounting.decide import Decision, decide
 from accountant.alerts import AlertDispatcher
 from accountant.clock import Clock
 from accountant.driver import Driver
-from accountant.errors import IdempotencyKeyReused, MechanismFailed
+from accountant.errors import MechanismFailed
 from accountant.group_commit import GroupCommit, Transaction
 from accountant.key_hashing import KeyHasher
 from accountant.noise import NoiseSecret
@@ -148,7 +148,7 @@ def _charge(
         tx.driver, request, context.clock, outside=context.outside_populations
     )
     if isinstance(reads, idempotency.Remembered):  # a known key: nothing to write
-        return _first_response(reads, request)
+        return idempotency.same_request(reads, request.key, request.fingerprint)
     decision = decide(reads, request)
     charge_id = str(uuid.uuid4())
     output, digest = (
@@ -162,18 +162,6 @@ def _charge(
     )
     tx.apply(planned.writes)
     return decision, planned, output
-
-
-def _first_response(
-    first: idempotency.Remembered, request: ChargeRequest
-) -> idempotency.Remembered:
-    """The answer remembered for ``request``'s key, if it came with the same body."""
-    if first.request_hash != request.fingerprint:
-        raise IdempotencyKeyReused(
-            f"idempotency key {request.key!r} was first used with a different request; "
-            "use a new key for a new request"
-        )
-    return first
 
 
 def run_mechanism(

@@ -141,7 +141,13 @@ def first_answer(
     A 422 if the key came with another body."""
     first = find(driver, consumer_id, key).result()
     driver.end_read()
-    if first is not None and first.request_hash != request_hash:
+    return None if first is None else same_request(first, key, request_hash)
+
+
+def same_request(first: Remembered, key: str | None, request_hash: str) -> Remembered:
+    """``first``, the answer remembered for ``key``, if it answered a request with this body
+    (``request_hash``); else a 422: the key was used for another request."""
+    if first.request_hash != request_hash:
         raise IdempotencyKeyReused(
             f"idempotency key {key!r} was first used with a different request; "
             "use a new key for a new request"
