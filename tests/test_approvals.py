@@ -232,3 +232,31 @@ def test_a_service_asks_for_quota_and_an_admin_decides(api: Api, second: Api) ->
         "/v1/requests", {**body, "dataset": "orders", "reason": "not granted to me"}
     )
     assert refused.status_code == 403
+
+
+def test_requests_are_filtered_by_state_before_a_page_is_cut(
+    api: Api, second: Api, clock: FrozenClock
+) -> None:
+    """A page holds ``limit`` requests of the state asked for, however many newer requests
+    of other states there are, and ``next_cursor`` leads through the rest."""
+    api.make_dataset(budget={"epsilon": 1.0})
+    oldest = _pending(api.patch("/v1/datasets/clicks", {"budget": {"epsilon": 2}, "reason": "a"}))
+    newer = []
+    for n in range(3):  # each denied: newer, and no longer pending
+        clock.advance(1)
+        asked = _pending(
+            api.post("/v1/consumers", {"name": f"admin{n}", "role": "admin", "reason": "r"})
+        )
+        assert second.post(f"/v1/requests/{asked['request_id']}/deny", {"reason": "no"})
+        newer.append(asked["request_id"])
+    pending = api.get("/v1/requests?state=pending&limit=2").get_json()
+    assert [r["request_id"] for r in pending["requests"]] == [oldest["request_id"]]
+    assert pending["next_cursor"] is None
+    pages, cursor = [], ""
+    while cursor is not None:
+        page = api.get(f"/v1/requests?limit=2{cursor and f'&cursor={cursor}'}").get_json()
+        pages.append([r["request_id"] for r in page["requests"]])
+        cursor = page["next_cursor"]
+    assert pages == [newer[::-1][:2], [newer[0], oldest["request_id"]]]
+    for bad in ("limit=0", "limit=1001", "cursor=x", "cursor=1_", f"cursor={'9' * 19}_a"):
+        assert api.get(f"/v1/requests?{bad}").status_code == 400, bad

@@ -11,9 +11,12 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from markupsafe import escape
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
 from accountant.app import prepared_app
 from accountant.clock import FrozenClock
+from accountant.models import ChangeRequest
 from tests.conftest import ADMIN_KEY, FROZEN_AT_US, Api
 from tests.test_dashboard import _csrf, _sign_in, _text
 
@@ -383,3 +386,29 @@ def test_the_page_needs_a_session_and_carries_the_security_headers(
     page = second.get("/dashboard/requests")
     assert "default-src 'none'" in page.headers["Content-Security-Policy"]
     assert "No request is waiting." in page.get_data(as_text=True)
+
+
+def test_a_pending_request_shows_behind_a_thousand_newer_decided_ones(
+    api: Api, second: FlaskClient, database_url: str
+) -> None:
+    api.make_dataset(budget={"epsilon": 1.0})
+    request_id = _ask_raise(api)
+    engine = create_engine(database_url)
+    with Session(engine) as session, session.begin():
+        for n in range(1001):  # newer and decided: as if made and denied since
+            session.add(
+                ChangeRequest(
+                    id=f"decided-{n:04d}",
+                    kind="quota",
+                    target="clicks",
+                    change={},
+                    target_sha256="0" * 64,
+                    reason="r",
+                    requested_by_name="admin",
+                    state="denied",
+                    created_at=FROZEN_AT_US + 1 + n,
+                    expires_at=FROZEN_AT_US + WEEK_S * 1_000_000,
+                )
+            )
+    engine.dispose()
+    assert "dataset limits raised" in _card(_page(second), request_id)

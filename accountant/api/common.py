@@ -63,3 +63,13 @@ def items_named() -> Iterator[None]:
         error.detail = _ITEM_PATH.sub(r"items[\1]", error.detail)
         error.args = (error.detail,)
         raise
+
+
+def int_arg(name: str, default: int, low: int, high: int) -> int:
+    """The query argument ``name``: an integer from ``low`` to ``high``, ``default`` if absent."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19) or not low <= int(raw) <= high:
+        raise field_error(name, f"must be an integer from {low} to {high}")
+    return int(raw)

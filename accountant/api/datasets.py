@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint
 
 from accountant.api import requests, schemas
 from accountant.api.auth import principal
-from accountant.api.common import json_body
-from accountant.errors import Forbidden, field_error
+from accountant.api.common import int_arg, json_body
+from accountant.errors import Forbidden
 from accountant.models import Dataset
 from accountant.services import approvals, datasets, grants
 from accountant.services.api_keys import Principal
@@ -111,16 +111,7 @@ def budget(name: str) -> Any:
 @bp.get("/v1/datasets/<name>/partitions")
 def list_partitions(name: str) -> Any:
     dataset = _readable(name, principal(*READERS))
-    limit = _int_arg("limit", 100, 1, 1000)
-    cursor = _int_arg("cursor", 0, 0, 2**31 - 1)  # partition ids are 32-bit
+    limit = int_arg("limit", 100, 1, 1000)
+    cursor = int_arg("cursor", 0, 0, 2**31 - 1)  # partition ids are 32-bit
     items, next_id = datasets.list_partitions(db(), dataset, limit=limit, after_id=cursor)
     return {"partitions": items, "next_cursor": None if next_id is None else str(next_id)}
-
-
-def _int_arg(name: str, default: int, low: int, high: int) -> int:
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 19) or not low <= int(raw) <= high:
-        raise field_error(name, f"must be an integer from {low} to {high}")
-    return int(raw)

@@ -285,7 +285,11 @@ _QUERY: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     "/v1/ledger/export": [("format", {"enum": ["csv", "jsonl"]}), *_FILTERS],
     "/v1/holds": [("dataset", _SLUG_QUERY), ("state", {"enum": ["open", "settled", "expired"]})],
-    "/v1/requests": [("state", {"enum": ["pending", "approved", "denied", "expired"]})],
+    "/v1/requests": [
+        ("state", {"enum": ["pending", "approved", "denied", "expired"]}),
+        ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+        ("cursor", {"type": "string", "pattern": "^[0-9]{1,18}_[0-9a-f-]{1,36}$"}),
+    ],
     "/v1/datasets/{name}/partitions": [
         ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
         ("cursor", {"type": "string", "pattern": "^[0-9]{1,9}$"}),

@@ -8,7 +8,7 @@ from flask import Blueprint, request
 
 from accountant.api import schemas
 from accountant.api.auth import principal
-from accountant.api.common import json_body
+from accountant.api.common import int_arg, json_body
 from accountant.errors import NotFound, field_error
 from accountant.models import ChangeRequest
 from accountant.services import approvals
@@ -65,7 +65,22 @@ def list_requests() -> Any:
     state = request.args.get("state")
     if state is not None and state not in STATES:
         raise field_error("state", f"must be one of {', '.join(STATES)}")
-    return {"requests": approvals.listed(db(), state, now_us(), caller)}
+    limit = int_arg("limit", 1000, 1, 1000)
+    after = _cursor(request.args.get("cursor"))
+    found, last = approvals.listed(db(), state, now_us(), caller, limit=limit, after=after)
+    return {"requests": found, "next_cursor": None if last is None else f"{last[0]}_{last[1]}"}
+
+
+def _cursor(raw: str | None) -> tuple[int, str] | None:
+    """The (created_at, id) a ``next_cursor`` names: ``<microseconds>_<request id>``."""
+    if raw is None:
+        return None
+    created_at, _, request_id = raw.partition("_")
+    if not (created_at.isascii() and created_at.isdigit() and len(created_at) <= 18):
+        raise field_error("cursor", "must be a next_cursor of an earlier page, as given")
+    if not request_id or len(request_id) > 36:
+        raise field_error("cursor", "must be a next_cursor of an earlier page, as given")
+    return int(created_at), request_id
 
 
 @bp.get("/v1/requests/<request_id>")

@@ -302,7 +302,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         decision_reason=OPTIONAL_STRING,
         decided_at={"type": ["string", "null"], "format": "date-time"},
     ),
-    "ChangeRequestList": _object(["requests"], requests=_list(_ref("ChangeRequest"))),
+    "ChangeRequestList": _object(
+        ["requests", "next_cursor"],
+        requests=_list(_ref("ChangeRequest")),
+        next_cursor=OPTIONAL_STRING,
+    ),
     "PartitionsDeclared": _object(
         ["dataset", "created", "existing"], dataset=STRING, created=STRINGS, existing=STRINGS
     ),

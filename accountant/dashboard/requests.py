@@ -10,6 +10,7 @@ a CSRF-protected form; its outcome is a one-time message on the page it redirect
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -132,12 +133,10 @@ def _render(
     latest decided or expired ones; the one-time messages of the session's last decision,
     or ``message`` and ``new_key`` when answering an approval that made a key."""
     now = now_us()
-    found = approvals.listed(db(), None, now, who)
-    pending = sorted(
-        (r for r in found if r["state"] == "pending"), key=lambda r: _moment(r["expires_at"])
-    )
+    pending = sorted(_every_pending(now, who), key=lambda r: _moment(r["expires_at"]))
+    latest, _ = approvals.listed(db(), None, now, who)
     settled = sorted(
-        (r for r in found if r["state"] != "pending"),
+        (r for r in latest if r["state"] != "pending"),
         key=lambda r: _moment(r["decided_at"] or r["expires_at"]),
         reverse=True,
     )
@@ -155,6 +154,16 @@ def _render(
         settled_count=len(settled),
         settled_shown=DECIDED_SHOWN,
     )
+
+
+def _every_pending(now: int, who: Principal) -> Iterator[dict[str, Any]]:
+    """Every pending request, however many newer ones were decided since."""
+    after = None
+    while True:
+        found, after = approvals.listed(db(), "pending", now, who, after=after)
+        yield from found
+        if after is None:
+            return
 
 
 def _moment(iso: str) -> datetime:

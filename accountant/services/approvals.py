@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from accountant.accounting.modes import Mode
@@ -146,15 +146,41 @@ def find(session: Session, request_id: str, *, lock: bool = False) -> ChangeRequ
 
 
 def listed(
-    session: Session, state: str | None, now: int, caller: Principal
-) -> list[dict[str, Any]]:
-    """Requests, newest first: every one for an admin or an auditor, its own for a service;
-    only those in ``state`` if given."""
-    statement = select(ChangeRequest).order_by(ChangeRequest.created_at.desc())
+    session: Session,
+    state: str | None,
+    now: int,
+    caller: Principal,
+    *,
+    limit: int = 1000,
+    after: tuple[int, str] | None = None,
+) -> tuple[list[dict[str, Any]], tuple[int, str] | None]:
+    """One page of requests, newest first: every one for an admin or an auditor, its own for
+    a service; only those in ``state`` if given (chosen in the statement, so that a page is
+    full whenever more are left). ``after`` is the (created_at, id) of the last request of
+    the page before; the second value returned is that of this page's last, None on the
+    last page."""
+    statement = select(ChangeRequest).order_by(
+        ChangeRequest.created_at.desc(), ChangeRequest.id.desc()
+    )
     if caller.role == "service":
         statement = statement.where(ChangeRequest.requested_by == caller.consumer_id)
-    found = [describe(r, now) for r in session.execute(statement.limit(1000)).scalars()]
-    return [r for r in found if state is None or r["state"] == state]
+    if state in ("pending", "expired"):  # a pending request past its expiry reads expired
+        statement = statement.where(
+            ChangeRequest.state == "pending",
+            ChangeRequest.expires_at > now
+            if state == "pending"
+            else ChangeRequest.expires_at <= now,
+        )
+    elif state is not None:
+        statement = statement.where(ChangeRequest.state == state)
+    if after is not None:
+        statement = statement.where(
+            tuple_(ChangeRequest.created_at, ChangeRequest.id) < tuple_(*after)
+        )
+    found = list(session.execute(statement.limit(limit + 1)).scalars())
+    last = found[limit - 1] if len(found) > limit else None
+    page = [describe(r, now) for r in found[:limit]]
+    return page, None if last is None else (last.created_at, last.id)
 
 
 def describe(request: ChangeRequest, now: int) -> dict[str, Any]:
