@@ -254,6 +254,44 @@ def test_a_preview_and_a_plan_name_the_population_that_limits(api: Api) -> None:
     }
 
 
+def test_a_weighted_plan_shares_one_scale_across_the_populations_datasets(api: Api) -> None:
+    """The members' items split what the population has left by their weights, as one
+    batch: each dataset alone has room for every item at its largest (found in review: each
+    was given the whole population)."""
+    _population(api)
+    _member(api, "orders")
+    _member(api, "clicks")
+    api.make_dataset("outside", budget={"epsilon": 2})
+    assert api.charge("orders", epsilon=0.2).status_code == 201
+    items = [
+        {**_batch_item("orders", 0), "weight": 1},
+        {**_batch_item("clicks", 0), "weight": 3},
+        {**_batch_item("outside", 0), "weight": 1},
+    ]
+    for item in items:
+        item["params"] = {"sensitivity": 1}
+    answer = api.post("/v1/charges/plan", {"items": items})
+    assert answer.status_code == 200, answer.get_json()
+    epsilons = [planned["params"]["epsilon"] for planned in answer.get_json()["items"]]
+    assert epsilons == [0.2, 0.6, 2.0]  # 0.8 left in the population, 1 : 3
+    chosen = [
+        _batch_item(item["dataset"], epsilon) for item, epsilon in zip(items, epsilons, strict=True)
+    ]
+    for i in (0, 1):  # less noise on either member's item does not fit
+        tighter = [dict(item, params=dict(item["params"])) for item in chosen]
+        tighter[i]["params"]["epsilon"] += 1e-9
+        refused = api.post("/v1/charges/batch", {"items": tighter})
+        assert refused.status_code == 409 and refused.get_json()["denials"][0]["scope"] == (
+            "population"
+        )
+    assert api.post("/v1/charges/batch", {"items": chosen}).status_code == 201
+    budget = api.get("/v1/populations/customers/budget").get_json()
+    assert budget["loss"]["epsilon"] == 1.0
+    refused = api.post("/v1/charges/plan", {"items": items[:2]})
+    assert refused.status_code == 400
+    assert "of population 'customers'" in refused.get_json()["detail"]
+
+
 @dataclass(frozen=True)
 class _Caller:
     consumer_id: int = 1

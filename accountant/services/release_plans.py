@@ -20,8 +20,11 @@ s is the largest value at which the batch of the dataset's items is granted
 within ``share`` of what each scope has left: found by doubling and
 bisection over ``batches.dry_run``, which decides the batch exactly as a
 batch is decided, datasets locked in name order, every write undone. So
-charging the answer as one batch, at once, is granted. The datasets are
-independent (no scope spans two), so each has its own s.
+charging the answer as one batch, at once, is granted. Datasets that share
+no scope are independent, so each has its own s; the datasets of one
+population share its scope, so their items share one s, each item's share
+of the population's measure (which all its datasets measure alike)
+proportional to its weight.
 """
 
 from __future__ import annotations
@@ -90,16 +93,13 @@ def calibrate(
         driver.rollback()
     values: dict[int, Decimal] = {}
     charged: dict[str, Amount] = {}
-    for name in names:
-        mine = {i: item for i, item in enumerate(items) if item.request.dataset == name}
-        plan = _DatasetPlan(
+    for together in _sharing_scopes(states):
+        mine = {i: item for i, item in enumerate(items) if item.request.dataset in together}
+        plan = _Plan(
             driver=driver,
             items=mine,
-            state=states[name],
+            states={name: states[name] for name in together},
             sizes={i: sizes[i] for i in mine},
-            grouped=delta is not None
-            and states[name].accounting == "approx"
-            and not states[name].mode.advanced,
             share=share,
             delta=delta,
             caller=caller,
@@ -111,7 +111,7 @@ def calibrate(
             raise field_error(
                 f"items[{min(mine)}]",
                 f"nothing fits: even the most noise the mechanisms allow does not fit "
-                f"{share} of what dataset {name!r} has left",
+                f"{share} of what {plan.left_of} has left",
             )
         for _ in range(20):  # checked at the parameters themselves
             fits, cost = plan.fits(scale)
@@ -121,33 +121,61 @@ def calibrate(
         else:
             raise field_error(
                 f"items[{min(mine)}]",
-                f"no parameters near the scale found fit dataset {name!r}; the "
+                f"no parameters near the scale found fit {plan.left_of}; the "
                 "mechanisms' costs are not monotone in their noise parameters",
             )
         values.update(plan.at(scale))
-        charged[name] = cost[name]
+        charged.update({name: cost[name] for name in together})
     return Calibrated([values[i] for i in range(len(items))], charged, states)
 
 
+def _sharing_scopes(states: Mapping[str, DatasetState]) -> list[list[str]]:
+    """The plan's datasets in sets that share a scope (a population's members), each set
+    and the sets in name order."""
+    sets: dict[object, list[str]] = {}
+    for name in sorted(states):
+        population = states[name].population
+        sets.setdefault(name if population is None else population.id, []).append(name)
+    return sorted(sets.values())
+
+
 @dataclass(frozen=True, kw_only=True)
-class _DatasetPlan:
-    """The items of one dataset, and the batch they make at a scale."""
+class _Plan:
+    """The items of datasets that share a scope (one dataset, or a population's members),
+    and the batch they make at a scale."""
 
     driver: Driver
     items: dict[int, WeightedItem]
-    state: DatasetState
+    states: Mapping[str, DatasetState]
     sizes: dict[int, int]
-    grouped: bool
     share: Fraction
     delta: Decimal | None
     caller: Caller
     now_us: int
     context: ChargeContext
 
+    @property
+    def left_of(self) -> str:
+        """The datasets, as a refusal names them."""
+        names = [repr(name) for name in self.states]
+        if len(names) == 1:
+            return f"dataset {names[0]}"
+        population = next(iter(self.states.values())).population
+        assert population is not None
+        return f"datasets {', '.join(names)} of population {population.name!r}"
+
+    def _state(self, i: int) -> DatasetState:
+        return self.states[self.items[i].request.dataset]
+
+    def _grouped(self, i: int) -> bool:
+        """Whether item ``i``'s dataset prices the batch's groups by composing them."""
+        state = self._state(i)
+        return self.delta is not None and state.accounting == "approx" and not state.mode.advanced
+
     def at(self, scale: float) -> dict[int, Decimal]:
         """Each item's parameter at ``scale``."""
         return {
-            i: parameter(item, scale, self.state, self.sizes[i], self.grouped)
+            i: parameter(item, scale, self._state(i), self.sizes[i], self._grouped(i))
             for i, item in self.items.items()
         }
 
@@ -156,7 +184,7 @@ class _DatasetPlan:
         cost at ``scale`` (its weight times ``scale`` in the measure, at least what its
         parameter rounded toward more noise costs), so that no parameter is solved for
         until the scale is known."""
-        if self.grouped:
+        if any(self._grouped(i) for i in self.items):
             return self.fits(scale)[0]
         items = tuple(
             replace(
@@ -171,7 +199,7 @@ class _DatasetPlan:
     def _cost_at(self, i: int, scale: float) -> Amount:
         """Item ``i``'s cost at ``scale``: its measure its weight times ``scale`` (rounded
         down: its parameter's cost is at most that), its other components as priced."""
-        item, state = self.items[i], self.state
+        item, state = self.items[i], self._state(i)
         measure: ComponentName = "epsilon" if state.accounting in ("pure", "approx") else "rho"
         units = 10**9 if measure == "epsilon" else 10**12
         params = {**item.request.params, item.name: Decimal(1)}
@@ -209,7 +237,7 @@ class _DatasetPlan:
         batches.warm(driver, batch, self.now_us)
         driver.begin_write()
         try:
-            batches.lock(driver, [self.state.name], self.caller)
+            batches.lock(driver, list(self.states), self.caller)
             return batches.dry_run(driver, batch, self.share, self.now_us, self.context)
         finally:
             driver.rollback()
