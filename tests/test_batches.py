@@ -60,6 +60,8 @@ def test_a_granted_batch_charges_every_item_with_its_own_output_and_receipt(
         assert item["batch_id"] == body["batch_id"] and len(item["output"]["values"]) == 1
         verified = api.post("/v1/receipts/verify", {"receipt": item["receipt"]}).get_json()
         assert verified["valid"] is True and verified["claims"]["charge_id"] == item["charge_id"]
+        assert verified["claims"]["batch_id"] == body["batch_id"]
+        assert "group" not in verified["claims"]  # priced alone: its cost is its own
     assert api.budget()["loss"]["epsilon"] == 0.25  # record unit: the max over p1, p2
     assert api.budget("orders")["loss"]["epsilon"] == 0.5
     entries = [e for e in api.ledger() if e["batch_id"] == body["batch_id"]]
@@ -311,6 +313,18 @@ def test_a_fixed_plan_of_gaussians_is_composed_tightly_on_an_approx_dataset(api:
     group_cost = Decimal(entries[0]["detail"]["group_cost"]["epsilon"])
     assert total >= group_cost and entries[0]["detail"]["batch_delta"] == "0.000001"
     assert all(item["group"] == 0 for item in body["items"])
+    # an item's cost is its share of the group's: its receipt and its record say so
+    item = body["items"][0]
+    claims = api.post("/v1/receipts/verify", {"receipt": item["receipt"]}).get_json()["claims"]
+    assert (claims["batch_id"], claims["group"]) == (body["batch_id"], 0)
+    assert claims["group_cost"] == {"epsilon": float(group_cost), "delta": 1e-6}
+    assert claims["batch_delta"] == 1e-6 and claims["cost"]["epsilon"] * 100 >= group_cost
+    record = api.get(f"/v1/charges/{item['charge_id']}").get_json()
+    assert (record["batch_id"], record["group"], record["group_cost"]) == (
+        body["batch_id"],
+        0,
+        claims["group_cost"],
+    )
     exported = api.get("/v1/ledger/export?format=csv&dataset=clicks").text
     rows = [r for r in csv.DictReader(io.StringIO(exported)) if r["batch_id"] == body["batch_id"]]
     assert len(rows) == 100 and {r["group"] for r in rows} == {"0"}

@@ -196,6 +196,10 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         multiplicity=INTEGER,
         denial={"anyOf": [ANY_OBJECT, {"type": "null"}]},
         created_at=TIME,
+        batch_id=OPTIONAL_STRING,
+        group={"anyOf": [INTEGER, {"type": "null"}]},
+        group_cost=_ref("Amount"),
+        batch_delta={"type": "number"},
     ),
     "Preview": _object(
         ["granted", "cost"],

@@ -75,7 +75,7 @@ from accountant.models import Dataset, LedgerEntry, Population
 from accountant.noise import NoiseSecret
 from accountant.services import charge_plan, charge_reads, folded_reads, idempotency, ledger
 from accountant.services.api_keys import UNKNOWN_KEY
-from accountant.services.charge_responses import report, report_cost
+from accountant.services.charge_responses import batch_detail, report, report_cost
 from accountant.services.charges import ChargeContext, run_mechanism
 from accountant.statements import Block, WritePlan, statement
 
@@ -584,7 +584,7 @@ def _delta_hint(batch: BatchRequest, item: ChargeRequest) -> Iterator[None]:
 def _item_facts(planned: charge_plan.Planned, share: PlanShare) -> dict[str, Any]:
     """An item's facts in a granted batch's answer: its own as a charge's, and its batch."""
     facts = dict(planned.facts)
-    facts.update(charge_plan.batch_detail(share))
+    facts.update(batch_detail(share))
     return facts
 
 

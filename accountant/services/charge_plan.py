@@ -49,11 +49,11 @@ from sqlalchemy import (
     update,
 )
 
-from accountant.accounting.charge_inputs import ChargeRequest, DatasetState, PlanShare
+from accountant.accounting.charge_inputs import ChargeRequest, DatasetState
 from accountant.accounting.decide import Decision
 from accountant.accounting.loss import Part, ScopeKey, ScopeState, holds, max_after, total_after
 from accountant.accounting.windows import PERIODS
-from accountant.exact import COMPONENTS, DELTA, EPSILON, Amount
+from accountant.exact import COMPONENTS, Amount
 from accountant.key_hashing import KeyHasher
 from accountant.models import ChargeCount, Hold, Partition, Population, Tally, TallySpend
 from accountant.models.tally import PART_PREFIXES
@@ -169,7 +169,7 @@ def _entry(
     detail = {} if granted else _denial_detail(decision)
     detail["terms_sha256"] = decision.dataset.terms_sha256
     if request.share is not None:
-        detail.update(batch_detail(request.share))
+        detail.update(charge_responses.batch_detail(request.share))
     if hold is not None:
         detail["expires_at"] = decision.expires_at
         if hold.purpose is not None:
@@ -196,21 +196,6 @@ def _entry(
         loss_after=decision.lifetime_after if granted else decision.lifetime_now,
         hasher=hasher,
     )
-
-
-def batch_detail(share: PlanShare) -> dict[str, Any]:
-    """What a batch item's ledger entry says of its batch: the batch's id and, priced in a
-    group, the group's number, its composed cost and the delta it was composed at."""
-    detail: dict[str, Any] = {"batch_id": share.batch_id}
-    if share.group is not None:
-        assert share.group_cost is not None
-        detail["group"] = share.group
-        detail["group_cost"] = {
-            "epsilon": str(EPSILON.to_decimal(share.group_cost.epsilon)),
-            "delta": str(DELTA.to_decimal(share.group_cost.delta)),
-        }
-        detail["batch_delta"] = share.delta
-    return detail
 
 
 def _count(decision: Decision, request: ChargeRequest) -> Write:

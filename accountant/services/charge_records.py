@@ -31,6 +31,10 @@ def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, A
         raise Forbidden("a service may read only its own charges")
     described = describe_entry(entry, dataset, consumer)
     record = {name: described[name] for name in _FIELDS}
+    if record["group"] is not None:  # its cost is a share of what its group cost together
+        detail = entry.detail or {}
+        record["group_cost"] = {k: float(v) for k, v in detail["group_cost"].items()}
+        record["batch_delta"] = float(detail["batch_delta"])
     record["denial"] = (
         {k: v for k, v in (entry.detail or {}).items() if k != "terms_sha256"}
         if entry.status == "denied"
@@ -52,6 +56,8 @@ _FIELDS = (
     "cost",
     "multiplicity",
     "created_at",
+    "batch_id",
+    "group",
 )
 
 

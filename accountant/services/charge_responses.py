@@ -22,11 +22,11 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from accountant.accounting.charge_inputs import DatasetState
+from accountant.accounting.charge_inputs import DatasetState, PlanShare
 from accountant.accounting.checks import Denial
 from accountant.accounting.modes import LABELS
 from accountant.accounting.windows import isoformat
-from accountant.exact import Amount, positional
+from accountant.exact import DELTA, EPSILON, Amount, positional
 from accountant.mechanism import CONFIDENCE, Accuracy, Mechanism, Number
 from accountant.services import idempotency, ledger, receipts
 from accountant.services.evaluation import ChargeRequest, Evaluation
@@ -82,6 +82,7 @@ def granted(
         ledger=body["ledger"],
         issued_at=created_at // 1_000_000,
         hold_id=request.draw,
+        batch=None if request.share is None else batch_detail(request.share),
     )
     return body
 
@@ -321,3 +322,18 @@ def _double(value: Number | None, direction: int) -> float | None:
     elif direction < 0 and Fraction(near) > exact:
         near = math.nextafter(near, -math.inf)
     return near if math.isfinite(near) else None
+
+
+def batch_detail(share: PlanShare) -> dict[str, Any]:
+    """What a batch item's ledger entry says of its batch: the batch's id and, priced in a
+    group, the group's number, its composed cost and the delta it was composed at."""
+    detail: dict[str, Any] = {"batch_id": share.batch_id}
+    if share.group is not None:
+        assert share.group_cost is not None
+        detail["group"] = share.group
+        detail["group_cost"] = {
+            "epsilon": str(EPSILON.to_decimal(share.group_cost.epsilon)),
+            "delta": str(DELTA.to_decimal(share.group_cost.delta)),
+        }
+        detail["batch_delta"] = share.delta
+    return detail

@@ -89,11 +89,16 @@ def receipt(
     ledger: dict[str, Any],
     issued_at: int,
     hold_id: str | None = None,
+    batch: dict[str, Any] | None = None,
 ) -> str:
     """The signed claims of a grant: ``cost`` per release, and ``charged`` = cost x
     ``multiplicity``, what the dataset's running total grew by (nothing for a draw on hold
     ``hold_id``, which its hold charged); ``ledger``, the seq and hash of the charge's
-    ledger entry (the chain's head right after it)."""
+    ledger entry (the chain's head right after it). An item of a batch names its batch
+    (``batch``, ``charge_responses.batch_detail``) and, priced in a group, the group and its
+    whole cost: its own ``cost`` is then its share of what the group's releases cost
+    together, not what its release alone would cost, and the receipt must not pass for
+    that."""
     claims = {
         "kind": "charge",
         "charge_id": charge_id,
@@ -109,6 +114,12 @@ def receipt(
     }
     if hold_id is not None:
         claims["hold_id"] = hold_id
+    if batch is not None:
+        claims["batch_id"] = batch["batch_id"]
+        if "group" in batch:
+            claims["group"] = batch["group"]
+            claims["group_cost"] = {k: float(v) for k, v in batch["group_cost"].items()}
+            claims["batch_delta"] = float(batch["batch_delta"])
     return sign(private, claims)
 
 
