@@ -258,5 +258,18 @@ def test_requests_are_filtered_by_state_before_a_page_is_cut(
         pages.append([r["request_id"] for r in page["requests"]])
         cursor = page["next_cursor"]
     assert pages == [newer[::-1][:2], [newer[0], oldest["request_id"]]]
+    # made in one microsecond (the clock stands still): a page of one at a time, each once
+    tied = {
+        _pending(api.post("/v1/consumers", {"name": f"tied{n}", "role": "admin", "reason": "r"}))[
+            "request_id"
+        ]
+        for n in range(4)
+    }
+    seen, cursor = [], ""
+    while cursor is not None:
+        page = api.get(f"/v1/requests?state=pending&limit=1{cursor and f'&cursor={cursor}'}")
+        seen += [r["request_id"] for r in page.get_json()["requests"]]
+        cursor = page.get_json()["next_cursor"]
+    assert seen == [*sorted(tied, reverse=True), oldest["request_id"]]
     for bad in ("limit=0", "limit=1001", "cursor=x", "cursor=1_", f"cursor={'9' * 19}_a"):
         assert api.get(f"/v1/requests?{bad}").status_code == 400, bad

@@ -353,3 +353,28 @@ def test_the_bodies_sent() -> None:
             {"name": "third", "role": "admin", "datasets": [], "reason": "on call"},
         ),
     ]
+
+
+def test_requests_reads_every_page() -> None:
+    """Offline: ``requests`` follows ``next_cursor`` to the last page, sync and async."""
+    pages = {
+        "": {"requests": [{**REQUEST, "request_id": "r2"}], "next_cursor": "7_r2"},
+        "7_r2": {"requests": [REQUEST], "next_cursor": None},
+    }
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.params.get("state") == "pending"
+        asked.append(request.url.params.get("cursor", ""))
+        return httpx.Response(200, json=pages[asked[-1]])
+
+    transport = httpx.MockTransport(answer)
+    with ApiClient("http://accountant", "k", transport=transport) as client:
+        listed = [r.request_id for r in client.requests(state="pending")]
+    assert listed == ["r2", REQUEST["request_id"]] and asked == ["", "7_r2"]
+
+    async def read() -> list[str]:
+        async with AsyncClient("http://accountant", "k", transport=transport) as client:
+            return [r.request_id for r in await client.requests(state="pending")]
+
+    assert asyncio.run(read()) == listed and asked == ["", "7_r2"] * 2

@@ -388,24 +388,27 @@ def test_the_page_needs_a_session_and_carries_the_security_headers(
     assert "No request is waiting." in page.get_data(as_text=True)
 
 
-def test_a_pending_request_shows_behind_a_thousand_newer_decided_ones(
-    api: Api, second: FlaskClient, database_url: str
+@pytest.mark.parametrize("newer", ["denied", "pending"])
+def test_a_pending_request_shows_behind_a_thousand_newer_ones(
+    api: Api, second: FlaskClient, database_url: str, newer: str
 ) -> None:
+    """Pending requests are read page by page to the last: one behind 1,001 newer requests
+    (decided, or pending too) is on the page."""
     api.make_dataset(budget={"epsilon": 1.0})
     request_id = _ask_raise(api)
     engine = create_engine(database_url)
     with Session(engine) as session, session.begin():
-        for n in range(1001):  # newer and decided: as if made and denied since
+        for n in range(1001):  # newer, as if made since
             session.add(
                 ChangeRequest(
-                    id=f"decided-{n:04d}",
+                    id=f"newer-{n:04d}",
                     kind="quota",
                     target="clicks",
                     change={},
                     target_sha256="0" * 64,
                     reason="r",
                     requested_by_name="admin",
-                    state="denied",
+                    state=newer,
                     created_at=FROZEN_AT_US + 1 + n,
                     expires_at=FROZEN_AT_US + WEEK_S * 1_000_000,
                 )

@@ -289,7 +289,9 @@ def test_a_weighted_plan_shares_one_scale_across_the_populations_datasets(api: A
     assert budget["loss"]["epsilon"] == 1.0
     refused = api.post("/v1/charges/plan", {"items": items[:2]})
     assert refused.status_code == 400
-    assert "of population 'customers'" in refused.get_json()["detail"]
+    assert "and population 'customers' have left" in refused.get_json()["detail"]
+    alone = api.post("/v1/charges/plan", {"items": items[:1]}).get_json()["detail"]
+    assert "dataset 'orders' and population 'customers' have left" in alone
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ charging the answer as one batch, at once, is granted. Datasets that share
 no scope are independent, so each has its own s; the datasets of one
 population share its scope, so their items share one s, each item's share
 of the population's measure (which all its datasets measure alike)
-proportional to its weight.
+proportional to its weight. As within one dataset, the weights fix the
+proportions and the binding scope the scale: the population's, or any
+member's own.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def calibrate(
             raise field_error(
                 f"items[{min(mine)}]",
                 f"nothing fits: even the most noise the mechanisms allow does not fit "
-                f"{share} of what {plan.left_of} has left",
+                f"{share} of what {plan.left_of} left",
             )
         for _ in range(20):  # checked at the parameters themselves
             fits, cost = plan.fits(scale)
@@ -121,7 +123,7 @@ def calibrate(
         else:
             raise field_error(
                 f"items[{min(mine)}]",
-                f"no parameters near the scale found fit {plan.left_of}; the "
+                f"no parameters near the scale found fit what {plan.left_of} left; the "
                 "mechanisms' costs are not monotone in their noise parameters",
             )
         values.update(plan.at(scale))
@@ -156,13 +158,14 @@ class _Plan:
 
     @property
     def left_of(self) -> str:
-        """The datasets, as a refusal names them."""
+        """The datasets, and their population if any, as a refusal names them, with their
+        verb: what has too little left may be the population."""
         names = [repr(name) for name in self.states]
-        if len(names) == 1:
-            return f"dataset {names[0]}"
+        named = f"dataset {names[0]}" if len(names) == 1 else f"datasets {', '.join(names)}"
         population = next(iter(self.states.values())).population
-        assert population is not None
-        return f"datasets {', '.join(names)} of population {population.name!r}"
+        if population is None:
+            return f"{named} {'has' if len(names) == 1 else 'have'}"
+        return f"{named} and population {population.name!r} have"
 
     def _state(self, i: int) -> DatasetState:
         return self.states[self.items[i].request.dataset]

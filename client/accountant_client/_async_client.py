@@ -284,9 +284,15 @@ class AsyncClient:
 
     async def requests(self, state: str | None = None) -> list[ChangeRequest]:
         """As ``Client.requests``."""
-        query = {"params": _requests_query(state)}
-        listed = (await self._request("GET", "/v1/requests", query))["requests"]
-        return [_request_of(answer) for answer in listed]
+        listed: list[ChangeRequest] = []
+        cursor = None
+        while True:
+            query = {**_requests_query(state), **({"cursor": cursor} if cursor else {})}
+            page = await self._request("GET", "/v1/requests", {"params": query})
+            listed.extend(_request_of(answer) for answer in page["requests"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return listed
 
     async def get_request(self, request_id: str) -> ChangeRequest:
         """As ``Client.get_request``."""

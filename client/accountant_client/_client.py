@@ -424,8 +424,8 @@ class Client:
     def requests(self, state: str | None = None) -> list[ChangeRequest]:
         """The change requests the key may read (an admin's or an auditor's: all; a
         service's: its own), newest first; only those in ``state`` (``pending``,
-        ``approved``, ``denied`` or ``expired``) if given."""
-        listed = self._call("GET", "/v1/requests", params=_requests_query(state))["requests"]
+        ``approved``, ``denied`` or ``expired``) if given: every page of them."""
+        listed = self._pages("/v1/requests", "requests", _requests_query(state))
         return [_request_of(answer) for answer in listed]
 
     def get_request(self, request_id: str) -> ChangeRequest:
