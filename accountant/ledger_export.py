@@ -5,6 +5,7 @@ state (``parse_filter``) and the export streamed as CSV or as signed JSON Lines
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import re
@@ -162,8 +163,29 @@ def stream_export(args: Mapping[str, str]) -> Response:
     response = Response(stream_with_context(lines()), mimetype=mimetype)
     response.headers["Content-Disposition"] = f"attachment; filename=ledger.{kind}"
     # the chain heads at the export's last entry, signed with the receipt key (docs/ledger.md)
-    response.headers["Accountant-Export-Signature"] = sign(runtime().signer, claims)
+    response.headers["Accountant-Export-Signature"] = header_signature(claims)
     return response
+
+
+#: The longest ``Accountant-Export-Signature`` that names every head: proxies and clients
+#: refuse a response whose headers outgrow a buffer (nginx's proxy_buffer_size, 4 or 8 KiB
+#: by default, 16 KiB in deploy/nginx.conf; httpx 100 KiB), and each chain adds about 120
+#: bytes.
+HEADER_LIMIT = 8 * 1024
+
+
+def header_signature(claims: dict[str, Any]) -> str:
+    """The export's claims signed for its header: with ``heads`` as they are while the
+    header stays within ``HEADER_LIMIT``, else with ``heads_sha256`` in their place, the
+    SHA-256 of ``heads`` as JSON with sorted keys and no spaces (docs/ledger.md, "A signed
+    export"). The JSON Lines' last line names every head, however many."""
+    signed = sign(runtime().signer, claims)
+    if len(signed) <= HEADER_LIMIT:
+        return signed
+    heads = json.dumps(claims["heads"], sort_keys=True, separators=(",", ":"))
+    compact = {k: v for k, v in claims.items() if k != "heads"}
+    compact["heads_sha256"] = hashlib.sha256(heads.encode()).hexdigest()
+    return sign(runtime().signer, compact)
 
 
 def _signed_lines(rows: Iterator[dict[str, Any]], claims: dict[str, Any]) -> Iterator[str]:

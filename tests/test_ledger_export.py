@@ -377,3 +377,38 @@ def test_the_csv_export_given_to_verify_file_is_named_as_the_wrong_export(
     assert result.returncode == 1
     assert "line 1 is not a ledger entry" in result.stderr
     assert "takes the JSON Lines export" in result.stderr, result.stderr
+
+
+def test_a_header_that_would_name_too_many_heads_carries_their_digest(api: Api) -> None:
+    """With more chains than a header holds (proxies refuse a response whose headers pass a
+    buffer: nginx's is 4 or 8 KiB), the header signs the heads' digest; the file's last line
+    names every head, and the heads rebuilt from a CSV export match the digest."""
+    import csv
+    import hashlib
+    import io
+
+    from accountant.ledger_export import HEADER_LIMIT
+    from accountant.signing import verify
+
+    for n in range(80):  # a chain each, of one charge
+        api.make_dataset(f"dataset-{n:03d}")
+        assert api.charge(f"dataset-{n:03d}", epsilon=0.1).status_code == 201
+    jwks = api.get("/v1/receipts/public-key").get_json()["keys"]
+    exported = api.get("/v1/ledger/export?format=csv")
+    token = exported.headers["Accountant-Export-Signature"]
+    assert len(token) <= HEADER_LIMIT
+    claims = verify(token, jwks)
+    assert "heads" not in claims and claims["kind"] == "ledger-export"
+    heads: dict[str, Any] = {}
+    for row in csv.DictReader(io.StringIO(exported.text)):
+        heads[row["dataset"]] = {"seq": int(row["seq"]), "hash": row["hash"]}
+    assert len(heads) == 80
+    digest = hashlib.sha256(json.dumps(heads, sort_keys=True, separators=(",", ":")).encode())
+    assert claims["heads_sha256"] == digest.hexdigest()
+    lines = api.get("/v1/ledger/export?format=jsonl").text.splitlines()
+    inline = verify(json.loads(lines[-1])["export_signature"], jwks)
+    assert inline["heads"] == heads
+    one = api.get("/v1/ledger/export?format=csv&dataset=dataset-007")
+    assert list(verify(one.headers["Accountant-Export-Signature"], jwks)["heads"]) == [
+        "dataset-007"
+    ]

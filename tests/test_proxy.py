@@ -7,8 +7,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -44,9 +47,15 @@ def service(database_url: str, signing_key_file: str, tmp_path: Path) -> Iterato
 @pytest.fixture
 def proxy(service: Server, tmp_path: Path) -> Iterator[str]:
     """deploy/nginx.conf as shipped, with only its two ports changed."""
+    with _nginx(service.base.removeprefix("http://"), tmp_path) as base:
+        wait_ready(base, "/healthz")
+        yield base
+
+
+@contextmanager
+def _nginx(upstream: str, tmp_path: Path) -> Iterator[str]:
     assert NGINX is not None
     port = free_port()
-    upstream = service.base.removeprefix("http://")
     text = CONF.read_text().replace("server 127.0.0.1:8000;", f"server {upstream};")
     text = re.sub(r"listen 8080;", f"listen 127.0.0.1:{port};", text)
     prefix = tmp_path / "nginx"
@@ -67,7 +76,13 @@ def proxy(service: Server, tmp_path: Path) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_ready(f"http://127.0.0.1:{port}", "/healthz")
+        deadline = time.monotonic() + 30
+        while True:  # listening: the upstream may not answer (a test of that)
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "nginx did not listen within 30 s"
+            time.sleep(0.05)
         yield f"http://127.0.0.1:{port}"
     finally:
         process.terminate()
@@ -102,3 +117,39 @@ def test_the_proxys_own_refusals_are_problem_json(proxy: str) -> None:
         assert reply.json()["status"] == status
     at_limit = requests.post(f"{proxy}/v1/charges", headers=HEADERS, data=b"x" * (4 << 20))
     assert at_limit.status_code == 400  # passed on whole; the service finds it is not JSON
+
+
+def test_a_ledger_export_of_many_chains_passes_the_proxy(service: Server, proxy: str) -> None:
+    """Its signature header names each chain's head while it fits 8 KiB, which the shipped
+    proxy takes (its default, one page, would answer 502 from about 30 chains on), then
+    their digest: with a head each, 150 datasets would make it 18 KiB."""
+    with requests.Session() as session:
+        session.headers.update(HEADERS)
+        for n in range(150):
+            body = {"name": f"d{n:03d}", "privacy_unit": "record", "budget": {"epsilon": 1}}
+            assert session.post(f"{service.base}/v1/datasets", json=body).status_code == 201
+            charge = {
+                "dataset": f"d{n:03d}",
+                "partitions": ["p1"],
+                "mechanism": "laplace",
+                "params": {"epsilon": 0.1, "sensitivity": 1},
+                "input": {"values": [1.0]},
+            }
+            assert session.post(f"{service.base}/v1/charges", json=charge).status_code == 201
+            if n + 1 not in (60, 150):
+                continue
+            for kind in ("csv", "jsonl"):
+                exported = session.get(f"{proxy}/v1/ledger/export?format={kind}")
+                assert exported.status_code == 200, exported.text
+                assert len(exported.text.splitlines()) == n + 1 + (kind == "csv")
+                signature = exported.headers["Accountant-Export-Signature"]
+                assert (len(signature) > 4096) == (n + 1 == 60), len(signature)
+
+
+def test_a_service_that_does_not_answer_is_a_503_problem(tmp_path: Path) -> None:
+    """nginx's 502 (nothing listens upstream) is the 503 its body states, with Retry-After."""
+    with _nginx(f"127.0.0.1:{free_port()}", tmp_path) as base:
+        reply = requests.get(f"{base}/v1/datasets", headers=HEADERS, timeout=10)
+    assert reply.status_code == 503 and reply.json()["status"] == 503
+    assert reply.headers["Content-Type"] == "application/problem+json"
+    assert reply.headers["Retry-After"] == "1"
