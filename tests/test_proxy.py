@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -126,9 +127,13 @@ def test_a_ledger_export_of_many_chains_passes_the_proxy(service: Server, proxy:
     with requests.Session() as session:
         session.headers.update(HEADERS)
         for n in range(150):
-            body = {"name": f"d{n:03d}", "privacy_unit": "record", "budget": {"epsilon": 1}}
+            body: dict[str, Any] = {
+                "name": f"d{n:03d}",
+                "privacy_unit": "record",
+                "budget": {"epsilon": 1},
+            }
             assert session.post(f"{service.base}/v1/datasets", json=body).status_code == 201
-            charge = {
+            charge: dict[str, Any] = {
                 "dataset": f"d{n:03d}",
                 "partitions": ["p1"],
                 "mechanism": "laplace",
