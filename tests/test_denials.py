@@ -183,6 +183,13 @@ def test_cost_alone_above_a_window_limit_is_409_on_a_user_dataset_with_bounded_k
         assert response.status_code == 409, response.get_json()
         assert "Retry-After" not in response.headers
         assert _problem(response)["scope"] == "window"
+    # the parallel charge's 0.3 per release is counted twice: its denial says so
+    denied = _problem(parallel)
+    assert denied["requested"]["epsilon"] == 0.3 and denied["multiplicity"] == 2
+    assert "per release, 2 releases counted" in denied["detail"]
+    assert "this charge alone would exceed the window limit" in denied["detail"]
+    assert _problem(joint)["multiplicity"] == 1
+    assert "releases counted" not in _problem(joint)["detail"]
     # one that fits a fresh window but not this one is still a 429
     assert api.charge(partitions=["a"], epsilon=0.4).status_code == 201
     assert api.charge(partitions=["a"], epsilon=0.2).status_code == 429

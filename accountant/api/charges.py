@@ -193,6 +193,7 @@ def _denial(facts: dict[str, Any]) -> BudgetExhausted:
         "limit",
         "spent",
         "requested",
+        "multiplicity",
         "charge_id",
         "hold_id",
         "hold_state",

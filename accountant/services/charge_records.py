@@ -31,8 +31,11 @@ def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, A
         raise Forbidden("a service may read only its own charges")
     described = describe_entry(entry, dataset, consumer)
     record = {name: described[name] for name in _FIELDS}
-    if record["group"] is not None:  # its cost is a share of what its group cost together
-        detail = entry.detail or {}
+    detail = entry.detail or {}
+    if "batch_id" in detail:  # an item of a batch, or its refusal
+        record["batch_id"] = detail["batch_id"]
+    if "group" in detail:  # its cost is its share of what its group cost together
+        record["group"] = detail["group"]
         record["group_cost"] = {k: float(v) for k, v in detail["group_cost"].items()}
         record["batch_delta"] = float(detail["batch_delta"])
     record["denial"] = (
@@ -56,8 +59,6 @@ _FIELDS = (
     "cost",
     "multiplicity",
     "created_at",
-    "batch_id",
-    "group",
 )
 
 

@@ -136,7 +136,8 @@ def held(
 
 
 def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any]:
-    """A denial's facts: the scope, its limit, what was spent and requested, and for a
+    """A denial's facts: the scope, its limit, what was spent and requested (per release,
+    with the multiplicity the running totals count it at), and for a
     window that will reset, when, and in how many seconds a retry may succeed (unless the
     charge could never fit in it)."""
     denial = evaluation.denial
@@ -148,6 +149,7 @@ def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any
         "limit": _limit_report(evaluation, denial),
         "spent": report(evaluation, denial.spent, _delta_of(evaluation, denial)),
         "requested": report_cost(evaluation, denial.requested),
+        "multiplicity": evaluation.priced.multiplicity,
     }
     if denial.partition is not None and denial.scope == "partition":
         facts["partition"] = denial.partition
@@ -159,7 +161,7 @@ def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any
     if denial.window is not None:
         facts["resets_at"] = isoformat(denial.window.end)
         if evaluation.never_fits:
-            text += "; its cost alone exceeds the window limit, so waiting will not help"
+            text += "; this charge alone would exceed the window limit, so waiting will not help"
         else:
             facts["fits_again_in_s"] = denial.window.seconds_until_end(now_us / 1e6)
     facts["reason"] = text
@@ -225,6 +227,9 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
         f"{_text(report(evaluation, denial.spent, _delta_of(evaluation, denial)))}, requested "
         f"{_text(report_cost(evaluation, denial.requested), alone=True)}"
     )
+    multiplicity = evaluation.priced.multiplicity
+    if multiplicity > 1 and denial.scope != "partition":  # a partition counts a release once
+        text += f" per release, {multiplicity} releases counted (a parallel release)"
     if denial.window is not None:
         text += f"; the window resets at {isoformat(denial.window.end)}"
     return text
