@@ -117,6 +117,18 @@ def test_count_solves_for_the_least_noise_sigma(api: Api) -> None:
     assert _plan(api, less)["fits"] < 100
 
 
+def test_count_on_approx_tells_how_to_solve_a_gaussian_for_epsilon(api: Api) -> None:
+    """Left without sigma or epsilon, a gaussian is solved for sigma, which an approx
+    dataset does not price: the refusal says to state delta; with it, epsilon is solved."""
+    api.make_dataset(accounting="approx", budget={"epsilon": 1, "delta": 1e-6})
+    body = {**_body({"mechanism": "gaussian", "params": {"sensitivity": 1}}), "count": 4}
+    refused = api.post("/v1/charges/plan", body)
+    assert refused.status_code == 400
+    assert "state delta, and the plan solves for epsilon" in refused.get_json()["detail"]
+    stated = {**body, "params": {"sensitivity": 1, "delta": 1e-7}}
+    assert _plan(api, stated)["params"] == {"epsilon": 0.25}
+
+
 def test_count_solves_for_the_largest_epsilon(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1})
     body = {**_body({"params": {"sensitivity": 1}}), "count": 4}

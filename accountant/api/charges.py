@@ -282,6 +282,17 @@ def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
         )
     except plans.NothingFits as error:
         raise field_error("count", f"{error}; ask for fewer charges") from None
+    except InvalidRequest as error:
+        takes_delta = "delta" in _mechanism(body).params_schema.get("properties", {})
+        if name == "epsilon" or not takes_delta or "delta" in params:
+            raise
+        # a gaussian left without sigma or epsilon is solved for sigma, which pure and
+        # approx datasets do not price: say how to have epsilon solved for instead
+        hint = "; on a pure or approx dataset state delta, and the plan solves for epsilon"
+        error.errors = [{**e, "message": e["message"] + hint} for e in error.errors or []]
+        error.detail += hint
+        error.args = (error.detail,)
+        raise
     evaluated = solved.evaluation
     return {
         "params": {name: solved.value},
