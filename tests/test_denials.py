@@ -187,7 +187,7 @@ def test_cost_alone_above_a_window_limit_is_409_on_a_user_dataset_with_bounded_k
     denied = _problem(parallel)
     assert denied["requested"]["epsilon"] == 0.3 and denied["multiplicity"] == 2
     assert "per release, 2 releases counted" in denied["detail"]
-    assert "this charge alone would exceed the window limit" in denied["detail"]
+    assert "by itself it would exceed the window limit" in denied["detail"]
     assert _problem(joint)["multiplicity"] == 1
     assert "releases counted" not in _problem(joint)["detail"]
     # one that fits a fresh window but not this one is still a 429

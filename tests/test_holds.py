@@ -105,6 +105,9 @@ def test_a_hold_over_a_window_is_429_and_may_not_outlast_the_shortest_window(
     )
     response = _hold(api, amount={"epsilon": 0.6})
     assert response.status_code == 409  # its cost alone exceeds the hour's limit
+    detail = response.get_json()["detail"]
+    assert "this hold would exceed" in detail and "this charge" not in detail
+    assert "by itself it would exceed the window limit" in detail
     assert _hold(api, amount={"epsilon": 0.3}, expires_in=1800).status_code == 201
     response = _hold(api, amount={"epsilon": 0.3}, expires_in=1800)
     assert response.status_code == 429 and response.headers["Retry-After"] == "1800"
@@ -315,6 +318,21 @@ def test_a_draw_over_the_remainder_is_409_naming_the_hold(api: Api) -> None:
     denied = [e for e in api.ledger() if e["status"] == "denied"]
     assert [(e["hold_id"], e["detail"]["scope"]) for e in denied] == [(hold_id, "hold")]
     assert api.budget()["loss"]["epsilon"] == 0.5
+
+
+def test_a_parallel_draw_over_the_remainder_counts_its_cost_once(api: Api) -> None:
+    """A hold's remainder is per release, as its amount is: the denial states the draw's
+    multiplicity without saying it counts there."""
+    api.make_dataset(privacy_unit="user", max_partitions_per_user=2, budget={"epsilon": 10})
+    three = {"partitions": ["a", "b", "c"], "release": "parallel"}
+    hold_id = _hold(api, amount={"epsilon": 0.3}, **three).get_json()["hold_id"]
+    values = {"input": {"values": [1, 2, 3]}}
+    assert _draw(api, hold_id, epsilon=0.2, **three, **values).status_code == 201
+    response = _draw(api, hold_id, epsilon=0.2, **three, **values)
+    assert response.status_code == 409
+    body = response.get_json()
+    assert body["scope"] == "hold" and body["multiplicity"] == 2
+    assert "releases counted" not in body["detail"]
 
 
 @pytest.mark.frozen_clock

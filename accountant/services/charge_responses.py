@@ -161,7 +161,7 @@ def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any
     if denial.window is not None:
         facts["resets_at"] = isoformat(denial.window.end)
         if evaluation.never_fits:
-            text += "; this charge alone would exceed the window limit, so waiting will not help"
+            text += "; by itself it would exceed the window limit, so waiting will not help"
         else:
             facts["fits_again_in_s"] = denial.window.seconds_until_end(now_us / 1e6)
     facts["reason"] = text
@@ -228,7 +228,8 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
         f"{_text(report_cost(evaluation, denial.requested), alone=True)}"
     )
     multiplicity = evaluation.priced.multiplicity
-    if multiplicity > 1 and denial.scope != "partition":  # a partition counts a release once
+    # a partition counts a release once, and a hold's remainder a draw's cost per release
+    if multiplicity > 1 and denial.scope not in ("partition", "hold"):
         text += f" per release, {multiplicity} releases counted (a parallel release)"
     if denial.window is not None:
         text += f"; the window resets at {isoformat(denial.window.end)}"
