@@ -40,6 +40,22 @@ def _reconciles(app: Any) -> None:
     assert replayed > 0
 
 
+def test_held_is_what_the_open_holds_add_to_the_loss(api: Api) -> None:
+    """On a record dataset the loss is the max over partitions: two holds of 0.5 on two
+    partitions add 0.5 to it, not 1.0, and held is part of the loss (found in review)."""
+    api.make_dataset(budget={"epsilon": 1.0})
+    for partition in ("a", "b"):
+        made = _hold(api, partitions=[partition], amount={"epsilon": 0.5})
+        assert made.status_code == 201, made.get_json()
+    budget = api.budget()
+    assert (budget["loss"]["epsilon"], budget["held"]["epsilon"]) == (0.5, 0.5)
+    assert budget["spent"]["epsilon"] == 0 and budget["remaining"]["epsilon"] == 0.5
+    assert api.charge(partitions=["c"], epsilon=0.25).status_code == 201
+    budget = api.budget()  # a release elsewhere below the holds' max adds nothing spent
+    assert (budget["loss"]["epsilon"], budget["held"]["epsilon"]) == (0.5, 0.25)
+    assert budget["spent"]["epsilon"] == 0.25
+
+
 def test_a_hold_is_charged_at_once_and_shown_apart_as_held(api: Api, app: Any) -> None:
     api.make_dataset(budget={"epsilon": 1.0})
     response = _hold(api, purpose="nightly report")

@@ -32,7 +32,7 @@ from accountant.models import (
     WindowBudget,
 )
 from accountant.models.tally import PART_PREFIXES
-from accountant.services import holds, ledger, limit_notes, terms
+from accountant.services import ledger, limit_notes, terms
 from accountant.services.held_split import loss_without_open_holds
 
 
@@ -820,8 +820,9 @@ def budget_report(
         "limit": stated(mode, dataset.limit.bounds(), dataset),
         "remaining": stated(mode, remaining(dataset.limit, loss, names), dataset),
         "at_limit": at_limit(dataset.limit, loss, names),
-        # what open holds charged: part of the loss, reserved for jobs not yet settled
-        "held": stated(mode, holds.held(session, dataset.id, int(now * 1_000_000)), dataset),
+        # what the open holds add to the loss, reserved for jobs not yet settled: where the
+        # loss is a max or the k largest, less than their amounts' sum
+        "held": stated(mode, Amount(**{name: loss[name] - spent[name] for name in names}), dataset),
         # the loss without the open holds: what releases (and settled or expired holds) spent
         "spent": stated(mode, spent, dataset),
         "windows": windows,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, aliased
 
 from accountant.accounting.windows import isoformat
 from accountant.errors import Forbidden, NotFound
-from accountant.exact import COMPONENTS, Amount
+from accountant.exact import Amount
 from accountant.models import Consumer, Dataset, Hold
 from accountant.services import idempotency
 from accountant.services.api_keys import Principal
@@ -125,17 +125,3 @@ def listing(
         describe(hold, dataset, consumer, now_us, settler)
         for hold, dataset, consumer, settler in rows
     ]
-
-
-def held(session: Session, dataset_id: int, now_us: int) -> Amount:
-    """What the open holds of a dataset charged (their amounts x multiplicity): part of its
-    loss, shown apart from what releases spent."""
-    sums = session.execute(
-        select(
-            *(
-                func.coalesce(func.sum(getattr(Hold, f"amount_{name}") * Hold.multiplicity), 0)
-                for name in COMPONENTS
-            )
-        ).where(Hold.dataset_id == dataset_id, Hold.state == "open", Hold.expires_at > now_us)
-    ).one()
-    return Amount(*(int(value) for value in sums))
