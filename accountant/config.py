@@ -187,12 +187,16 @@ def _parse(name: str, raw: str) -> Any:
 
 
 def _validate(settings: Settings) -> None:
-    # ASCII: a header carries no other text the same way from every client
+    # ASCII: a header carries no other text the same way from every client; and a space at
+    # either end is trimmed from a header's value, so that such a key never matches
     for name, key in (("ADMIN_KEY", settings.admin_key), ("METRICS_KEY", settings.metrics_key)):
-        if key is not None and (len(key) < 32 or not (key.isprintable() and key.isascii())):
+        if key is not None and (
+            len(key) < 32 or not (key.isprintable() and key.isascii()) or key != key.strip()
+        ):
             raise ConfigError(
-                f"{PREFIX}{name} must be at least 32 printable ASCII characters, as sent in "
-                "an Authorization header ('openssl rand -hex 32' makes one)"
+                f"{PREFIX}{name} must be at least 32 printable ASCII characters, with no "
+                "space at either end, as sent in an Authorization header ('openssl rand -hex "
+                "32' makes one)"
             )
     if settings.cookie_secure not in {"auto", "true", "false"}:
         raise ConfigError(f"{PREFIX}COOKIE_SECURE must be auto, true or false")

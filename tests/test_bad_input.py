@@ -143,6 +143,11 @@ def test_oversized_body_is_413(ready: Api) -> None:
 
 BAD_DATASETS = {
     "bad name": {"name": "Bad Name", "privacy_unit": "record", "budget": {"epsilon": 1}},
+    "name ending in a newline": {
+        "name": "nl\n",
+        "privacy_unit": "record",
+        "budget": {"epsilon": 1},
+    },
     "unknown unit": {"name": "d", "privacy_unit": "row", "budget": {"epsilon": 1}},
     "no budget": {"name": "d", "privacy_unit": "record"},
     "zero budget": {"name": "d", "privacy_unit": "record", "budget": {"epsilon": 0}},
@@ -345,11 +350,15 @@ def test_a_revoked_key_answers_204_with_no_content_type(api: Api) -> None:
 
 
 @pytest.mark.parametrize("setting", ["admin_key", "metrics_key"])
-@pytest.mark.parametrize("key", ["s" * 31, "schlüssel-" + "k" * 30, "tab\t" + "k" * 30])
+@pytest.mark.parametrize(
+    "key",
+    ["s" * 31, "schlüssel-" + "k" * 30, "tab\t" + "k" * 30, "k" * 32 + " ", " " + "k" * 32],
+)
 def test_a_key_no_client_could_send_is_refused_with_the_settings(setting: str, key: str) -> None:
-    """A key shorter than 32 characters, or with a character outside printable ASCII (which
+    """A key shorter than 32 characters, with a character outside printable ASCII (which
     a client sends in its Authorization header as UTF-8 and the server reads as Latin-1, so
-    that it never matches), stops the start, naming the setting, never the key."""
+    that it never matches), or with a space at either end (trimmed from a header's value),
+    stops the start, naming the setting, never the key."""
     with pytest.raises(ConfigError) as refused:
         load_settings({setting: key})
     assert str(refused.value).startswith(f"ACCOUNTANT_{setting.upper()} must be at least 32")

@@ -13,7 +13,8 @@ from accountant.api.schema_messages import plain
 from accountant.errors import InvalidRequest, field_error
 from accountant.exact import MAX_EPSILON, MAX_RHO
 
-SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+# (?!\n): Python's $ also matches before a final newline, which ECMA-262's does not
+SLUG = r"^[a-z0-9][a-z0-9_-]{0,62}$(?!\n)"
 #: Each pattern in words, for the messages of the values that miss it.
 _PATTERNS = {
     SLUG: "a name of 1 to 63 characters, each a lowercase letter, a digit, a hyphen or an "
