@@ -35,8 +35,22 @@ _keys = sa.table(
     sa.column("facts", sa.JSON),
 )
 
-#: A denial's fields in its problem document, in their order there.
-_DENIAL = ("scope", "limit", "spent", "requested", "charge_id", "partition", "resets_at")
+#: A denial's fields in its problem document, in their order there: those of this revision,
+#: and those later revisions added (a hold's, a population's, the multiplicity), so that a
+#: downgrade keeps every first answer whole.
+_DENIAL = (
+    "scope",
+    "limit",
+    "spent",
+    "requested",
+    "multiplicity",
+    "charge_id",
+    "hold_id",
+    "hold_state",
+    "partition",
+    "population",
+    "resets_at",
+)
 _PROBLEMS = "https://accountant.invalid/problems/"
 
 
