@@ -76,9 +76,8 @@ def _cursor(raw: str | None) -> tuple[int, str] | None:
     if raw is None:
         return None
     created_at, _, request_id = raw.partition("_")
-    if not (created_at.isascii() and created_at.isdigit() and len(created_at) <= 18):
-        raise field_error("cursor", "must be a next_cursor of an earlier page, as given")
-    if not request_id or len(request_id) > 36:
+    stamped = created_at.isascii() and created_at.isdigit() and len(created_at) <= 18
+    if not stamped or not 0 < len(request_id) <= 36:
         raise field_error("cursor", "must be a next_cursor of an earlier page, as given")
     return int(created_at), request_id
 

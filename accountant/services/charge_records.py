@@ -39,7 +39,7 @@ def describe(session: Session, charge_id: str, caller: Principal) -> dict[str, A
         record["group_cost"] = {k: float(v) for k, v in detail["group_cost"].items()}
         record["batch_delta"] = float(detail["batch_delta"])
     record["denial"] = (
-        {k: v for k, v in (entry.detail or {}).items() if k != "terms_sha256"}
+        {k: v for k, v in detail.items() if k != "terms_sha256"}
         if entry.status == "denied"
         else None
     )

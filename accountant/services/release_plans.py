@@ -163,8 +163,8 @@ class _Plan:
         names = [repr(name) for name in self.states]
         named = f"dataset {names[0]}" if len(names) == 1 else f"datasets {', '.join(names)}"
         population = next(iter(self.states.values())).population
-        if population is None:
-            return f"{named} {'has' if len(names) == 1 else 'have'}"
+        if population is None:  # a dataset outside any population shares no scope: alone
+            return f"{named} has"
         return f"{named} and population {population.name!r} have"
 
     def _state(self, i: int) -> DatasetState:
