@@ -43,11 +43,11 @@ def parse_filter(
     args: Mapping[str, str], default_limit: int = 100, max_limit: int = 1000
 ) -> ledger.LedgerFilter:
     """The filter a query string states: dataset (a dataset's or a population's chain, by
-    name: one namespace) and consumer by name, status, since and until (RFC 3339), limit
-    and cursor; anything else in one is a 400 naming it."""
-    dataset_id = population_id = None
+    name: one namespace, or the admins' chain) and consumer by name, status, since and
+    until (RFC 3339), limit and cursor; anything else in one is a 400 naming it."""
+    chain = ledger.Chain("all", None, None)
     if (name := args.get("dataset")) is not None:
-        dataset_id, population_id = ledger_reads.chain_ids(db(), name)
+        chain = ledger_reads.named_chain(db(), name)
     _, consumer_id = ledger_reads.ids_of(db(), None, args.get("consumer"))
     status = args.get("status")
     if status not in (None, "granted", "denied"):
@@ -60,8 +60,9 @@ def parse_filter(
     if not _digits(cursor_raw) or len(cursor_raw) > 18:
         raise field_error("cursor", "must be a next_cursor from an earlier page")
     return ledger.LedgerFilter(
-        dataset_id=dataset_id,
-        population_id=population_id,
+        dataset_id=chain.dataset_id,
+        population_id=chain.population_id,
+        admin_chain_id=chain.admin_chain_id,
         consumer_id=consumer_id,
         status=status,
         since=_moment(args, "since"),

@@ -44,7 +44,15 @@ from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import Session
 
 from accountant.key_hashing import KeyHasher
-from accountant.models import ApiKey, Consumer, Dataset, Grant, KeyHashSecret
+from accountant.models import (
+    AdminChain,
+    ApiKey,
+    Consumer,
+    Dataset,
+    Grant,
+    KeyHashSecret,
+    Population,
+)
 
 Executor = Connection | Session
 
@@ -140,8 +148,12 @@ def heads_begun(executor: Executor) -> bool:
 
 
 def holds_no_dataset(executor: Executor) -> bool:
-    """Whether the database holds no dataset, so no chain head to seal yet."""
-    return not executor.execute(select(Dataset.id).limit(1)).first()
+    """Whether the database holds no chain (a dataset's, a population's or the admins'),
+    so no chain head to seal yet."""
+    return not any(
+        executor.execute(select(owner.id).limit(1)).first()
+        for owner in (Dataset, Population, AdminChain)
+    )
 
 
 HEADS_NEVER_SEALED = (

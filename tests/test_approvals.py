@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,9 +15,10 @@ from flask import Flask
 
 from accountant.app import prepared_app
 from accountant.clock import FrozenClock
-from tests.conftest import ADMIN_KEY, FROZEN_AT_US, Api
+from tests.conftest import ADMIN_KEY, FROZEN_AT_US, Api, run_sql
 
 WEEK_S = 7 * 24 * 3600
+BIN = Path(sys.executable).parent / "accountant"
 
 
 @pytest.fixture
@@ -190,6 +196,128 @@ def test_a_new_admin_or_admin_key_waits_for_another_admin(api: Api, second: Api)
     issued = third.post(f"/v1/requests/{key['request_id']}/approve", {"reason": "ok"})
     assert issued.get_json()["result"]["consumer"] == "second"
     assert api.post("/v1/consumers/reporter/keys", {}).status_code == 201
+
+
+@pytest.fixture
+def admins_made(api: Api, second: Api) -> dict[str, Any]:
+    """A new admin (third) and a new key of an admin (second) asked for by admin and
+    approved, and a new admin denied: what each approval answered, by name."""
+    asked = _pending(
+        api.post("/v1/consumers", {"name": "third", "role": "admin", "reason": "on call"})
+    )
+    third = second.post(f"/v1/requests/{asked['request_id']}/approve", {"reason": "rota ok"})
+    assert third.status_code == 200, third.get_json()
+    key = _pending(api.post("/v1/consumers/second/keys", {"reason": "laptop"}))
+    issued = api.as_key(third.get_json()["result"]["api_key"]).post(
+        f"/v1/requests/{key['request_id']}/approve", {"reason": "old one lost"}
+    )
+    assert issued.status_code == 200, issued.get_json()
+    refused = _pending(
+        api.post("/v1/consumers", {"name": "fourth", "role": "admin", "reason": "x"})
+    )
+    denied = second.post(f"/v1/requests/{refused['request_id']}/deny", {"reason": "no"})
+    assert denied.status_code == 200, denied.get_json()
+    return {"third": third.get_json(), "key": issued.get_json(), "asked": [asked, key]}
+
+
+def test_an_approved_new_admin_or_admin_key_is_ledgered_with_both_names_and_reasons(
+    api: Api, admins_made: dict[str, Any]
+) -> None:
+    """DESIGN.md, "Approvals": the ledger records both names and both reasons. A new admin
+    belongs to no dataset: its entries are the admins' chain, ``@admins``; a denial makes
+    none, and no entry holds the key itself."""
+    entries = api.ledger(dataset="@admins")
+    assert [(e["kind"], e["seq"], e["dataset"], e["consumer"]) for e in entries] == [
+        ("admin_change", 1, "@admins", "admin"),
+        ("admin_change", 2, "@admins", "admin"),
+    ]
+    third, key = admins_made["third"], admins_made["key"]
+    asked_admin, asked_key = admins_made["asked"]
+    assert entries[0]["detail"] == {
+        "scope": "admin_consumer",
+        "role": "admin",
+        "consumer": "third",
+        "key_id": third["result"]["key_id"],
+        "reason": "on call",
+        "request_id": asked_admin["request_id"],
+        "requested_by": "admin",
+        "approved_by": "second",
+        "approval_reason": "rota ok",
+    }
+    assert entries[1]["detail"] == {
+        "scope": "admin_key",
+        "role": "admin",
+        "consumer": "second",
+        "key_id": key["result"]["key_id"],
+        "reason": "laptop",
+        "request_id": asked_key["request_id"],
+        "requested_by": "admin",
+        "approved_by": "third",
+        "approval_reason": "old one lost",
+    }
+    assert [e["reason"] for e in entries] == ["on call", "laptop"]
+    everything = json.dumps(api.ledger())
+    assert third["result"]["api_key"] not in everything
+    assert key["result"]["api_key"] not in everything
+    assert "fourth" not in everything  # denied: nothing made, nothing ledgered
+    verified = api.get("/v1/ledger/verify").get_json()
+    assert verified["ok"] is True and verified["seals_checked"] is True, verified
+    assert verified["heads"]["@admins"] == entries[-1]["hash"]
+
+
+def test_the_admins_chain_is_exported_signed_and_verifies_offline(
+    api: Api, admins_made: dict[str, Any], tmp_path: Path
+) -> None:
+    from accountant.signing import verify
+
+    response = api.get("/v1/ledger/export?format=jsonl&dataset=@admins")
+    lines = response.text.splitlines()
+    claims = verify(
+        response.headers["Accountant-Export-Signature"],
+        api.get("/v1/receipts/public-key").get_json()["keys"],
+    )
+    last = json.loads(lines[-1])
+    assert claims["heads"] == {"@admins": {"seq": 2, "hash": last["hash"]}}
+    path = tmp_path / "admins.jsonl"
+    path.write_text(response.text, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
+    checked = subprocess.run(
+        [BIN, "ledger", "verify", "--file", path], env=env, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stderr
+    edited = response.text.replace('"approval_reason":"rota ok"', '"approval_reason":"yes"')
+    assert edited != response.text
+    path.write_text(edited, encoding="utf-8")
+    forged = subprocess.run(
+        [BIN, "ledger", "verify", "--file", path], env=env, capture_output=True, text=True
+    )
+    assert forged.returncode != 0 and "'@admins'" in forged.stderr, forged.stderr
+
+
+@pytest.mark.parametrize(
+    ("statement", "reason"),
+    [
+        (
+            "UPDATE ledger_entries SET detail = REPLACE(detail, 'rota ok', 'yes') "
+            "WHERE admin_chain_id IS NOT NULL",
+            "does not match its hash",
+        ),
+        ("DELETE FROM ledger_entries WHERE admin_chain_id IS NOT NULL AND seq = 2", "seq"),
+        ("UPDATE admin_chains SET head_seal = NULL", "head has no seal"),
+    ],
+    ids=["approver's reason edited", "last entry deleted", "head seal removed"],
+)
+def test_tampering_with_the_admins_chain_is_named(
+    api: Api, admins_made: dict[str, Any], database_url: str, statement: str, reason: str
+) -> None:
+    if database_url.startswith("postgresql"):  # detail is json there, text on SQLite
+        statement = statement.replace("REPLACE(detail,", "REPLACE(detail::text,").replace(
+            "'yes')", "'yes')::json"
+        )
+    run_sql(database_url, statement)
+    body = api.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is False and body["dataset"] == "@admins", body
+    assert reason in body["reason"], body["reason"]
 
 
 def test_raising_a_population_limit_waits_for_another_admin(api: Api, second: Api) -> None:

@@ -574,7 +574,7 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
     and new limits and who changed them, never a grant of cost 0."""
     detail = entry["detail"] or {}
     loss_after = "" if entry["loss_after"] is None else _figure(_measured(entry["loss_after"]))
-    if entry["kind"] == "limit_change":
+    if entry["kind"] in ("limit_change", "admin_change"):
         scope = detail.get("scope", "")
         if scope == "consumer":
             scope = f"quota of {detail.get('consumer', '')}"
@@ -584,6 +584,10 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
         if scope == "seals":  # accountant seals init: what it vouched for as it stood
             what = " and ".join(detail.get("sealed", ["terms"]))
             change = f"{what} sealed as they stood, by {detail.get('sealed_by', '')}"
+        if entry["kind"] == "admin_change":  # the admins' chain: an approved new admin
+            made = "admin" if scope == "admin_consumer" else "key of admin"
+            change = f"new {made} {detail.get('consumer', '')} (key {detail.get('key_id', '')})"
+        what = entry["kind"].replace("_", " ")
         return {
             **entry,
             "created_at": _when(entry["created_at"]),
@@ -593,14 +597,14 @@ def _row(entry: dict[str, Any]) -> dict[str, Any]:
             "multiplicity": "",
             "loss_after": loss_after,
             "denied_by": "",
-            "outcome": "limit change",
+            "outcome": what,
             "badge": "change",
             "reason": entry["reason"],
             # a change that waited for a second admin (DESIGN.md, "Approvals") names both
             "approval": f"approved by {detail['approved_by']}: {detail.get('approval_reason')}"
             if detail.get("approved_by")
             else "",
-            "what": "limit change",
+            "what": what,
             "hold": "",
             "note": "",
         }

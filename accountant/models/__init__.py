@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from accountant.models.admin_chain import AdminChain
 from accountant.models.base import Base
 from accountant.models.change_request import ChangeRequest
 from accountant.models.charge_count import ChargeCount
@@ -19,6 +20,7 @@ from accountant.models.signing_key import SigningKey
 from accountant.models.tally import Tally, TallySpend
 
 __all__ = [
+    "AdminChain",
     "ApiKey",
     "Base",
     "ChangeRequest",

@@ -12,14 +12,15 @@ from accountant.models.base import Base, Microseconds, Units
 
 
 class LedgerEntry(Base):
-    """One append-only entry. ``seq`` counts entries per chain (a dataset's, or a
-    population's) from 1;
+    """One append-only entry. ``seq`` counts entries per chain (a dataset's, a
+    population's, or the admins' chain) from 1;
     ``hash`` = SHA-256 of ``prev_hash`` and the entry's canonical JSON."""
 
     __tablename__ = "ledger_entries"
     __table_args__ = (
         UniqueConstraint("dataset_id", "seq"),
         UniqueConstraint("population_id", "seq"),
+        UniqueConstraint("admin_chain_id", "seq"),
         Index("ix_ledger_entries_consumer", "consumer_id", "id"),
     )
 
@@ -30,12 +31,16 @@ class LedgerEntry(Base):
     seq: Mapped[int] = mapped_column(BigInteger)
     kind: Mapped[str] = mapped_column(String(16))
     charge_id: Mapped[str | None] = mapped_column(String(36), unique=True, nullable=True)
-    #: The chain's owner: a dataset, or a population (whose chain records its limit).
+    #: The chain's owner: a dataset, or a population (whose chain records its limit), ...
     dataset_id: Mapped[int | None] = mapped_column(
         ForeignKey("datasets.id", ondelete="CASCADE"), nullable=True
     )
     population_id: Mapped[int | None] = mapped_column(
         ForeignKey("populations.id", ondelete="CASCADE"), nullable=True
+    )
+    #: ... or the chain of approved new admins (``AdminChain``).
+    admin_chain_id: Mapped[int | None] = mapped_column(
+        ForeignKey("admin_chains.id", ondelete="CASCADE"), nullable=True
     )
     consumer_id: Mapped[int | None] = mapped_column(
         ForeignKey("consumers.id", ondelete="SET NULL"), nullable=True

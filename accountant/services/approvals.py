@@ -26,7 +26,15 @@ from accountant.errors import Conflict, Forbidden, NotFound, field_error
 from accountant.exact import Limit
 from accountant.key_hashing import KeyHasher
 from accountant.models import ChangeRequest, Consumer, Dataset, Grant
-from accountant.services import api_keys, consumers, datasets, grants, ledger, populations
+from accountant.services import (
+    admin_ledger,
+    api_keys,
+    consumers,
+    datasets,
+    grants,
+    ledger,
+    populations,
+)
 from accountant.services.api_keys import Principal
 
 #: The kinds of request, and what each changes.
@@ -264,7 +272,9 @@ def _apply_admin_consumer(
     session: Session, request: ChangeRequest, approval: dict[str, Any], now: int, hasher: KeyHasher
 ) -> dict[str, Any]:
     consumer, key = consumers.create_consumer(session, change_of(request), now, hasher)
-    return {"consumer": consumer.name, "api_key": key, "key_id": consumer.keys[0].id}
+    made = {"consumer": consumer.name, "key_id": consumer.keys[0].id}
+    _ledger_admin(session, request, approval, made, now, hasher)
+    return {**made, "api_key": key}
 
 
 def _apply_admin_key(
@@ -272,7 +282,28 @@ def _apply_admin_key(
 ) -> dict[str, Any]:
     consumer = consumers.find_consumer(session, request.target)
     row, key = api_keys.issue_key(session, consumer, now, hasher)
-    return {"consumer": consumer.name, "api_key": key, "key_id": row.id}
+    made = {"consumer": consumer.name, "key_id": row.id}
+    _ledger_admin(session, request, approval, made, now, hasher)
+    return {**made, "api_key": key}
+
+
+def _ledger_admin(
+    session: Session,
+    request: ChangeRequest,
+    approval: dict[str, Any],
+    made: dict[str, Any],
+    now: int,
+    hasher: KeyHasher,
+) -> None:
+    """An approved new admin consumer or admin key, in the admins' chain: what was made
+    (never the key itself), the requester's name and reason, the approver's."""
+    admin_ledger.record(
+        session,
+        ledger.Actor(request.requested_by or 0, request.requested_by_name),
+        {"scope": request.kind, "role": "admin", **made, "reason": request.reason, **approval},
+        now=now,
+        hasher=hasher,
+    )
 
 
 def _apply_quota(

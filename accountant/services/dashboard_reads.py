@@ -23,7 +23,7 @@ from accountant.models import (
 )
 from accountant.services import holds, ledger
 from accountant.services.grants import quota_use
-from accountant.services.ledger_reads import describe_entry
+from accountant.services.ledger_reads import Owners, describe_entry
 
 DAY_US = 86_400 * 1_000_000
 
@@ -318,14 +318,11 @@ def ledger_view(
     rows = list(session.execute(ledger.query(page_filter)).all())
     if not page_filter.newest_first:
         rows.reverse()
-    datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
-    populations = {p.id: p for p in session.execute(select(Population)).scalars()}
+    owners = Owners(session)
     entries = [
         describe_entry(
             entry,
-            populations[entry.population_id]
-            if entry.dataset_id is None and entry.population_id is not None
-            else datasets[entry.dataset_id or 0],
+            owners.of(entry),
             consumer,
         )
         for entry, _name, consumer in rows

@@ -25,7 +25,7 @@ from accountant.accounting.charge_inputs import DatasetState
 from accountant.driver import Driver
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
-from accountant.models import Consumer, Dataset, LedgerEntry, Population
+from accountant.models import AdminChain, Consumer, Dataset, LedgerEntry, Population
 from accountant.statements import Write, statement
 
 GENESIS = "0" * 64
@@ -108,8 +108,23 @@ def chain_hash(prev_hash: str, content: bytes) -> str:
     return hashlib.sha256(prev_hash.encode() + content).hexdigest()
 
 
-#: Whose chain an entry joins: a dataset's, or a population's (its limit changes).
-ChainOwner = Dataset | DatasetState | Population
+#: Whose chain an entry joins: a dataset's, a population's (its limit changes), or the
+#: admins' (approved new admins).
+ChainOwner = Dataset | DatasetState | Population | AdminChain
+
+#: Each kind of chain owner, and the ledger column that names an entry's owner of that kind.
+OWNERS: tuple[tuple[type[Dataset | Population | AdminChain], str], ...] = (
+    (Dataset, "dataset_id"),
+    (Population, "population_id"),
+    (AdminChain, "admin_chain_id"),
+)
+
+
+def owner_column(owner: ChainOwner) -> str:
+    """The ledger column that names ``owner`` as an entry's chain owner."""
+    if isinstance(owner, Population):
+        return "population_id"
+    return "admin_chain_id" if isinstance(owner, AdminChain) else "dataset_id"
 
 
 def append(
@@ -126,7 +141,7 @@ def append(
     added = entry(dataset, consumer, hasher=hasher, **fields)
     for write in added.writes:
         driver.run(write.statement, write.params)
-    if isinstance(dataset, Dataset | Population):  # keep a loaded ORM row in step
+    if isinstance(dataset, Dataset | Population | AdminChain):  # keep a loaded row in step
         set_committed_value(dataset, "ledger_seq", added.head.seq)
         set_committed_value(dataset, "ledger_head", added.head.hash)
         set_committed_value(dataset, "head_seal", added.seal)
@@ -156,20 +171,20 @@ def entry(
 ) -> Entry:
     """The writes that add one entry at the end of ``dataset``'s chain, as it stands in
     ``dataset`` (whose row must be locked until they are committed), and the chain's new
-    head: the entry's own seq and hash. A population's chain is hashed as a dataset's, its
-    name in the entry's ``dataset`` field: populations and datasets share one namespace.
+    head: the entry's own seq and hash. A population's chain, and the admins', is hashed as
+    a dataset's, its name in the entry's ``dataset`` field: populations and datasets share
+    one namespace, and the admins' chain has a name neither can have (``ADMINS``).
 
     The statement that moves the dataset's head also writes its seal
     (``seals.next_head_seal``: with ``hasher``, the new head's seal if the old one holds).
     Two driver statements, which do not depend on each other's writes, and no ORM object:
     this runs on every charge."""
-    population = isinstance(dataset, Population)
+    column = owner_column(dataset)
     values: dict[str, Any] = {
         "seq": dataset.ledger_seq + 1,
         "kind": kind,
         "charge_id": charge_id,
-        "dataset_id": None if population else dataset.id,
-        "population_id": dataset.id if population else None,
+        **{name: dataset.id if name == column else None for _, name in OWNERS},
         "consumer_id": consumer.id if consumer else None,
         "status": status,
         "mechanism": mechanism,
@@ -203,7 +218,7 @@ def entry(
     )
     advance = {"seq": values["seq"], "head": values["hash"], "seal": seal, "id": dataset.id}
     return Entry(
-        (Write(_INSERT, values), Write(_ADVANCE[population], advance)),
+        (Write(_INSERT, values), Write(_ADVANCE[column], advance)),
         ChainHead(values["seq"], values["hash"]),
         seal,
     )
@@ -228,16 +243,16 @@ class Entry(NamedTuple):
 #: Every column an entry is written with (its id is the database's).
 _COLUMNS = tuple(c.name for c in LedgerEntry.__table__.columns if c.name != "id")
 _INSERT = statement(insert(LedgerEntry).values({name: bindparam(name) for name in _COLUMNS}))
-#: The chain's head moved to a new entry: a dataset's (False) or a population's (True).
+#: The chain's head moved to a new entry, by the ledger column that names its owner.
 _ADVANCE = {
-    population: statement(
+    column: statement(
         update(owner)
         .where(owner.id == bindparam("id"))
         .values(
             ledger_seq=bindparam("seq"), ledger_head=bindparam("head"), head_seal=bindparam("seal")
         )
     )
-    for population, owner in ((False, Dataset), (True, Population))
+    for owner, column in OWNERS
 }
 
 
@@ -248,6 +263,7 @@ class LedgerFilter:
     Args:
         dataset_id: only this dataset's entries.
         population_id: only this population's entries (its own chain: its limit changes).
+        admin_chain_id: only the admins' chain's entries (approved new admins).
         consumer_id: only this consumer's entries.
         status: only entries of this status.
         since: only entries created at or after this time (microseconds).
@@ -261,6 +277,7 @@ class LedgerFilter:
 
     dataset_id: int | None = None
     population_id: int | None = None
+    admin_chain_id: int | None = None
     consumer_id: int | None = None
     status: str | None = None
     since: int | None = None
@@ -270,6 +287,10 @@ class LedgerFilter:
     through_id: int | None = None
     before_id: int | None = None
     newest_first: bool = False
+
+
+#: An entry's chain's name: its dataset's, its population's, or the admins' chain's.
+OWNER_NAME = func.coalesce(Dataset.name, Population.name, AdminChain.name)
 
 
 def query(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
@@ -291,9 +312,10 @@ def matching(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
     kinds of chain are read unless ``filters`` names one."""
     if filters.dataset_id is None:
         statement = (
-            select(LedgerEntry, func.coalesce(Dataset.name, Population.name), Consumer.name)
+            select(LedgerEntry, OWNER_NAME, Consumer.name)
             .outerjoin(Dataset, Dataset.id == LedgerEntry.dataset_id)
             .outerjoin(Population, Population.id == LedgerEntry.population_id)
+            .outerjoin(AdminChain, AdminChain.id == LedgerEntry.admin_chain_id)
         )
     else:  # one dataset's chain
         statement = select(LedgerEntry, Dataset.name, Consumer.name).join(
@@ -308,6 +330,8 @@ def matching(filters: LedgerFilter) -> Select[LedgerEntry, str, str]:
         statement = statement.where(LedgerEntry.dataset_id == filters.dataset_id)
     if filters.population_id is not None:
         statement = statement.where(LedgerEntry.population_id == filters.population_id)
+    if filters.admin_chain_id is not None:
+        statement = statement.where(LedgerEntry.admin_chain_id == filters.admin_chain_id)
     if filters.consumer_id is not None:
         statement = statement.where(LedgerEntry.consumer_id == filters.consumer_id)
     if filters.status is not None:
@@ -359,15 +383,18 @@ def anchors_missing(session: Session, anchors: dict[str, tuple[int, str]]) -> li
 class Chain(NamedTuple):
     """A chain of the ledger, known by its owner's name: a dataset's or a population's."""
 
-    what: str  # "dataset" or "population"
+    what: str  # "dataset", "population" or "chain"
     dataset_id: int | None
     population_id: int | None
+    admin_chain_id: int | None = None
 
     @property
     def entries(self) -> ColumnElement[bool]:
         """The condition on ledger rows that selects this chain's entries."""
         if self.population_id is not None:
             return LedgerEntry.population_id == self.population_id
+        if self.admin_chain_id is not None:
+            return LedgerEntry.admin_chain_id == self.admin_chain_id
         return LedgerEntry.dataset_id == self.dataset_id
 
 
@@ -380,4 +407,7 @@ def chain_of(session: Session, name: str) -> Chain | None:
     population_id = session.execute(select(Population.id).where(Population.name == name)).scalar()
     if population_id is not None:
         return Chain("population", None, population_id)
+    admin_chain_id = session.execute(select(AdminChain.id).where(AdminChain.name == name)).scalar()
+    if admin_chain_id is not None:
+        return Chain("chain", None, None, admin_chain_id)
     return None

@@ -4,7 +4,9 @@ first bad entry of a failed verification.
 Besides the datasets' chains the ledger holds one chain per population, which records its
 limit changes. Its entries are described as a dataset's are, under the population's name
 (the ``dataset`` their hash covers: populations and datasets share one namespace of
-names), with ``"population": true``, which is ``false`` on a dataset's entries."""
+names), with ``"population": true``, which is ``false`` on a dataset's entries. One more
+chain, named ``@admins``, records each approved new admin consumer and admin key (kind
+``admin_change``)."""
 
 from __future__ import annotations
 
@@ -19,14 +21,21 @@ from accountant.accounting.windows import isoformat
 from accountant.errors import NotFound
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
-from accountant.models import ChargeCount, Consumer, Dataset, LedgerEntry, Population
+from accountant.models import (
+    AdminChain,
+    ChargeCount,
+    Consumer,
+    Dataset,
+    LedgerEntry,
+    Population,
+)
 from accountant.services import ledger, limit_notes
 from accountant.services.ledger import LedgerFilter
 from accountant.services.verification import verify
 
 
 def describe_entry(
-    entry: LedgerEntry, dataset: Dataset | Population, consumer: str | None
+    entry: LedgerEntry, dataset: Dataset | Population | AdminChain, consumer: str | None
 ) -> dict[str, Any]:
     """One entry as the API, the export and the dashboard state it (docs/ledger.md), in the
     chain of ``dataset``: a dataset's, or a population's (``"population": true``; its
@@ -77,7 +86,9 @@ def describe_entry(
         "cost_units": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
         "created_at_us": entry.created_at,
         # a limit change's reason as stated, or "no reason given" (not hashed: the detail is)
-        "reason": limit_notes.reason_of(entry.detail) if entry.kind == "limit_change" else None,
+        "reason": limit_notes.reason_of(entry.detail)
+        if entry.kind in ("limit_change", "admin_change")
+        else None,
     }
 
 
@@ -97,33 +108,36 @@ def ids_of(
     return dataset_id, consumer_id
 
 
-def chain_ids(session: Session, name: str) -> tuple[int | None, int | None]:
-    """(dataset id, population id) of the chain named ``name``, one of them None: a filter
-    by name selects a dataset's chain or a population's (one namespace); a 404 if neither
-    has that name."""
+def named_chain(session: Session, name: str) -> ledger.Chain:
+    """The chain named ``name``: a dataset's or a population's (one namespace), or the
+    admins' chain; a 404 if none has that name."""
     chain = ledger.chain_of(session, name)
     if chain is None:
         raise NotFound(f"no dataset or population named {name!r}")
-    return chain.dataset_id, chain.population_id
+    return chain
 
 
-class _Owners:
-    """Every dataset and population by id, to describe entries of either's chain."""
+class Owners:
+    """Every dataset, population and admins' chain by id, to describe entries of any one's
+    chain."""
 
     def __init__(self, session: Session) -> None:
         self.datasets = {d.id: d for d in session.execute(select(Dataset)).scalars()}
         self.populations = {p.id: p for p in session.execute(select(Population)).scalars()}
+        self.admin_chains = {c.id: c for c in session.execute(select(AdminChain)).scalars()}
 
-    def of(self, entry: LedgerEntry) -> Dataset | Population:
+    def of(self, entry: LedgerEntry) -> Dataset | Population | AdminChain:
         if entry.population_id is not None:
             return self.populations[entry.population_id]
+        if entry.admin_chain_id is not None:
+            return self.admin_chains[entry.admin_chain_id]
         assert entry.dataset_id is not None
         return self.datasets[entry.dataset_id]
 
 
 def page(session: Session, filters: LedgerFilter) -> tuple[list[dict[str, Any]], str | None]:
     """One page of entries and the cursor of the next (None on the last page)."""
-    owners = _Owners(session)
+    owners = Owners(session)
     rows = session.execute(ledger.query(filters)).all()
     entries = [describe_entry(entry, owners.of(entry), consumer) for entry, _name, consumer in rows]
     return entries, str(rows[-1][0].id) if len(rows) == filters.limit else None
@@ -140,7 +154,7 @@ def export_rows(
     were read; a chain's own entries commit in ``seq`` order, under its owner's row lock."""
     after, left = filters.after_id, filters.limit
     while left > 0:
-        owners = _Owners(session)
+        owners = Owners(session)
         page_filter = replace(filters, after_id=after, limit=min(1000, left))
         rows = session.execute(ledger.query(page_filter)).all()
         described = [
@@ -173,7 +187,7 @@ def verification(session: Session, hasher: KeyHasher) -> dict[str, Any]:
         consumer = session.execute(
             select(Consumer.name).where(Consumer.id == result.first_bad.consumer_id)
         ).scalar()
-        bad = describe_entry(result.first_bad, _Owners(session).of(result.first_bad), consumer)
+        bad = describe_entry(result.first_bad, Owners(session).of(result.first_bad), consumer)
     return {
         "ok": False,
         "entries": result.entries,
@@ -203,30 +217,34 @@ def schema_revision(session: Session) -> str | None:
 
 def export_end(session: Session, filters: LedgerFilter) -> tuple[int, dict[str, Any]]:
     """(the last entry's id now, the head at that entry of each chain ``filters`` reads:
-    every dataset's and population's, or the one chain it names; its seq and hash, by its
-    owner's name). An export stops at that id, so that what it contains and the heads it is
-    signed with describe the same moment."""
+    every dataset's, population's and the admins', or the one chain it names; its seq and
+    hash, by its owner's name). An export stops at that id, so that what it contains and
+    the heads it is signed with describe the same moment."""
     through = session.execute(select(func.max(LedgerEntry.id))).scalar() or 0
     last = (
         select(
             LedgerEntry.dataset_id,
             LedgerEntry.population_id,
+            LedgerEntry.admin_chain_id,
             func.max(LedgerEntry.id).label("id"),
         )
         .where(LedgerEntry.id <= through)
-        .group_by(LedgerEntry.dataset_id, LedgerEntry.population_id)
+        .group_by(LedgerEntry.dataset_id, LedgerEntry.population_id, LedgerEntry.admin_chain_id)
     )
     if filters.dataset_id is not None:
         last = last.where(LedgerEntry.dataset_id == filters.dataset_id)
     elif filters.population_id is not None:
         last = last.where(LedgerEntry.population_id == filters.population_id)
+    elif filters.admin_chain_id is not None:
+        last = last.where(LedgerEntry.admin_chain_id == filters.admin_chain_id)
     ends = last.subquery()
-    owner = func.coalesce(Dataset.name, Population.name)
+    owner = ledger.OWNER_NAME
     rows = session.execute(
         select(owner, LedgerEntry.seq, LedgerEntry.hash)
         .join(ends, ends.c.id == LedgerEntry.id)
         .outerjoin(Dataset, Dataset.id == LedgerEntry.dataset_id)
         .outerjoin(Population, Population.id == LedgerEntry.population_id)
+        .outerjoin(AdminChain, AdminChain.id == LedgerEntry.admin_chain_id)
         .order_by(owner)
     ).all()
     return through, {name: {"seq": seq, "hash": hash_} for name, seq, hash_ in rows}

@@ -24,7 +24,15 @@ from accountant import seals
 from accountant.driver import Driver
 from accountant.errors import Conflict
 from accountant.key_hashing import KeyHasher, ensure_registered
-from accountant.models import ApiKey, Consumer, Dataset, Grant, KeyHashSecret, Population
+from accountant.models import (
+    AdminChain,
+    ApiKey,
+    Consumer,
+    Dataset,
+    Grant,
+    KeyHashSecret,
+    Population,
+)
 from accountant.services import ledger
 from accountant.services.datasets import lifetime_loss
 from accountant.services.verification import verify
@@ -144,10 +152,15 @@ def _seal_datasets(
         )
         dataset.head_seal = seals.of_head(hasher, dataset.name, head.seq, head.hash)
         sealed.append(SealedDataset(dataset.name, dataset.terms_sha256, head))
-    # a population's chain (its limit changes, verified above) is sealed at its head as is
-    for population in session.execute(select(Population).with_for_update()).scalars():
-        population.head_seal = seals.of_head(
-            hasher, population.name, population.ledger_seq, population.ledger_head or ledger.GENESIS
+    # a population's chain (its limit changes, verified above), and the admins' chain, is
+    # sealed at its head as is
+    chains: list[Population | AdminChain] = [
+        *session.execute(select(Population).with_for_update()).scalars(),
+        *session.execute(select(AdminChain).with_for_update()).scalars(),
+    ]
+    for chain in chains:
+        chain.head_seal = seals.of_head(
+            hasher, chain.name, chain.ledger_seq, chain.ledger_head or ledger.GENESIS
         )
     session.flush()
     return tuple(sealed)

@@ -11,7 +11,8 @@ that differs (docs/ledger.md).
 
 Each population's chain, which records its limit changes, is walked like a dataset's
 (hashes, links, ids, its recorded head and the head's seal), with no loss to replay; its
-limit must be the ``new`` limit of its last limit change.
+limit must be the ``new`` limit of its last limit change. So is the admins' chain, which
+records approved new admins.
 """
 
 from __future__ import annotations
@@ -22,20 +23,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, select
-from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy.orm import Session
 
 from accountant import seals
 from accountant.accounting.loss import LossRule, RunningLoss
 from accountant.exact import COMPONENTS, Amount, ComponentName
 from accountant.key_hashing import KeyHasher
-from accountant.models import Consumer, Dataset, Hold, KeyHashSecret, LedgerEntry, Population
+from accountant.models import (
+    AdminChain,
+    Consumer,
+    Dataset,
+    Hold,
+    KeyHashSecret,
+    LedgerEntry,
+    Population,
+)
 from accountant.services import datasets, terms
 from accountant.services.ledger import (
     GENESIS,
+    OWNERS,
     adds_to_totals,
     canonical,
     chain_hash,
     gives_back,
+    owner_column,
 )
 
 
@@ -105,9 +116,10 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
     heads: dict[str, str] = {}
     wrong_loss: Problem | None = None
     for owner in _owners(session):
-        walk = _Walk(owner, None if isinstance(owner, Population) else _running_loss(owner))
+        walk = _Walk(owner, _running_loss(owner) if isinstance(owner, Dataset) else None)
+        chain = getattr(LedgerEntry, owner_column(owner))
         for entry in session.execute(
-            select(LedgerEntry).where(_chain_of(owner) == owner.id).order_by(LedgerEntry.seq)
+            select(LedgerEntry).where(chain == owner.id).order_by(LedgerEntry.seq)
         ).scalars():
             problem = walk.step(entry, consumers.get(entry.consumer_id or 0))
             if problem:
@@ -122,12 +134,7 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
             checked += 1
             if progress is not None and checked % 10_000 == 0:
                 progress(checked)
-        found = walk.end_problem() or (
-            _limit_problem(owner, walk.limit_set)
-            if isinstance(owner, Population)
-            else _terms_problem(owner, walk.recorded_terms)
-            or _holds_problem(session, owner, walk.held)
-        )
+        found = walk.end_problem() or _owner_problem(session, owner, walk)
         if found:
             return Verification(
                 ok=False,
@@ -186,24 +193,36 @@ def _holds_problem(
     return None
 
 
-def _owners(session: Session) -> Iterator[Dataset | Population]:
-    """Every chain's owner: each dataset, then each population."""
+def _owners(session: Session) -> Iterator[Dataset | Population | AdminChain]:
+    """Every chain's owner: each dataset, then each population, then the admins' chain."""
     yield from session.execute(select(Dataset).order_by(Dataset.id)).scalars()
     yield from session.execute(select(Population).order_by(Population.id)).scalars()
+    yield from session.execute(select(AdminChain).order_by(AdminChain.id)).scalars()
 
 
-def _chain_of(owner: Dataset | Population) -> InstrumentedAttribute[int | None]:
-    """The ledger column that names the owner of an entry's chain, of ``owner``'s kind."""
-    return LedgerEntry.population_id if isinstance(owner, Population) else LedgerEntry.dataset_id
+def _owner_problem(
+    session: Session, owner: Dataset | Population | AdminChain, walk: _Walk
+) -> Problem | None:
+    """What is wrong with ``owner`` besides its chain: a dataset's limits or holds, or a
+    population's limit, not the ones its chain set (the admins' chain has neither)."""
+    if isinstance(owner, Population):
+        return _limit_problem(owner, walk.limit_set)
+    if isinstance(owner, Dataset):
+        return _terms_problem(owner, walk.recorded_terms) or _holds_problem(
+            session, owner, walk.held
+        )
+    return None
 
 
 class _Walk:
-    """One chain as ``verify`` reads it, entry by entry, in seq order: a dataset's, or a
-    population's (``loss`` None: nothing to replay)."""
+    """One chain as ``verify`` reads it, entry by entry, in seq order: a dataset's, a
+    population's or the admins' (``loss`` None: nothing to replay)."""
 
-    def __init__(self, dataset: Dataset | Population, loss: RunningLoss | None) -> None:
+    def __init__(
+        self, dataset: Dataset | Population | AdminChain, loss: RunningLoss | None
+    ) -> None:
         self.dataset = dataset
-        self.what = "population" if isinstance(dataset, Population) else "dataset"
+        self.what = {Dataset: "dataset", Population: "population"}.get(type(dataset), "chain")
         self.loss = loss
         self.head, self.seq, self.previous_id = GENESIS, 0, 0
         # unless an entry records them (a population has no terms digest)
@@ -365,11 +384,8 @@ def head_problem(session: Session, hasher: KeyHasher) -> Problem | None:
     in ``hasher``."""
     begun = session.execute(select(KeyHashSecret.heads_sealed_at)).scalar()
     rows = [
-        (column, row)
-        for owner, column in (
-            (Dataset, LedgerEntry.dataset_id),
-            (Population, LedgerEntry.population_id),
-        )
+        (getattr(LedgerEntry, column), row)
+        for owner, column in OWNERS
         for row in session.execute(
             select(
                 owner.id, owner.name, owner.ledger_seq, owner.ledger_head, owner.head_seal
