@@ -11,6 +11,7 @@ from flask import Blueprint, current_app, request
 from accountant.api import responses, rules, schemas
 from accountant.api.receipts import VERIFY
 from accountant.config import Settings
+from accountant.models.admin_chain import ADMINS
 from accountant.web import runtime
 
 bp = Blueprint("openapi", __name__)
@@ -268,10 +269,15 @@ _IDEMPOTENCY_KEY = {
 }
 
 _SLUG_QUERY: dict[str, Any] = {"type": "string", "pattern": schemas.SLUG}
+#: A ledger filter's chain: a dataset's or a population's name, or the admins' chain's.
+_CHAIN_QUERY: dict[str, Any] = {
+    "type": "string",
+    "pattern": schemas.SLUG.replace("^", f"^(?:{ADMINS}|", 1).replace("$", ")$", 1),
+}
 _TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
 _CURSOR: dict[str, Any] = {"type": "string", "pattern": "^[0-9]{1,18}$"}
 _FILTERS = [
-    ("dataset", _SLUG_QUERY),
+    ("dataset", _CHAIN_QUERY),
     ("consumer", _SLUG_QUERY),
     ("status", {"enum": ["granted", "denied"]}),
     ("since", _TIME),
