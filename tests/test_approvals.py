@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -224,12 +226,12 @@ def test_an_approved_new_admin_or_admin_key_is_ledgered_with_both_names_and_reas
     api: Api, admins_made: dict[str, Any]
 ) -> None:
     """DESIGN.md, "Approvals": the ledger records both names and both reasons. A new admin
-    belongs to no dataset: its entries are the admins' chain, ``@admins``; a denial makes
+    belongs to no dataset: its entries are the admins' chain, ``_admins``; a denial makes
     none, and no entry holds the key itself."""
-    entries = api.ledger(dataset="@admins")
+    entries = api.ledger(dataset="_admins")
     assert [(e["kind"], e["seq"], e["dataset"], e["consumer"]) for e in entries] == [
-        ("admin_change", 1, "@admins", "admin"),
-        ("admin_change", 2, "@admins", "admin"),
+        ("admin_change", 1, "_admins", "admin"),
+        ("admin_change", 2, "_admins", "admin"),
     ]
     third, key = admins_made["third"], admins_made["key"]
     asked_admin, asked_key = admins_made["asked"]
@@ -262,7 +264,7 @@ def test_an_approved_new_admin_or_admin_key_is_ledgered_with_both_names_and_reas
     assert "fourth" not in everything  # denied: nothing made, nothing ledgered
     verified = api.get("/v1/ledger/verify").get_json()
     assert verified["ok"] is True and verified["seals_checked"] is True, verified
-    assert verified["heads"]["@admins"] == entries[-1]["hash"]
+    assert verified["heads"]["_admins"] == entries[-1]["hash"]
 
 
 def test_the_admins_chain_is_exported_signed_and_verifies_offline(
@@ -270,14 +272,14 @@ def test_the_admins_chain_is_exported_signed_and_verifies_offline(
 ) -> None:
     from accountant.signing import verify
 
-    response = api.get("/v1/ledger/export?format=jsonl&dataset=@admins")
+    response = api.get("/v1/ledger/export?format=jsonl&dataset=_admins")
     lines = response.text.splitlines()
     claims = verify(
         response.headers["Accountant-Export-Signature"],
         api.get("/v1/receipts/public-key").get_json()["keys"],
     )
     last = json.loads(lines[-1])
-    assert claims["heads"] == {"@admins": {"seq": 2, "hash": last["hash"]}}
+    assert claims["heads"] == {"_admins": {"seq": 2, "hash": last["hash"]}}
     path = tmp_path / "admins.jsonl"
     path.write_text(response.text, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCOUNTANT_")}
@@ -291,7 +293,10 @@ def test_the_admins_chain_is_exported_signed_and_verifies_offline(
     forged = subprocess.run(
         [BIN, "ledger", "verify", "--file", path], env=env, capture_output=True, text=True
     )
-    assert forged.returncode != 0 and "'@admins'" in forged.stderr, forged.stderr
+    assert forged.returncode != 0 and "'_admins'" in forged.stderr, forged.stderr
+    # the CSV names the chain as its signed heads do (a cell led by @ would be escaped)
+    rows = csv.DictReader(io.StringIO(api.get("/v1/ledger/export?format=csv").text))
+    assert {row["dataset"] for row in rows} == {"_admins"}
 
 
 @pytest.mark.parametrize(
@@ -304,8 +309,12 @@ def test_the_admins_chain_is_exported_signed_and_verifies_offline(
         ),
         ("DELETE FROM ledger_entries WHERE admin_chain_id IS NOT NULL AND seq = 2", "seq"),
         ("UPDATE admin_chains SET head_seal = NULL", "head has no seal"),
+        (
+            "DELETE FROM ledger_entries WHERE admin_chain_id IS NOT NULL;DELETE FROM admin_chains",
+            "has no entry in the admins' chain",
+        ),
     ],
-    ids=["approver's reason edited", "last entry deleted", "head seal removed"],
+    ids=["approver's reason edited", "last entry deleted", "head seal removed", "chain deleted"],
 )
 def test_tampering_with_the_admins_chain_is_named(
     api: Api, admins_made: dict[str, Any], database_url: str, statement: str, reason: str
@@ -314,9 +323,10 @@ def test_tampering_with_the_admins_chain_is_named(
         statement = statement.replace("REPLACE(detail,", "REPLACE(detail::text,").replace(
             "'yes')", "'yes')::json"
         )
-    run_sql(database_url, statement)
+    for one in statement.split(";"):
+        run_sql(database_url, one)
     body = api.get("/v1/ledger/verify").get_json()
-    assert body["ok"] is False and body["dataset"] == "@admins", body
+    assert body["ok"] is False and body["dataset"] == "_admins", body
     assert reason in body["reason"], body["reason"]
 
 
@@ -401,3 +411,32 @@ def test_requests_are_filtered_by_state_before_a_page_is_cut(
     assert seen == [*sorted(tied, reverse=True), oldest["request_id"]]
     for bad in ("limit=0", "limit=1001", "cursor=x", "cursor=1_", f"cursor={'9' * 19}_a"):
         assert api.get(f"/v1/requests?{bad}").status_code == 400, bad
+
+
+def _seals_init(database_url: str, signing_key_file: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "ACCOUNTANT_DATABASE_URL": database_url,
+        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
+        "ACCOUNTANT_LOG_LEVEL": "WARNING",
+    }
+    return subprocess.run(
+        [BIN, "seals", "init"], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_seals_init_seals_the_admins_chain_and_refuses_while_its_head_carries_a_seal(
+    api: Api, admins_made: dict[str, Any], database_url: str, signing_key_file: str
+) -> None:
+    """The record of when head seals began cleared: the admins' head still carries its
+    seal, so `accountant seals init` refuses (sealing again would vouch for whatever was
+    edited since). With that seal gone too it seals the chain at its head, and the ledger
+    verifies, seals included."""
+    run_sql(database_url, "UPDATE key_hash_secrets SET heads_sealed_at = NULL")
+    refused = _seals_init(database_url, signing_key_file)
+    assert refused.returncode == 1 and "1 chain heads" in refused.stderr, refused.stderr
+    run_sql(database_url, "UPDATE admin_chains SET head_seal = NULL")
+    sealed = _seals_init(database_url, signing_key_file)
+    assert sealed.returncode == 0, sealed.stderr
+    body = api.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is True and body["seals_checked"] is True, body

@@ -9,8 +9,9 @@ from accountant.accounting.modes import Mode, mode_of
 from accountant.models.base import Base, Microseconds
 
 #: The chain's name, as the ledger's ``dataset`` field and its heads state it: no dataset
-#: or population can have it (a name of theirs begins with a letter or a digit).
-ADMINS = "@admins"
+#: or population can have it (a name of theirs begins with a letter or a digit), and a CSV
+#: export writes it as it is (a cell beginning with = + - @ is escaped there).
+ADMINS = "_admins"
 
 
 class AdminChain(Base):

@@ -40,6 +40,9 @@ class ChangeRequest(Base):
     decided_by_name: Mapped[str | None] = mapped_column(String(63), nullable=True)
     decision_reason: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     decided_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    #: An approved new admin or admin key: the hash of the admins' chain entry that ledgers
+    #: it (NULL on approvals from before that chain), which ``verify`` looks for.
+    ledger_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     def state_at(self, now_us: int) -> str:
         """Its state at ``now_us``: a pending request past its expiry is ``expired``."""

@@ -29,10 +29,10 @@ def record(
     *,
     now: int,
     hasher: KeyHasher,
-) -> None:
+) -> str:
     """Append an approved new admin (``detail``: what was made, both names and both
-    reasons) to the admins' chain, as an entry of ``requester``."""
-    ledger.append(
+    reasons) to the admins' chain, as an entry of ``requester``; the entry's hash."""
+    return ledger.append(
         Driver.of(session),
         _locked(session, now, hasher),
         requester,
@@ -41,7 +41,7 @@ def record(
         created_at=now,
         detail=detail,
         hasher=hasher,
-    )
+    ).hash
 
 
 def _locked(session: Session, now: int, hasher: KeyHasher) -> AdminChain:

@@ -297,7 +297,7 @@ def _ledger_admin(
 ) -> None:
     """An approved new admin consumer or admin key, in the admins' chain: what was made
     (never the key itself), the requester's name and reason, the approver's."""
-    admin_ledger.record(
+    request.ledger_hash = admin_ledger.record(
         session,
         ledger.Actor(request.requested_by or 0, request.requested_by_name),
         {"scope": request.kind, "role": "admin", **made, "reason": request.reason, **approval},

@@ -5,7 +5,7 @@ Besides the datasets' chains the ledger holds one chain per population, which re
 limit changes. Its entries are described as a dataset's are, under the population's name
 (the ``dataset`` their hash covers: populations and datasets share one namespace of
 names), with ``"population": true``, which is ``false`` on a dataset's entries. One more
-chain, named ``@admins``, records each approved new admin consumer and admin key (kind
+chain, named ``_admins``, records each approved new admin consumer and admin key (kind
 ``admin_change``)."""
 
 from __future__ import annotations

@@ -85,7 +85,10 @@ def init(session: Session, hasher: KeyHasher, now: int, by: str) -> Sealed:
         select(KeyHashSecret.sealed_at, KeyHashSecret.heads_sealed_at)
     ).one()
     found = seals.carried(session)
-    heads = session.execute(select(func.count(Dataset.head_seal))).scalar_one()
+    heads = sum(
+        session.execute(select(func.count(owner.head_seal))).scalar_one()
+        for owner, _ in ledger.OWNERS
+    )
     heads_only = sealed_at is not None  # sealed before head seals: seal the heads alone
     if heads or (heads_at is not None if heads_only else found):
         raise Conflict(

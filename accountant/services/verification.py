@@ -31,6 +31,7 @@ from accountant.exact import COMPONENTS, Amount, ComponentName
 from accountant.key_hashing import KeyHasher
 from accountant.models import (
     AdminChain,
+    ChangeRequest,
     Consumer,
     Dataset,
     Hold,
@@ -38,6 +39,7 @@ from accountant.models import (
     LedgerEntry,
     Population,
 )
+from accountant.models.admin_chain import ADMINS
 from accountant.services import datasets, terms
 from accountant.services.ledger import (
     GENESIS,
@@ -115,6 +117,7 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
     checked = 0
     heads: dict[str, str] = {}
     wrong_loss: Problem | None = None
+    approvals: set[str] = set()  # the hashes of the admins' chain's entries
     for owner in _owners(session):
         walk = _Walk(owner, _running_loss(owner) if isinstance(owner, Dataset) else None)
         chain = getattr(LedgerEntry, owner_column(owner))
@@ -145,8 +148,14 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
                 reason=found.reason,
             )
         wrong_loss = wrong_loss or walk.wrong_loss
+        approvals |= walk.approvals
         if owner.ledger_seq:
             heads[owner.name] = walk.head
+    found = _unledgered_admin(session, approvals)
+    if found:
+        return Verification(
+            ok=False, entries=checked, heads=heads, dataset=found.dataset, reason=found.reason
+        )
     if hasher is not None:
         sealed = seals.problem(session, hasher)
         found = Problem(*sealed) if sealed else head_problem(session, hasher)
@@ -162,6 +171,33 @@ def verify(session: Session, progress: Any = None, hasher: KeyHasher | None = No
             seals_checked=hasher is not None,
         )
     return Verification(ok=True, entries=checked, heads=heads, seals_checked=hasher is not None)
+
+
+def _unledgered_admin(session: Session, ledgered: set[str]) -> Problem | None:
+    """The first approved request for a new admin or admin key whose entry (its
+    ``ledger_hash``) the admins' chain does not hold (``ledgered``: the hashes it does), if
+    one is not: every such approval is ledgered in its own transaction, so the chain, or
+    entries of it, were deleted. The requests are rows the service keeps, not a chain: this
+    catches a deletion of the chain alone, not one of the requests with it."""
+    for request_id, kind, target, approver, entry in session.execute(
+        select(
+            ChangeRequest.id,
+            ChangeRequest.kind,
+            ChangeRequest.target,
+            ChangeRequest.decided_by_name,
+            ChangeRequest.ledger_hash,
+        )
+        .where(ChangeRequest.state == "approved", ChangeRequest.ledger_hash.is_not(None))
+        .order_by(ChangeRequest.decided_at, ChangeRequest.id)
+    ).all():
+        if entry not in ledgered:
+            return Problem(
+                ADMINS,
+                f"request {request_id} ({kind.replace('_', ' ')} {target!r}, approved by "
+                f"{approver}) has no entry in the admins' chain, which ledgers every approved "
+                "new admin (the chain, or entries of it, deleted?)",
+            )
+    return None
 
 
 def _holds_problem(
@@ -231,6 +267,7 @@ class _Walk:
         self.past_head: LedgerEntry | None = None  # the entry after the recorded head
         self.last: LedgerEntry | None = None  # the last entry taken in
         self.held: dict[str, LedgerEntry] = {}  # each hold's entry, by hold id
+        self.approvals: set[str] = set()  # the hashes of its admin_change entries
         self.wrong_loss: Problem | None = None
         self.loss_recorded = False  # whether an earlier entry recorded its loss_after
 
@@ -251,6 +288,8 @@ class _Walk:
         self.last = entry
         if entry.kind == "hold" and entry.hold_id is not None:
             self.held[entry.hold_id] = entry
+        if entry.kind == "admin_change":
+            self.approvals.add(entry.hash)
         if (entry.detail or {}).get("terms_sha256"):  # a limit change, or a charge
             self.recorded_terms = entry.detail["terms_sha256"]
         if entry.kind == "limit_change" and (entry.detail or {}).get("scope") == "population":

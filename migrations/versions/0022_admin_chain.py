@@ -7,7 +7,8 @@ Create Date: 2026-11-28
 An approved new admin consumer or admin key is ledgered with both names and
 both reasons (DESIGN.md, "Approvals"). Such a change belongs to no dataset and
 no population, so its entries form a chain of their own, owned by the one row
-of admin_chains, which the first such approval makes.
+of admin_chains, which the first such approval makes. The request keeps the
+hash of its entry, which verify looks for (approvals from before have none).
 """
 
 from __future__ import annotations
@@ -45,9 +46,12 @@ def upgrade() -> None:
             ["id"],
             ondelete="CASCADE",
         )
+    op.add_column("change_requests", sa.Column("ledger_hash", sa.String(length=64), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("change_requests") as batch:
+        batch.drop_column("ledger_hash")
     op.execute("DELETE FROM ledger_entries WHERE admin_chain_id IS NOT NULL")
     with op.batch_alter_table("ledger_entries") as batch:
         batch.drop_constraint(
