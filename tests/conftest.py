@@ -9,6 +9,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,49 @@ def postgres_template() -> Iterator[str | None]:
     yield _TEMPLATE
     with _admin_engine().connect() as connection:
         connection.execute(text(f"DROP DATABASE IF EXISTS {_TEMPLATE} WITH (FORCE)"))
+
+
+class _Clones:
+    """PostgreSQL test databases cloned from the template one test ahead, and dropped
+    behind, by one thread of the test process: a clone takes a few tenths of a second of
+    the server's, which the test before it covers."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clones")
+        self.next = self.thread.submit(self._clone)
+
+    def take(self) -> str:
+        """A new database's name, cloned from the template; the next one begins."""
+        name = self.next.result()
+        self.next = self.thread.submit(self._clone)
+        return name
+
+    def drop(self, name: str) -> None:
+        self.thread.submit(_drop, name)
+
+    def close(self) -> None:
+        _drop(self.next.result())
+        self.thread.shutdown(wait=True)
+
+    def _clone(self) -> str:
+        name = f"accountant_test_{uuid.uuid4().hex[:12]}"
+        with _admin_engine().connect() as connection:
+            connection.execute(text(f"CREATE DATABASE {name} TEMPLATE {self.template}"))
+        return name
+
+
+def _drop(name: str) -> None:
+    with _admin_engine().connect() as connection:
+        connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+@pytest.fixture(scope="session")
+def postgres_clones(postgres_template: str | None) -> Iterator[_Clones]:
+    assert postgres_template is not None
+    clones = _Clones(postgres_template)
+    yield clones
+    clones.close()
 
 
 @pytest.fixture(scope="session")
@@ -107,16 +151,14 @@ def database_url(
         yield f"sqlite:///{path}"
         return
     assert POSTGRES_URL is not None
-    name = f"accountant_test_{uuid.uuid4().hex[:12]}"
-    with _admin_engine().connect() as connection:
-        connection.execute(text(f"CREATE DATABASE {name} TEMPLATE {postgres_template}"))
+    clones: _Clones = request.getfixturevalue("postgres_clones")
+    name = clones.take()
     database = make_url(POSTGRES_URL).set(database=name)
     if request.param == "pgbouncer":  # every app of the test, and its child processes
         monkeypatch.setenv("ACCOUNTANT_DATABASE_POOLER", "pgbouncer")
         database = database.set(port=request.getfixturevalue("pgbouncer_port"))
     yield database.render_as_string(False)
-    with _admin_engine().connect() as connection:
-        connection.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    clones.drop(name)
 
 
 def unlabelled(amount: dict[str, Any]) -> dict[str, Any]:
