@@ -76,6 +76,27 @@ def test_a_hold_is_charged_at_once_and_shown_apart_as_held(api: Api, app: Any) -
     _reconciles(app)
 
 
+def test_a_window_added_after_a_hold_is_given_back_what_it_counted_of_it(
+    api: Api, app: Any
+) -> None:
+    """A window added while a hold is open counts the hold (its draws will charge nothing
+    there); the hold's release gives the unused amount back to that window too, as the
+    ledger replayed does (found in review: the window kept 0.8 against 0.3 in the ledger,
+    refused charges that fit, and rebuild-totals called it edited)."""
+    api.make_dataset(budget={"epsilon": 10.0})
+    hold = _hold(api, partitions=["a"], amount={"epsilon": 0.5})
+    assert hold.status_code == 201, hold.get_json()
+    windows = {"windows": [{"period": "1h", "epsilon": 1.0}]}
+    assert api.patch("/v1/datasets/clicks", windows).status_code == 200
+    assert api.budget()["windows"][0]["loss"]["epsilon"] == 0.5
+    assert api.charge(partitions=["a"], epsilon=0.3).status_code == 201
+    released = api.post(f"/v1/holds/{hold.get_json()['hold_id']}/release")
+    assert released.status_code == 200, released.get_json()
+    assert api.budget()["windows"][0]["loss"]["epsilon"] == 0.3
+    assert api.charge(partitions=["a"], epsilon=0.6).status_code == 201
+    _reconciles(app)
+
+
 def test_a_hold_receipt_says_hold_and_is_in_the_ledger(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1.0})
     hold = _hold(api).get_json()

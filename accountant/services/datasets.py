@@ -24,6 +24,7 @@ from accountant.key_hashing import KeyHasher
 from accountant.models import (
     Consumer,
     Dataset,
+    Hold,
     LedgerEntry,
     Partition,
     Population,
@@ -567,6 +568,19 @@ def ledger_limit_changes(
         )
 
 
+def _charged_to_window(session: Session, hold_ids: set[str], scope: list[Any]) -> None:
+    """The holds ``hold_ids``, not settled, counted by a window added after them: ``scope``
+    (the window's) added to the scopes each was charged to, so that its settle gives back
+    to the window too what it counted (as ``totals.check`` replays it)."""
+    if not hold_ids:
+        return
+    for hold in session.execute(
+        select(Hold).where(Hold.id.in_(sorted(hold_ids)), Hold.state == "open")
+    ).scalars():
+        if scope not in hold.scopes:
+            hold.scopes = [*hold.scopes, scope]
+
+
 def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
     """Recompute a window's tally from the ledger, for a window budget added mid-window.
 
@@ -601,10 +615,12 @@ def _rebuild_window(session: Session, dataset: Dataset, window: Window) -> None:
         if entry.kind == "settle":
             if entry.hold_id in held:
                 books.remove(entry.cost, entry.multiplicity, entry.partitions, entry.release)
+                held.discard(entry.hold_id)
             continue
         if entry.kind == "hold" and entry.hold_id is not None:
             held.add(entry.hold_id)
         books.add(entry.cost, entry.multiplicity, entry.partitions, entry.release)
+    _charged_to_window(session, held, ["window", 0, window.period, window.start])
     kept = {part: books.parts[part] for part in rule_of(dataset).parts}
     tally = Tally(
         dataset_id=dataset.id,
