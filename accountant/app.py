@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -262,6 +263,25 @@ def _no_schema() -> Response:
     )
 
 
+#: A charge's or a hold's path with an id that is not a UUID, which no route matches.
+_BY_ID = re.compile(r"/v1/(charges|holds)/([^/]+)(/settle|/release)?")
+
+
+def _not_found(path: str) -> str:
+    """Why nothing answers at ``path``: an id that cannot be a charge's or a hold's, or a
+    path the API does not have."""
+    if (named := _BY_ID.fullmatch(path)) and named[2] not in ("preview", "plan"):
+        what = named[1].removesuffix("s")
+        return (
+            f"no {what} with id {named[2]!r}: a {what} id is a UUID, as its "
+            f"{'receipt' if what == 'charge' else 'creation'} states it"
+        )
+    return (
+        f"nothing is served at {path}; check the path against the operations listed in "
+        "GET /openapi.json (docs/api.md)"
+    )
+
+
 def _register_error_handlers(app: Flask) -> None:
     @app.errorhandler(AccountantError)
     def _on_domain_error(error: AccountantError) -> Response:
@@ -271,10 +291,7 @@ def _register_error_handlers(app: Flask) -> None:
     def _on_http(error: HTTPException) -> Response:
         detail = error.description or error.name
         if error.code == 404:
-            detail = (
-                f"nothing is served at {request.path}; check the path against the "
-                "operations listed in GET /openapi.json (docs/api.md)"
-            )
+            detail = _not_found(request.path)
         if error.code == 405:
             allowed = dict(error.get_headers()).get("Allow", "")
             detail = (

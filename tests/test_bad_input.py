@@ -364,3 +364,24 @@ def test_a_key_no_client_could_send_is_refused_with_the_settings(setting: str, k
     assert str(refused.value).startswith(f"ACCOUNTANT_{setting.upper()} must be at least 32")
     assert key not in str(refused.value)
     load_settings({setting: "k" * 32})  # printable ASCII is accepted
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "words"),
+    [
+        ("GET", "/v1/charges/not-a-uuid", "no charge with id 'not-a-uuid'"),
+        ("GET", "/v1/holds/42", "no hold with id '42'"),
+        ("POST", "/v1/holds/abc/settle", "no hold with id 'abc'"),
+        ("POST", "/v1/holds/abc/release", "no hold with id 'abc'"),
+    ],
+)
+def test_an_id_that_cannot_be_one_is_an_unknown_charge_or_hold(
+    ready: Api, method: str, path: str, words: str
+) -> None:
+    """Not "nothing is served" at a path the API has: the charge or hold is unknown (found
+    in review)."""
+    response = ready.call(method, path)
+    assert response.status_code == 404
+    assert response.content_type == "application/problem+json"
+    detail = response.get_json()["detail"]
+    assert words in detail and "UUID" in detail, detail
