@@ -334,6 +334,8 @@ def test_a_draw_runs_its_mechanism_and_takes_its_cost_from_the_hold_alone(
     entry = api.ledger()[-1]
     assert entry["kind"] == "charge" and entry["hold_id"] == hold["hold_id"]
     assert entry["charged"]["epsilon"] == 0 and entry["cost"]["epsilon"] == 0.2
+    record = api.get(f"/v1/charges/{drawn['charge_id']}").get_json()  # as recorded
+    assert record["hold_id"] == hold["hold_id"] and record["charged"]["epsilon"] == 0
     verified = api.post("/v1/receipts/verify", {"receipt": drawn["receipt"]}).get_json()
     assert verified["in_ledger"] is True and verified["claims"]["hold_id"] == hold["hold_id"]
     assert verified["claims"]["charged"]["epsilon"] == 0

@@ -58,6 +58,8 @@ _FIELDS = (
     "params",
     "cost",
     "multiplicity",
+    "charged",  # what its scopes' running totals grew by: none for a draw on a hold
+    "hold_id",  # the hold a draw took its cost from
     "created_at",
 )
 
