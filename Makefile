@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# `make serve` installs only what serving needs; `make test` adds the test extra and the client
-# (its own distribution in client/, which no extra can name by path).
+# `make serve` installs the service and the client (its own distribution in client/, which no
+# extra can name by path), which the `accountant` command's HTTP commands (requests,
+# populations) use; `make test` adds the test extra.
 SERVE_STAMP := $(VENV)/.installed-serve
 # The example third-party plugin is installed for the tests only, outside the service's venv.
 TEST_PLUGINS := $(CURDIR)/.test-plugins
@@ -17,8 +18,8 @@ $(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(SERVE_STAMP): pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e .
+$(SERVE_STAMP): pyproject.toml client/pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet -e . -e ./client
 	touch $(SERVE_STAMP)
 
 $(STAMP): pyproject.toml client/pyproject.toml | $(BIN)/pip
