@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -440,3 +441,23 @@ def test_seals_init_seals_the_admins_chain_and_refuses_while_its_head_carries_a_
     assert sealed.returncode == 0, sealed.stderr
     body = api.get("/v1/ledger/verify").get_json()
     assert body["ok"] is True and body["seals_checked"] is True, body
+
+
+def test_the_dashboards_ledger_shows_and_filters_the_admins_chain(
+    api: Api, admins_made: dict[str, Any], client: Any
+) -> None:
+    """The ledger page names each approved new admin with both admins and both reasons, and
+    its chain filter offers the admins' chain (and a population's) beside the datasets."""
+    from tests.test_dashboard import _sign_in
+
+    body = {"name": "customers", "privacy_unit": "user", "budget": {"epsilon": 1, "delta": 0}}
+    assert api.post("/v1/populations", body).status_code == 201
+    assert _sign_in(client, ADMIN_KEY)[0] == 303
+    page = client.get("/dashboard/ledger?dataset=_admins").get_data(as_text=True)
+    assert "<option selected>_admins</option>" in page and "<option >customers</option>" in page
+    rows = re.findall(r'<tr class="change"[^>]*data-kind="admin_change".*?</tr>', page, re.S)
+    assert len(rows) == 2, page
+    key, admin = rows  # newest first
+    assert "new admin third" in admin and "reason: on call" in admin
+    assert "approved by second: rota ok" in admin
+    assert "new key of admin second" in key and "approved by third: old one lost" in key

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from accountant.accounting import checks as rules
 from accountant.exact import Amount
 from accountant.models import (
+    AdminChain,
     Consumer,
     Dataset,
     Grant,
@@ -341,8 +342,14 @@ def ledger_view(
 
 
 def names(session: Session) -> tuple[list[str], list[str]]:
-    """Every dataset's and every consumer's name, sorted: the ledger filter's choices."""
+    """Every chain's name (each dataset's and population's, and the admins' chain once it
+    is begun) and every consumer's, sorted: the ledger filter's choices."""
+    chains = [
+        name
+        for owner in (Dataset, Population, AdminChain)
+        for name in session.execute(select(owner.name)).scalars()
+    ]
     return (
-        list(session.execute(select(Dataset.name).order_by(Dataset.name)).scalars()),
+        sorted(chains),
         list(session.execute(select(Consumer.name).order_by(Consumer.name)).scalars()),
     )
