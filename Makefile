@@ -18,7 +18,7 @@ $(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(SERVE_STAMP): pyproject.toml client/pyproject.toml | $(BIN)/pip
+$(SERVE_STAMP): pyproject.toml client/pyproject.toml Makefile | $(BIN)/pip
 	$(BIN)/pip install --quiet -e . -e ./client
 	touch $(SERVE_STAMP)
 

@@ -264,16 +264,16 @@ def _no_schema() -> Response:
 
 
 #: A charge's or a hold's path with an id that is not a UUID, which no route matches.
-_BY_ID = re.compile(r"/v1/(charges|holds)/([^/]+)(/settle|/release)?")
+_BY_ID = re.compile(r"/v1/(?:(charge)s/([^/]+)|(hold)s/([^/]+)(?:/settle|/release)?)")
 
 
 def _not_found(path: str) -> str:
     """Why nothing answers at ``path``: an id that cannot be a charge's or a hold's, or a
     path the API does not have."""
-    if (named := _BY_ID.fullmatch(path)) and named[2] not in ("preview", "plan"):
-        what = named[1].removesuffix("s")
+    if named := _BY_ID.fullmatch(path):
+        what, given = (named[1], named[2]) if named[1] else (named[3], named[4])
         return (
-            f"no {what} with id {named[2]!r}: a {what} id is a UUID, as its "
+            f"no {what} with id {given!r}: a {what} id is a UUID, as its "
             f"{'receipt' if what == 'charge' else 'creation'} states it"
         )
     return (

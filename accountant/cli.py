@@ -1036,7 +1036,7 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None, jwks_file: s
         return
     if jwks_file is not None:
         raise click.UsageError("--jwks applies to --file only")
-    from accountant.db import make_session_factory
+    from accountant.db import begin_snapshot, make_session_factory
     from accountant.key_hashing import foreign
     from accountant.services import ledger as ledger_service
     from accountant.services.verification import verify
@@ -1047,6 +1047,7 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None, jwks_file: s
     hasher = _existing_key_hasher(settings)
     with sessions() as session:
         other = None if hasher is None else foreign(session, hasher)
+        begin_snapshot(session)
         result = verify(
             session,
             progress=lambda n: click.echo(f"  {n} entries checked ...", err=True),

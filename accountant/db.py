@@ -180,6 +180,16 @@ def begin_write(session: Session) -> None:
     session.connection(execution_options={WRITE: True})
 
 
+def begin_snapshot(session: Session) -> None:
+    """End ``session``'s transaction and begin one whose reads all see one moment: on
+    PostgreSQL a REPEATABLE READ transaction (its statements otherwise each see what was
+    committed before them), on SQLite the read transaction every transaction is. For a
+    read of many statements that must agree, as ``verify``'s walk of every chain."""
+    session.commit()
+    if session.get_bind().dialect.name == "postgresql":
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+
+
 def schema_missing(error: DBAPIError) -> bool:
     """Whether the database lacks a table or column this release uses: no schema, or one
     behind its migrations (SQLite's wording; PostgreSQL's undefined_table and

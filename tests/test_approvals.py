@@ -461,3 +461,35 @@ def test_the_dashboards_ledger_shows_and_filters_the_admins_chain(
     assert "new admin third" in admin and "reason: on call" in admin
     assert "approved by second: rota ok" in admin
     assert "new key of admin second" in key and "approved by third: old one lost" in key
+
+
+def test_verify_reads_one_moment_while_an_approval_commits(
+    api: Api,
+    second: Api,
+    database_url: str,
+    signing_key_file: str,
+    clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An approval committed after verify walked the chains, before it read the requests:
+    verify sees neither (one snapshot), not the request without its entry, which it would
+    report as the chain deleted (found in review, on PostgreSQL)."""
+    from accountant.services import verification
+
+    asked = _pending(api.post("/v1/consumers", {"name": "third", "role": "admin", "reason": "x"}))
+    walked = verification._unledgered_admin
+    settings = {"database_url": database_url, "signing_key_file": signing_key_file}
+    another = prepared_app({**settings, "admin_key": ADMIN_KEY, "approvals": "on"}, clock=clock)
+
+    def approved_meanwhile(session: Any, ledgered: set[str]) -> Any:
+        path = f"/v1/requests/{asked['request_id']}/approve"
+        other = Api(another.test_client(), second.key)  # a request committed meanwhile
+        approved = other.post(path, {"reason": "ok"})
+        assert approved.status_code == 200, approved.get_json()
+        return walked(session, ledgered)
+
+    monkeypatch.setattr(verification, "_unledgered_admin", approved_meanwhile)
+    body = api.get("/v1/ledger/verify").get_json()
+    assert body["ok"] is True and body["heads"] == {}, body
+    monkeypatch.setattr(verification, "_unledgered_admin", walked)
+    assert "_admins" in api.get("/v1/ledger/verify").get_json()["heads"]

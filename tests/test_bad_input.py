@@ -385,3 +385,7 @@ def test_an_id_that_cannot_be_one_is_an_unknown_charge_or_hold(
     assert response.content_type == "application/problem+json"
     detail = response.get_json()["detail"]
     assert words in detail and "UUID" in detail, detail
+    # a charge has no settle: a path the API does not have, whatever the id
+    made = ready.charge().get_json()["charge_id"]
+    settle = ready.call("POST", f"/v1/charges/{made}/settle").get_json()["detail"]
+    assert "nothing is served at" in settle, settle

@@ -97,6 +97,24 @@ def test_a_window_added_after_a_hold_is_given_back_what_it_counted_of_it(
     _reconciles(app)
 
 
+def test_a_removed_window_leaves_no_total_behind_to_disagree_with_the_ledger(
+    api: Api, app: Any
+) -> None:
+    """A window budget removed stops being kept up to date, so its running total goes with
+    it: rebuild-totals --check found it behind the ledger forever after (found in review);
+    added again, the window counts its charges afresh."""
+    api.make_dataset(budget={"epsilon": 10.0})
+    windows = {"windows": [{"period": "1h", "epsilon": 1.0}]}
+    assert api.patch("/v1/datasets/clicks", windows).status_code == 200
+    assert api.charge(partitions=["a"], epsilon=0.1).status_code == 201
+    assert api.patch("/v1/datasets/clicks", {"windows": []}).status_code == 200
+    assert api.charge(partitions=["a"], epsilon=0.2).status_code == 201
+    _reconciles(app)
+    assert api.patch("/v1/datasets/clicks", windows).status_code == 200
+    assert api.budget()["windows"][0]["loss"]["epsilon"] == 0.3
+    _reconciles(app)
+
+
 def test_a_hold_receipt_says_hold_and_is_in_the_ledger(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1.0})
     hold = _hold(api).get_json()

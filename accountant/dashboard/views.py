@@ -20,6 +20,7 @@ from accountant.dashboard.pages import name as _name
 from accountant.dashboard.pages import page as _page
 from accountant.dashboard.pages import when as _when
 from accountant.dashboard.session import check_csrf, sign_in, sign_out, signed_in
+from accountant.db import begin_snapshot
 from accountant.errors import AccountantError, NotFound, field_error
 from accountant.exact import COMPONENTS, Component, ComponentName
 from accountant.ledger_export import parse_filter, stream_export
@@ -682,6 +683,7 @@ def ledger_page(who: Principal) -> Any:
     # Verifying reads every entry, so it runs when asked, not on every page view.
     verification = {"ok": None, "entries": 0, "reason": ""}
     if request.args.get("verify"):
+        begin_snapshot(db())
         result = verify(db(), hasher=runtime().key_hasher)
         where = "" if result.dataset is None else f"dataset {result.dataset!r}: "
         verification = {

@@ -436,6 +436,9 @@ def update_limits(
                 _rebuild_window(
                     session, dataset, Window.containing(budget.period_seconds, now / 1e6)
                 )
+        _drop_window_tallies(
+            session, dataset, old_periods - {w.period_seconds for w in dataset.windows}
+        )
     if not changes:
         return limit_notes.Outcome(False, (limit_notes.nothing_changed(),))
     seal_terms(dataset, hasher)
@@ -565,6 +568,22 @@ def ledger_limit_changes(
             },
             loss_after=loss,
             hasher=hasher,
+        )
+
+
+def _drop_window_tallies(session: Session, dataset: Dataset, periods: set[int]) -> None:
+    """Forget the running totals of the window budgets of ``periods``, removed: nothing
+    keeps them up to date from now on (a charge moves only its budgets' windows), and a
+    budget of such a period added again counts its window afresh (``_rebuild_window``)."""
+    if periods:
+        session.execute(
+            delete(Tally)
+            .where(
+                Tally.dataset_id == dataset.id,
+                Tally.kind == "window",
+                Tally.period_seconds.in_(sorted(periods)),
+            )
+            .execution_options(synchronize_session=False)
         )
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from accountant.accounting.windows import isoformat
+from accountant.db import begin_snapshot
 from accountant.errors import NotFound
 from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
@@ -174,6 +175,7 @@ def export_rows(
 def verification(session: Session, hasher: KeyHasher) -> dict[str, Any]:
     """``verify`` (seals included) as the API reports it, with the first bad entry
     described."""
+    begin_snapshot(session)
     result = verify(session, hasher=hasher)
     if result.ok:
         return {
