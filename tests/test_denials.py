@@ -45,9 +45,12 @@ def test_dataset_scope_is_409_and_changes_nothing(api: Api) -> None:
         "params",
         "cost",
         "multiplicity",
+        "charged",
+        "hold_id",
         "denial",
         "created_at",
     }
+    assert record["charged"]["epsilon"] == 0 and record["hold_id"] is None  # nothing charged
     assert record["denial"] == {"scope": "dataset"} and unlabelled(record["cost"]) == {
         "epsilon": 0.5,
         "delta": 0,
