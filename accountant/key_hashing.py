@@ -126,7 +126,7 @@ def ensure_registered(connection: Connection | Session, hasher: KeyHasher) -> No
         _check(known, hasher)
     if sealed_at is None and seals.holds_nothing(connection):
         connection.execute(update(KeyHashSecret).values(sealed_at=now))
-    if heads_sealed_at is None and seals.holds_no_dataset(connection):
+    if heads_sealed_at is None and seals.holds_no_chain(connection):
         connection.execute(update(KeyHashSecret).values(heads_sealed_at=now))
 
 

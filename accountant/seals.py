@@ -147,7 +147,7 @@ def heads_begun(executor: Executor) -> bool:
     return executor.execute(select(KeyHashSecret.heads_sealed_at)).scalar() is not None
 
 
-def holds_no_dataset(executor: Executor) -> bool:
+def holds_no_chain(executor: Executor) -> bool:
     """Whether the database holds no chain (a dataset's, a population's or the admins'),
     so no chain head to seal yet."""
     return not any(

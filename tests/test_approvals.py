@@ -19,6 +19,7 @@ from flask import Flask
 from accountant.app import prepared_app
 from accountant.clock import FrozenClock
 from tests.conftest import ADMIN_KEY, FROZEN_AT_US, Api, run_sql
+from tests.test_head_seals import _seals_init
 
 WEEK_S = 7 * 24 * 3600
 BIN = Path(sys.executable).parent / "accountant"
@@ -412,18 +413,6 @@ def test_requests_are_filtered_by_state_before_a_page_is_cut(
     assert seen == [*sorted(tied, reverse=True), oldest["request_id"]]
     for bad in ("limit=0", "limit=1001", "cursor=x", "cursor=1_", f"cursor={'9' * 19}_a"):
         assert api.get(f"/v1/requests?{bad}").status_code == 400, bad
-
-
-def _seals_init(database_url: str, signing_key_file: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "ACCOUNTANT_DATABASE_URL": database_url,
-        "ACCOUNTANT_SIGNING_KEY_FILE": signing_key_file,
-        "ACCOUNTANT_LOG_LEVEL": "WARNING",
-    }
-    return subprocess.run(
-        [BIN, "seals", "init"], env=env, capture_output=True, text=True, timeout=120
-    )
 
 
 def test_seals_init_seals_the_admins_chain_and_refuses_while_its_head_carries_a_seal(

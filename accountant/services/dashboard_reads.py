@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session
 from accountant.accounting import checks as rules
 from accountant.exact import Amount
 from accountant.models import (
-    AdminChain,
     Consumer,
     Dataset,
     Grant,
@@ -345,9 +344,7 @@ def names(session: Session) -> tuple[list[str], list[str]]:
     """Every chain's name (each dataset's and population's, and the admins' chain once it
     is begun) and every consumer's, sorted: the ledger filter's choices."""
     chains = [
-        name
-        for owner in (Dataset, Population, AdminChain)
-        for name in session.execute(select(owner.name)).scalars()
+        name for owner, _ in ledger.OWNERS for name in session.execute(select(owner.name)).scalars()
     ]
     return (
         sorted(chains),
