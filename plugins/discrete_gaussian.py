@@ -82,7 +82,8 @@ def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accur
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     sigma2 = calibrate(params)
     if "size" in data:
-        return {"noise": _samplers.discrete_gaussian(source, sigma2, int(data["size"])).tolist()}
+        noise = _samplers.discrete_gaussian(source, sigma2, int(data["size"]))
+        return {"noise": noise.tolist(), "grid": 1}
     values = _samplers.as_ints(list(data["values"]))
     noise = _samplers.discrete_gaussian(source, sigma2, values.size)
     return {"values": (values + noise).tolist()}
@@ -98,7 +99,7 @@ DISCRETE_GAUSSIAN = Mechanism(
     run=run,
     prepare=prepare,
     accuracy=accuracy,
-    version=version(2),
+    version=version(3),  # 3: raw noise states its grid (1)
 )
 
 

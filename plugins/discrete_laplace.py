@@ -53,7 +53,8 @@ def accuracy(params: Mapping[str, Any], data: Mapping[str, Any] | None) -> Accur
 def run(params: Mapping[str, Any], data: Mapping[str, Any], source: RandomSource) -> dict[str, Any]:
     s, t = calibrate(params)
     if "size" in data:
-        return {"noise": _exact.discrete_laplace(source, s, t, int(data["size"])).tolist()}
+        noise = _exact.discrete_laplace(source, s, t, int(data["size"]))
+        return {"noise": noise.tolist(), "grid": 1}
     values = _samplers.as_ints(list(data["values"]))
     return {"values": (values + _exact.discrete_laplace(source, s, t, values.size)).tolist()}
 
@@ -84,7 +85,7 @@ DISCRETE_LAPLACE = Mechanism(
     run=run,
     prepare=prepare,
     accuracy=accuracy,
-    version=version(2),
+    version=version(3),  # 3: raw noise states its grid (1)
     privacy_loss=privacy_loss,
 )
 

@@ -103,6 +103,23 @@ def test_raw_noise_states_its_grid_and_values_lie_on_it(api: Api) -> None:
     assert 1.0 < float(np.std(raw["noise"])) < 4.5  # Laplace scale 2: sd 2.83
 
 
+@pytest.mark.parametrize("name", ["laplace", "discrete_laplace", "gaussian", "discrete_gaussian"])
+def test_every_additive_mechanism_states_the_grid_of_its_raw_noise(api: Api, name: str) -> None:
+    """API.md: ``{"size": n}`` returns ``{"noise": [...], "grid": g}`` for each additive
+    mechanism; an integer mechanism's grid is 1."""
+    accounting, params, _, _ = CASES[name]
+    budget = {"epsilon": 10} if accounting == "pure" else {"epsilon": 10, "delta": 1e-5}
+    api.make_dataset(accounting=accounting, budget=budget)
+    response = api.charge(mechanism=name, params=params, input={"size": 50})
+    assert response.status_code == 201, response.get_json()
+    output = response.get_json()["output"]
+    assert set(output) == {"noise", "grid"} and len(output["noise"]) == 50
+    if name.startswith("discrete_"):
+        assert output["grid"] == 1
+        assert all(isinstance(value, int) for value in output["noise"])
+    assert all((value / output["grid"]).is_integer() for value in output["noise"])
+
+
 def test_zcdp_accounting(api: Api) -> None:
     api.make_dataset(accounting="zcdp", budget={"epsilon": 1, "delta": 1e-6})
     limit = api.budget()["limit"]

@@ -211,7 +211,7 @@ GOLDEN: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "discrete_laplace": (
         {"epsilon": "0.5", "sensitivity": "1"},
         {"values": [3, 4]},
-        "2+samplers.3",
+        "3+samplers.3",
     ),
     "gaussian": (
         {"epsilon": "0.5", "delta": "1e-6", "sensitivity": "1"},
@@ -221,7 +221,7 @@ GOLDEN: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "discrete_gaussian": (
         {"sigma": "4000", "sensitivity": "1"},
         {"values": [3] * 40},
-        "2+samplers.3",
+        "3+samplers.3",
     ),
     "exponential": (
         {"epsilon": "1e-9", "sensitivity": "1"},
@@ -268,9 +268,9 @@ GOLDEN_VECTORS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 GOLDEN_VECTORS_SHA256 = {
     "laplace": "517326e9760136b09a755667de12ccd1879dccb25e7130c50b4ea8aef003e7b5",
-    "discrete_laplace": "fedc1a7d6798d162b9e6a754352a8f4599c1745808e7173acd29e1b237f3aaec",
+    "discrete_laplace": "86909f8545a5244bf17969e3aa32cd79b36a44b3b58572025229fe21c0a1839b",
     "gaussian": "ce9c10253959085fdcc205df39c68b1a897bf770733375536d318a91bc4e01fb",
-    "discrete_gaussian": "121d63601cda8fd51568056f231fdeba0a676492414287b75a2ed79584c5e3a0",
+    "discrete_gaussian": "94e50038a25c7839c8c1fc7c0567f7a67e05aaa964a60f06e1c0ba228c008ae5",
 }
 
 
