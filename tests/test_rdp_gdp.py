@@ -4,6 +4,7 @@ here independently of the service."""
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
 from decimal import Decimal
@@ -195,6 +196,30 @@ def test_the_gdp_limit_is_mu_star_squared(epsilon: str, delta: str) -> None:
     with mpmath.workdps(60):  # rounded down: the limit's delta stays within delta
         mu = mpmath.sqrt(mpmath.mpf(units) / RHO.scale)
         assert gdp_delta(mpmath.mpf(epsilon), mu) <= mpmath.mpf(delta)
+
+
+def test_a_gdp_limit_and_what_remains_of_it_are_shown_rounded_down(api: Api) -> None:
+    """DESIGN.md: a limit is rounded down. The budget report's and a charge's ``mu`` of a
+    limit or a remainder is the floor of sqrt(mu*^2) at 12 decimals, as the dataset itself
+    states it; a loss's is rounded up."""
+    created = api.make_dataset(accounting="gdp", budget={"epsilon": 1, "delta": 1e-6})
+    units = mu_limit(Decimal(1), Decimal("1e-6"))
+
+    def root(mu2_units: int, rounding: str) -> float:
+        with decimal.localcontext() as context:
+            context.prec = 60
+            exact = (Decimal(mu2_units) / RHO.scale).sqrt()
+            return float(exact.quantize(Decimal("1e-12"), rounding=rounding))
+
+    floor = root(units, decimal.ROUND_FLOOR)
+    assert floor < root(units, decimal.ROUND_CEILING)  # the case tells the roundings apart
+    report = api.budget()
+    assert created["budget"]["mu"] == report["limit"]["mu"] == report["remaining"]["mu"] == floor
+    granted = api.charge(mechanism="gaussian", params={"sigma": 1000, "sensitivity": 1})
+    left = units - api.ledger()[-1]["cost_units"][2]  # mu^2 (about 1e-6, and a grid margin)
+    assert root(left, decimal.ROUND_FLOOR) < root(left, decimal.ROUND_CEILING)
+    assert granted.get_json()["remaining"]["mu"] == root(left, decimal.ROUND_FLOOR)
+    assert api.budget()["remaining"]["mu"] == root(left, decimal.ROUND_FLOOR)
 
 
 def test_gaussians_fit_until_mu_star(api: Api) -> None:

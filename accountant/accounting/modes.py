@@ -202,17 +202,21 @@ class Mode:
             return RHO.to_decimal(amount.rho)
         return EPSILON.to_decimal(amount.epsilon)
 
-    def lead(self, amount: Amount) -> Decimal:
+    def lead(self, amount: Amount, *, bound: bool = False) -> Decimal:
         """An amount's figure as amounts lead with it (``lead_name``: epsilon, rho, rdp, or
         on gdp mu, the square root of the measure), without the epsilon conversion that
-        ``report`` adds."""
+        ``report`` adds. ``bound``: the amount is a limit or what remains of one, so a mu
+        is rounded down (a loss's is rounded up)."""
         if self.name == "gdp":
-            return mu_of(amount.rho)
+            return mu_of(amount.rho, down=bound)
         return self.in_measure(amount)
 
-    def report(self, amount: Amount, dataset_delta: int) -> dict[str, Decimal]:
+    def report(
+        self, amount: Amount, dataset_delta: int, *, bound: bool = False
+    ) -> dict[str, Decimal]:
         """An amount as the API shows it (API.md: zcdp amounts carry rho, epsilon, delta;
-        rdp amounts rdp, order, epsilon, delta; gdp amounts mu, epsilon, delta)."""
+        rdp amounts rdp, order, epsilon, delta; gdp amounts mu, epsilon, delta). ``bound``
+        as ``lead``."""
         delta = DELTA.to_decimal(dataset_delta)
         if self.composition_delta is not None:
             return {
@@ -236,7 +240,7 @@ class Mode:
             }
         if self.name == "gdp":
             return {
-                "mu": self.lead(amount),
+                "mu": self.lead(amount, bound=bound),
                 "epsilon": epsilon_of_mu2(amount.rho, dataset_delta),
                 "delta": delta,
             }

@@ -59,7 +59,7 @@ def granted(
             "cost": report_cost(evaluation, priced.cost),
             "multiplicity": priced.multiplicity,
             "charged": report_cost(evaluation, evaluation.charged),
-            "remaining": report(evaluation, evaluation.remaining),
+            "remaining": report(evaluation, evaluation.remaining, bound=True),
             "created_at": isoformat(created_at / 1e6),
             "run_params": idempotency.encode_params(priced.run_params),
             "output_sha256": output_sha256,
@@ -113,7 +113,7 @@ def held(
             "state": "open",
             "expires_at": isoformat(evaluation.expires_at / 1e6),
             "purpose": request.hold.purpose,
-            "remaining": report(evaluation, evaluation.remaining),
+            "remaining": report(evaluation, evaluation.remaining, bound=True),
             "created_at": isoformat(created_at / 1e6),
             "ledger": {"seq": head.seq, "hash": head.hash},
         }
@@ -169,12 +169,14 @@ def denied(evaluation: Evaluation, charge_id: str, now_us: int) -> dict[str, Any
     return stored
 
 
-def report(evaluation: Evaluation, amount: Amount, delta: int | None = None) -> dict[str, Any]:
+def report(
+    evaluation: Evaluation, amount: Amount, delta: int | None = None, *, bound: bool = False
+) -> dict[str, Any]:
     """``amount`` as the dataset's mode states it (with epsilon at its delta for zcdp, or at
-    ``delta``, a population's)."""
+    ``delta``, a population's); ``bound``: a limit or what remains of one (``Mode.report``)."""
     mode = evaluation.mode
     at = evaluation.dataset.limit_delta if delta is None else delta
-    return mode.labelled(mode.report(amount, at or 0), amount)
+    return mode.labelled(mode.report(amount, at or 0, bound=bound), amount)
 
 
 def _delta_of(evaluation: Evaluation, denial: Denial) -> int | None:
@@ -239,7 +241,7 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
 def _limit_report(evaluation: Evaluation, denial: Denial) -> dict[str, Any]:
     mode = evaluation.mode
     limited = Amount(**{n: v for n in mode.components if (v := denial.limit[n]) is not None})
-    stated = mode.report(limited, _delta_of(evaluation, denial) or 0)
+    stated = mode.report(limited, _delta_of(evaluation, denial) or 0, bound=True)
     if not mode.converts:
         stated = {k: v for k, v in stated.items() if denial.limit[k] is not None}  # type: ignore[index]  # k is a component name
     return mode.labelled(stated, limited)

@@ -743,11 +743,17 @@ def tally_state(
 
 
 def stated(
-    mode: Mode, amount: Amount, dataset: Dataset, only: tuple[ComponentName, ...] | None = None
+    mode: Mode,
+    amount: Amount,
+    dataset: Dataset,
+    only: tuple[ComponentName, ...] | None = None,
+    *,
+    bound: bool = False,
 ) -> dict[str, Any]:
     """``amount`` reported in ``dataset``'s mode; ``only``: the components a sub-budget
-    limits, the others left out (a window or quota stated without delta limits none)."""
-    report = mode.report(amount, dataset.limit_delta or 0)
+    limits, the others left out (a window or quota stated without delta limits none);
+    ``bound``: a limit or what remains of one (``Mode.report``)."""
+    report = mode.report(amount, dataset.limit_delta or 0, bound=bound)
     if only is not None and not mode.converts:
         # with advanced composition, the epsilon of a limited rho is its stated face
         shown = set(only) | ({"epsilon"} if mode.advanced and "rho" in only else set())
@@ -816,9 +822,9 @@ def budget_report(
                 "start": isoformat(window.start),
                 "end": isoformat(window.end),
                 "loss": stated(mode, window_loss, dataset),
-                "limit": stated(mode, budget.limit.bounds(), dataset, limited),
+                "limit": stated(mode, budget.limit.bounds(), dataset, limited, bound=True),
                 "remaining": stated(
-                    mode, remaining(budget.limit, window_loss, names), dataset, limited
+                    mode, remaining(budget.limit, window_loss, names), dataset, limited, bound=True
                 ),
                 "at_limit": at_limit(budget.limit, window_loss, names),
             }
@@ -852,8 +858,8 @@ def budget_report(
         "privacy_unit": dataset.privacy_unit,
         "accounting": dataset.accounting,
         "loss": stated(mode, loss, dataset),
-        "limit": stated(mode, dataset.limit.bounds(), dataset),
-        "remaining": stated(mode, remaining(dataset.limit, loss, names), dataset),
+        "limit": stated(mode, dataset.limit.bounds(), dataset, bound=True),
+        "remaining": stated(mode, remaining(dataset.limit, loss, names), dataset, bound=True),
         "at_limit": at_limit(dataset.limit, loss, names),
         # what the open holds add to the loss, reserved for jobs not yet settled: where the
         # loss is a max or the k largest, less than their amounts' sum
@@ -876,11 +882,17 @@ def budget_report(
         report["note"] = PARTITION_UNIT_NOTE
     if dataset.has_partition_limit and dataset.partition_limit is not None:
         limited = tuple(n for n in names if dataset.partition_limit[n] is not None)
-        report["partition_limit"] = stated(mode, dataset.partition_limit.bounds(), dataset, limited)
+        report["partition_limit"] = stated(
+            mode, dataset.partition_limit.bounds(), dataset, limited, bound=True
+        )
         # what the most spent partition has left: no partition has less
         most_spent = lifetime.max_spend if lifetime else Amount()
         report["partitions"]["remaining"] = stated(
-            mode, remaining(dataset.partition_limit, most_spent, names), dataset, limited
+            mode,
+            remaining(dataset.partition_limit, most_spent, names),
+            dataset,
+            limited,
+            bound=True,
         )
         report["partitions"]["at_limit"] = at_limit(dataset.partition_limit, most_spent, names)
     return report

@@ -97,7 +97,7 @@ def quota_use(session: Session, grant: Grant, dataset: Dataset) -> dict[str, Any
         left = remaining(quota, loss, mode.components)
         # what the quota states (a pure quota's delta is 0; an approx one may omit delta)
         limited = tuple(n for n in COMPONENTS if quota[n] is not None)
-        entry["remaining"] = stated(mode, left, dataset, limited)
+        entry["remaining"] = stated(mode, left, dataset, limited, bound=True)
         entry["at_limit"] = at_limit(grant.quota, loss, mode.components)
     return entry
 

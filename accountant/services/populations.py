@@ -234,8 +234,8 @@ def budget_report(session: Session, population: Population) -> dict[str, Any]:
         "privacy_unit": population.privacy_unit,
         "accounting": population.accounting,
         "loss": _stated(mode, loss, population),
-        "limit": _stated(mode, limit.bounds(), population),
-        "remaining": _stated(mode, remaining(limit, loss, names), population),
+        "limit": _stated(mode, limit.bounds(), population, bound=True),
+        "remaining": _stated(mode, remaining(limit, loss, names), population, bound=True),
         "at_limit": at_limit(limit, loss, names),
         "datasets": shares,
         "limit_history": history,
@@ -247,6 +247,9 @@ def budget_report(session: Session, population: Population) -> dict[str, Any]:
     }
 
 
-def _stated(mode: Mode, amount: Amount, population: Population) -> dict[str, Any]:
-    """``amount`` as the population's mode states it (zcdp: with epsilon at its delta)."""
-    return mode.labelled(mode.report(amount, population.limit_delta or 0), amount)
+def _stated(
+    mode: Mode, amount: Amount, population: Population, *, bound: bool = False
+) -> dict[str, Any]:
+    """``amount`` as the population's mode states it (zcdp: with epsilon at its delta);
+    ``bound``: a limit or what remains of one (``Mode.report``)."""
+    return mode.labelled(mode.report(amount, population.limit_delta or 0, bound=bound), amount)

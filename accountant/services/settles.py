@@ -361,7 +361,7 @@ def _facts(
             "used": stated_as(settlement.used),
             "returned": stated_as(settlement.returned),
             "multiplicity": hold.multiplicity,
-            "remaining": mode.labelled(mode.report(remaining, delta), remaining),
+            "remaining": mode.labelled(mode.report(remaining, delta, bound=True), remaining),
             "settled_at": isoformat(now / 1e6),
             "ledger": {"seq": head.seq, "hash": head.hash},
         }
