@@ -129,6 +129,33 @@ def test_count_on_approx_tells_how_to_solve_a_gaussian_for_epsilon(api: Api) -> 
     assert _plan(api, stated)["params"] == {"epsilon": 0.25}
 
 
+def test_count_and_weights_solve_a_record_level_sensitivity(api: Api) -> None:
+    """API.md: any built-in may add ``"sensitivity_unit": "record"`` on a user dataset, and a
+    plan takes a charge body. r = 2 rows per person: randomized response then costs 2 epsilon
+    per release, so 4 of a unit budget leave epsilon 0.125 each, granted 4 times and refused
+    a fifth; a laplace's sensitivity is doubled instead, so its epsilon stays 0.25."""
+    api.make_dataset(privacy_unit="user", max_records_per_user=2, max_partitions_per_user=1)
+    record = {"sensitivity_unit": "record"}
+    response = {"mechanism": "randomized_response", "params": record, "release": "parallel"}
+    assert _plan(api, {**_body(response), "count": 4})["params"] == {"epsilon": 0.125}
+    laplace = {"params": {"sensitivity": 1, **record}, "release": "parallel"}
+    assert _plan(api, {**_body(laplace), "count": 4})["params"] == {"epsilon": 0.25}
+    weighted = {"items": [{**_body(response), "weight": 1}, {**_body(laplace), "weight": 1}]}
+    assert [item["params"] for item in _plan(api, weighted)["items"]] == [
+        {"epsilon": 0.25},
+        {"epsilon": 0.5},
+    ]
+    for _ in range(4):
+        reply = api.charge(
+            mechanism="randomized_response",
+            params={"epsilon": 0.125, **record},
+            release="parallel",
+            input={"values": [True, False]},
+        )
+        assert reply.status_code == 201, reply.get_json()
+    assert api.charge(params={"epsilon": 1e-6, "sensitivity": 1}).status_code == 409
+
+
 def test_count_solves_for_the_largest_epsilon(api: Api) -> None:
     api.make_dataset(budget={"epsilon": 1})
     body = {**_body({"params": {"sensitivity": 1}}), "count": 4}

@@ -290,6 +290,16 @@ def _price(request: ChargeRequest, dataset: DatasetState, n: int) -> pricing.Pri
             )
         assert request.mechanism is not None  # a charge names one, and so does an unstated hold
         share = request.share
+        if share is not None and share.cost is not None and share.group is None:
+            # a weighted plan's stand-in: its cost at the plan's scale, priced alone otherwise
+            alone = price_alone(request, dataset, n)
+            return pricing.planned(
+                cost=share.cost,
+                rule=dataset.rule,
+                release=request.release,
+                n=n,
+                params=alone.run_params,
+            )
         if share is not None and share.cost is not None:  # its batch group's share
             if dataset.mode.name not in request.mechanism.accounting:
                 raise pricing.PricingError(

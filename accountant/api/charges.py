@@ -307,11 +307,11 @@ def _solve(body: dict[str, Any], caller: Principal) -> dict[str, Any]:
 
 def noise_parameter(mechanism: Mechanism, params: dict[str, Any], ask: str) -> str:
     """The noise parameter ``params`` leave out for a plan to solve for: the one that makes
-    them valid (a 400 beginning with ``ask`` if there is none)."""
+    them valid (a 400 beginning with ``ask`` if there is none). ``sensitivity_unit`` is the
+    core's parameter, not the mechanism's, and is left out of that check."""
+    own = {k: v for k, v in params.items() if k != "sensitivity_unit"}
     for name in plans.NOISE_PARAMETERS:
-        if name not in params and schemas.is_valid(
-            mechanism.params_schema, {**params, name: Decimal(1)}
-        ):
+        if name not in own and schemas.is_valid(mechanism.params_schema, {**own, name: Decimal(1)}):
             return name
     raise field_error(
         "params",
