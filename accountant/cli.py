@@ -313,7 +313,7 @@ def serve(host: str, port: int, workers: int, threads: int) -> None:
         port the system chose for ``--port 0``."""
         url = str(server.LISTENERS[0]) if server.LISTENERS else f"http://{host}:{port}"
         logging.getLogger("accountant.serve").info(
-            f"serving on {url} with {workers} workers",
+            f"serving on {url} with {workers} worker{'s' if workers != 1 else ''}",
             extra={"url": url, "workers": workers, "threads": threads},
         )
 
@@ -618,7 +618,11 @@ def keys_create(name: str, role: str, datasets: tuple[str, ...]) -> None:
                     hasher,
                 )
             elif consumer.role != role:
-                raise click.ClickException(f"consumer {name!r} exists with role {consumer.role}")
+                raise click.ClickException(
+                    f"consumer {name!r} exists with role {consumer.role}: run again with "
+                    f"--role {consumer.role} for another key of it, or choose a new --name for "
+                    f"a {role}"
+                )
             elif datasets:
                 raise click.ClickException(
                     f"consumer {name!r} exists; --dataset applies only when creating one. "

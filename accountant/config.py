@@ -158,9 +158,15 @@ def _validate_database_url(url: str) -> None:
     try:
         dialect.import_dbapi()
     except ImportError:
+        hint = (
+            "install it with the service's postgres extra: pip install -e '.[postgres]' in "
+            "a clone of the repository (or 'privacy-accountant[postgres]')"
+            if backend == "postgresql"
+            else usage
+        )
         raise ConfigError(
             f"{PREFIX}DATABASE_URL needs the {parsed.get_driver_name()} driver, which is not "
-            f"installed; {usage}"
+            f"installed; {hint}"
         ) from None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -364,6 +365,16 @@ def test_a_key_no_client_could_send_is_refused_with_the_settings(setting: str, k
     assert str(refused.value).startswith(f"ACCOUNTANT_{setting.upper()} must be at least 32")
     assert key not in str(refused.value)
     load_settings({setting: "k" * 32})  # printable ASCII is accepted
+
+
+def test_a_postgresql_url_without_its_driver_says_which_extra_installs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg fails, as if absent
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"database_url": "postgresql+psycopg://postgres@127.0.0.1:1/x"})
+    assert "needs the psycopg driver, which is not installed" in str(refused.value)
+    assert "pip install -e '.[postgres]'" in str(refused.value)
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,7 @@ def test_init_prints_one_admin_key_and_keys_create_works(tmp_path: Path) -> None
         text=True,
     )
     assert other_role.returncode == 1 and "exists with role auditor" in other_role.stderr
+    assert "run again with --role auditor" in " ".join(other_role.stderr.split())  # what next
     another = subprocess.run(  # the same consumer and role: another key, as docs/operations.md says
         [BIN, "keys", "create", "--name", "aud", "--role", "auditor"],
         env=env,

@@ -95,6 +95,7 @@ def test_window_scope_is_429_with_retry_after(api: Api) -> None:
     assert response.status_code == 429
     body = _problem(response)
     assert body["scope"] == "window"
+    assert "exceed the current 1h window budget" in body["detail"]  # which window, by name
     assert response.headers["Retry-After"] == "1800"
     assert body["resets_at"] == "2026-03-02T11:00:00Z"
     window = api.budget()["windows"][0]

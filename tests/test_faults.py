@@ -176,7 +176,10 @@ def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
         outcomes: list[Any] = [api.charge(epsilon=0.1) for _ in range(3)]
         assert {r.status_code for r in outcomes} == {503}
         assert all(r.content_type == "application/problem+json" for r in outcomes)
-        assert api.client.get("/readyz").status_code == 503
+        stalled = api.client.get("/readyz")
+        assert stalled.status_code == 503
+        assert "does not answer" in stalled.get_json()["detail"]
+        assert "db upgrade" not in stalled.get_json()["detail"]  # not the fix for a stall
         proxy.restore()
         assert api.charge(epsilon=0.1).status_code == 201
         assert api.client.get("/readyz").status_code == 200
@@ -184,6 +187,23 @@ def test_a_lost_database_is_a_503_and_recovery_needs_no_restart(
         assert api.get("/v1/ledger/verify").get_json()["ok"] is True
     finally:
         proxy.close()
+
+
+def test_readiness_says_to_upgrade_only_when_the_schema_is_missing(
+    api: Api, database_url: str
+) -> None:
+    """A database that answers without this release's schema is told to run the upgrade; a
+    database that does not answer is not (test_a_lost_database_is_a_503_...)."""
+    from sqlalchemy import create_engine
+
+    assert api.client.get("/readyz").status_code == 200
+    engine = create_engine(database_url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP TABLE alembic_version"))
+    engine.dispose()
+    missing = api.client.get("/readyz")
+    assert missing.status_code == 503
+    assert "run 'accountant db upgrade'" in missing.get_json()["detail"]
 
 
 def test_pooled_connections_the_server_closed_are_replaced_without_a_failed_request(

@@ -169,7 +169,7 @@ def test_every_log_line_is_json(database_url: str, signing_key_file: str, tmp_pa
     messages = [json.loads(line)["message"] for line in lines]
     assert any("Invalid request" in message for message in messages)  # gunicorn's
     # the service's, once its socket is bound, naming it
-    assert f"serving on {running.base} with 1 workers" in messages
+    assert f"serving on {running.base} with 1 worker" in messages
 
 
 def test_gunicorn_builds_no_request_line_for_an_access_log_the_service_does_not_write(

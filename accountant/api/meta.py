@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 from flask import Blueprint, Response, request
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from accountant.api.auth import principal
@@ -32,9 +32,14 @@ def readyz() -> Any:
     try:
         current = ledger_reads.schema_revision(db())
     except Exception as error:  # any database failure means "not ready"
+        if isinstance(error, DBAPIError) and schema_missing(error):
+            raise Unavailable(
+                "the database has no schema, or one behind this release: "
+                "run 'accountant db upgrade'"
+            ) from None
         raise Unavailable(
-            f"the database does not answer or has no schema: "
-            f"{type(error).__name__}; run 'accountant db upgrade'"
+            f"the database does not answer ({type(error).__name__}): check that it is up "
+            "and reachable at ACCOUNTANT_DATABASE_URL; readiness returns once it answers"
         ) from None
     if current != runtime().head_revision:
         raise Unavailable(

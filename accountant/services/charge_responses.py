@@ -221,7 +221,9 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
         "its datasets' losses",
         "partition": f"the budget of partition {denial.partition!r}",
         "consumer": "your quota on this dataset",
-        "window": "the current window budget",
+        "window": f"the current {denial.window.name} window budget"
+        if denial.window is not None
+        else "the current window budget",
     }[denial.scope]
     text = (
         f"this charge would exceed {where}: limit "
