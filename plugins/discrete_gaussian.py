@@ -19,7 +19,7 @@ anything is charged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
@@ -48,10 +48,28 @@ def sigma_squared(params: Mapping[str, Any]) -> Fraction:
         units = rho_by_bun_steinke(Decimal(params["epsilon"]), Decimal(params["delta"]))
         if units == 0:
             raise UnusableParameters(
-                "params.epsilon", "epsilon and delta leave no room for noise; raise epsilon"
+                "params.epsilon",
+                f"epsilon {params['epsilon']} and delta {params['delta']} leave no room for "
+                "noise (the largest rho they allow rounds to 0); at this delta the least "
+                f"epsilon is {least_epsilon(Decimal(params['delta'])):f}",
             )
         rho = Fraction(units, RHO.scale)
     return sensitivity**2 / (2 * rho)
+
+
+def least_epsilon(delta: Decimal) -> Decimal:
+    """The least epsilon of 3 significant digits with which ``delta`` leaves rho at least one
+    unit: rho + 2 sqrt(rho ln(1/delta)) at one unit, rounded up, and checked by the rule."""
+    with localcontext() as context:
+        context.prec = 40
+        rho = Decimal(1) / RHO.scale
+        epsilon = rho + 2 * (rho * (1 / delta).ln()).sqrt()
+        context.prec = 3
+        context.rounding = ROUND_CEILING
+        epsilon = +epsilon
+        while rho_by_bun_steinke(epsilon, delta) == 0:  # the rule's guard, at most a step
+            epsilon = epsilon.next_plus()
+    return epsilon
 
 
 #: The proposal's scale must stay below the exact sampler's 2^55.

@@ -120,6 +120,24 @@ def test_every_additive_mechanism_states_the_grid_of_its_raw_noise(api: Api, nam
     assert all((value / output["grid"]).is_integer() for value in output["noise"])
 
 
+def test_a_discrete_gaussian_epsilon_too_small_for_its_delta_names_the_least_one(
+    api: Api,
+) -> None:
+    """API.md: a request a mechanism cannot run is a 400 naming the parameter and the usable
+    range. At delta 1e-6, rho + 2 sqrt(rho ln(1/delta)) at rho's least unit (1e-12) is
+    7.43e-6: 0.00000744 is the least 3-digit epsilon that leaves any rho, and it runs."""
+    api.make_dataset(accounting="approx", budget={"epsilon": 1, "delta": 1e-5})
+    params = {"epsilon": 1e-6, "delta": 1e-6, "sensitivity": 1}
+    refused = api.charge(mechanism="discrete_gaussian", params=params, input={"values": [3]})
+    assert refused.status_code == 400
+    assert refused.get_json()["errors"][0]["field"] == "params.epsilon"
+    assert "at this delta the least epsilon is 0.00000744" in refused.get_json()["detail"]
+    for epsilon, status in ((7.43e-6, 400), (7.44e-6, 201)):
+        params["epsilon"] = epsilon
+        reply = api.charge(mechanism="discrete_gaussian", params=params, input={"values": [3]})
+        assert reply.status_code == status, reply.get_json()
+
+
 def test_zcdp_accounting(api: Api) -> None:
     api.make_dataset(accounting="zcdp", budget={"epsilon": 1, "delta": 1e-6})
     limit = api.budget()["limit"]
