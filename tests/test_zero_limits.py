@@ -66,6 +66,9 @@ CASES: dict[str, tuple[dict[str, Any], str, dict[str, Any], str, str]] = {
     ),
     "gdp quota": (GDP, "quota", {"epsilon": 1e-6, "delta": 1e-18}, "epsilon", ""),
     "pure window": (PURE, "windows", {"period": "1h", "epsilon": 1e-10}, "epsilon", "1e-9"),
+    # a lifetime budget is refused as a sub-budget is, where no conversion makes it terms
+    "pure lifetime": (PURE, "budget", {"epsilon": 1e-10}, "epsilon", "1e-9"),
+    "approx lifetime delta": (APPROX, "budget", {"epsilon": 1, "delta": 1e-19}, "delta", "1e-18"),
     "approx delta": (
         APPROX,
         "partition_budget",

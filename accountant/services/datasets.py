@@ -62,13 +62,15 @@ def dataset_delta(dataset: Dataset) -> Decimal | None:
 
 
 def _limit(mode: Mode, stated: dict[str, Any], at_delta: Decimal | None, where: str) -> Limit:
-    """The enforced limit of the budget stated at ``where``. A sub-budget (partition,
-    window) whose limit would be 0 is refused (``accounting.admits``); the lifetime
-    ``budget`` is the dataset's own terms, shown as its limit on every read, and may be 0."""
+    """The enforced limit of the budget stated at ``where``. A budget whose limit would be 0
+    is refused (``accounting.admits``), except a lifetime ``budget`` that a mode converts
+    (zcdp, rdp, gdp, advanced composition): it is the dataset's own terms, shown as its
+    limit on every read, and may convert to 0. A lifetime epsilon or delta stated below the
+    least its limit can hold is refused, as a sub-budget's is."""
     if mode.name == "pure" and stated.get("delta", 0) != 0:
         raise field_error(f"{where}.delta", "a pure dataset has delta 0; use accounting approx")
     try:
-        if where == "budget":
+        if where == "budget" and (mode.converts or mode.composition_delta is not None):
             return limit_of(mode, stated, at_delta)
         return admitting_limit(mode, stated, at_delta)
     except AdmitsNothing as error:
