@@ -259,6 +259,17 @@ def test_a_refusal_names_the_parameter_and_the_usable_range(api: Api) -> None:
     assert preview.status_code == 400
 
 
+def test_a_gaussian_whose_sigma_squared_passes_a_double_names_its_range(api: Api) -> None:
+    """A tiny rho is a sigma whose square no double holds (above about 1.3e154): the refusal
+    names the parameter and the usable range, not the overflow it met."""
+    api.make_dataset("d", accounting="zcdp", budget=BUDGETS["zcdp"])
+    params = {"rho": Decimal("1e-400"), "sensitivity": 1}
+    refused = api.post("/v1/charges", raw=_body("gaussian", params, {"values": [1.0]}))
+    assert refused.status_code == 400
+    error = refused.get_json()["errors"][0]
+    assert error["field"] == "params.rho" and "keep sigma/sensitivity below" in error["message"]
+
+
 def test_a_mechanism_that_fails_after_preparing_charges_nothing(
     database_url: str, signing_key_file: str
 ) -> None:
