@@ -1087,11 +1087,11 @@ def ledger_verify(copies: tuple[str, ...], export_file: str | None, jwks_file: s
 
 
 def _verify_export(path: str, jwks_file: str | None) -> None:
-    from accountant import ledger_file
+    from accountant import ledger_file, ledger_readable
     from accountant.signing import ReceiptError, verify
 
     with open(path, encoding="utf-8") as file:
-        result = ledger_file.verify_lines(file)
+        result = ledger_file.verify_lines(file, ledger_readable.difference)
     if not result.ok:
         click.echo(f"DAMAGED: {result.problem}", err=True)
         sys.exit(1)

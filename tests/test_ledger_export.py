@@ -412,3 +412,135 @@ def test_a_header_that_would_name_too_many_heads_carries_their_digest(api: Api) 
     assert list(verify(one.headers["Accountant-Export-Signature"], jwks)["heads"]) == [
         "dataset-007"
     ]
+
+
+def _entry_edit(index: Any, change: Callable[[dict[str, Any]], None]) -> Callable[..., list[str]]:
+    """An edit of the readable fields of the line ``index`` picks (a position, or a test of
+    the entry), which the hash does not cover."""
+
+    def edit(lines: list[str]) -> list[str]:
+        entries = [json.loads(line) for line in lines]
+        at = index if isinstance(index, int) else next(i for i, e in enumerate(entries) if index(e))
+        change(entries[at])
+        return [json.dumps(entry) for entry in entries]
+
+    return edit
+
+
+def _is_people(entry: dict[str, Any]) -> bool:
+    return bool(entry["dataset"] == "people")
+
+
+def _is_limit_change(entry: dict[str, Any]) -> bool:
+    return bool(entry["kind"] == "limit_change")
+
+
+def _is_denial(entry: dict[str, Any]) -> bool:
+    return bool(entry["status"] == "denied")
+
+
+#: Readable fields edited: the hashes hold, and what the hash covers says otherwise.
+READABLE_EDITS: dict[str, Callable[[list[str]], list[str]]] = {
+    "cost": _entry_edit(0, lambda e: e["cost"].update(epsilon=0.1)),
+    "charged": _entry_edit(0, lambda e: e["charged"].update(epsilon=0)),
+    "a denial's charged": _entry_edit(_is_denial, lambda e: e["charged"].update(epsilon=50)),
+    "created_at": _entry_edit(0, lambda e: e.update(created_at="2020-01-01T00:00:00Z")),
+    "reason": _entry_edit(_is_limit_change, lambda e: e.update(reason="approved by CISO")),
+    "zcdp rho": _entry_edit(_is_people, lambda e: e["cost"].update(rho=0.0001)),
+    "zcdp epsilon": _entry_edit(_is_people, lambda e: e["cost"].update(epsilon=0.001)),
+    "batch_id": _entry_edit(0, lambda e: e.update(batch_id="b")),
+    "mode labels": _entry_edit(0, lambda e: e["cost"].update(measure="tau")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(READABLE_EDITS))
+def test_an_export_whose_readable_fields_were_edited_does_not_verify(
+    export: list[str], tmp_path: Path, case: str
+) -> None:
+    """DESIGN.md: verify detects any edited entry. The readable figures a compliance reader
+    sees are not hashed, but each follows from what is: ``verify --file`` recomputes them
+    (the 40-line verifier of the docs checks the hashes only, and says so)."""
+    path = _write(tmp_path, READABLE_EDITS[case](export))
+    result = _verifiers(tmp_path)["cli"](path)
+    assert result.returncode == 1 and "DAMAGED: line " in result.stderr, result.stderr
+    assert "edited" in result.stderr and "ok:" not in result.stdout
+
+
+def test_every_kind_of_entry_states_what_its_hash_makes_it(api: Api, tmp_path: Path) -> None:
+    """An export of every mode (rdp at a fractional order, approx with advanced composition)
+    and every kind of entry (grants, denials, draws on a hold, a settle, a release, a batch
+    priced in groups, a population's chain, limit changes with and without a reason) has
+    readable fields that are exactly what its hashed fields make them."""
+    from accountant.ledger_readable import difference
+
+    budget = {"epsilon": 8, "delta": 1e-5}
+    api.make_dataset("pure", budget={"epsilon": 8})
+    api.make_dataset("approx", accounting="approx", budget=budget)
+    api.make_dataset("advanced", accounting="approx", composition="advanced", budget=budget)
+    api.make_dataset("zcdp", accounting="zcdp", budget=budget)
+    api.make_dataset("rdp", accounting="rdp", budget=budget)
+    api.make_dataset("gdp", accounting="gdp", budget=budget)
+    population = {"name": "pop", "privacy_unit": "user", "accounting": "zcdp", "budget": budget}
+    assert api.post("/v1/populations", population).status_code == 201
+    api.make_dataset(
+        "member", privacy_unit="user", accounting="zcdp", budget=budget, population="pop"
+    )
+    gaussian: dict[str, Any] = {"mechanism": "gaussian", "params": {"sigma": 3, "sensitivity": 1}}
+    stated: dict[str, Any] = {
+        "mechanism": "gaussian",
+        "params": {"epsilon": 0.3, "delta": 1e-7, "sensitivity": 1},
+    }
+    releases: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("pure", {}),
+        ("approx", stated),
+        ("advanced", stated),
+    )
+    for name, release in releases:
+        assert (
+            api.charge(name, partitions=["a", "b"], release="parallel", **release).status_code
+            == 201
+        )
+    for name in ("zcdp", "rdp", "gdp", "member"):
+        assert (
+            api.charge(name, partitions=["a", "b"], release="parallel", **gaussian).status_code
+            == 201
+        )
+    for name in ("pure", "approx", "zcdp", "rdp", "gdp", "member"):
+        assert api.charge(name, epsilon=50).status_code in (400, 409)
+        assert api.charge(
+            name, **{**gaussian, "params": {"sigma": 0.01, "sensitivity": 1}}
+        ).status_code in (400, 409)
+    hold = {"dataset": "approx", "partitions": ["h"], "amount": {"epsilon": 1, "delta": 1e-7}}
+    held = api.post("/v1/holds", {**hold, "expires_in": 3600}).get_json()
+    assert api.charge("approx", partitions=["h"], hold=held["hold_id"], **stated).status_code == 201
+    settled = api.post(
+        f"/v1/holds/{held['hold_id']}/settle", {"used": {"epsilon": 0.5, "delta": 1e-7}}
+    )
+    assert settled.status_code == 200, settled.get_json()
+    released = api.post("/v1/holds", {**hold, "expires_in": 3600}).get_json()
+    assert api.post(f"/v1/holds/{released['hold_id']}/release", {}).status_code == 200
+    items = [{"dataset": "approx", "partitions": ["g"], **gaussian, "input": {"values": [1.0]}}] * 3
+    assert api.post("/v1/charges/batch", {"items": items, "delta": 1e-6}).status_code == 201
+    for name in ("pure", "zcdp", "gdp"):
+        api.patch(
+            f"/v1/datasets/{name}",
+            {
+                "budget": {"epsilon": 7, "delta": 1e-5} if name != "pure" else {"epsilon": 7},
+                "reason": "lower",
+            },
+        )
+    api.patch("/v1/datasets/rdp", {"budget": {"epsilon": 7, "delta": 1e-5}})
+    text = api.get("/v1/ledger/export?format=jsonl").text
+    lines = [json.loads(line) for line in text.splitlines() if line]
+    kinds = {(line["kind"], line["status"], line["hold_id"] is not None) for line in lines}
+    assert {
+        ("settle", "granted", True),
+        ("hold", "granted", True),
+        ("limit_change", "granted", False),
+    } <= kinds
+    assert any(line["group"] is not None for line in lines) and any(
+        line["population"] for line in lines
+    )
+    assert [difference(line) for line in lines] == [None] * len(lines)
+    result = _verifiers(tmp_path)["cli"](_write(tmp_path, text.splitlines()))
+    assert result.returncode == 0, result.stderr

@@ -17,11 +17,10 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from accountant.accounting.windows import isoformat
 from accountant.db import begin_snapshot
 from accountant.errors import NotFound
-from accountant.exact import Amount
 from accountant.key_hashing import KeyHasher
+from accountant.ledger_readable import readable
 from accountant.models import (
     AdminChain,
     ChargeCount,
@@ -30,7 +29,7 @@ from accountant.models import (
     LedgerEntry,
     Population,
 )
-from accountant.services import ledger, limit_notes
+from accountant.services import ledger
 from accountant.services.ledger import LedgerFilter
 from accountant.services.verification import verify
 
@@ -42,17 +41,17 @@ def describe_entry(
     chain of ``dataset``: a dataset's, or a population's (``"population": true``; its
     ``loss_after`` is the population's loss, the sum of its datasets' lifetime losses)."""
     mode, delta = dataset.mode, dataset.limit_delta or 0
-    charged = None  # what the running total grew by: cost x multiplicity, when granted
-    if entry.kind in ("charge", "hold", "settle"):
-        grew = Amount(entry.cost_epsilon or 0, entry.cost_delta or 0, entry.cost_rho or 0)
-        added = ledger.adds_to_totals(entry.kind, entry.status, entry.hold_id)
-        back = ledger.gives_back(entry.kind, entry.status)
-        grew = grew.scaled(entry.multiplicity) if added or back else Amount()
-        charged = mode.labelled(mode.report_cost(grew, delta), grew)
-        if back:  # a settle's charged is what it returned, negative
-            charged = {
-                k: -v if k in charged["additive"] or k == "mu2" else v for k, v in charged.items()
-            }
+    shown = readable(
+        kind=entry.kind,
+        status=entry.status,
+        hold_id=entry.hold_id,
+        cost=entry.cost,
+        multiplicity=entry.multiplicity,
+        detail=entry.detail,
+        created_at_us=entry.created_at,
+        mode=mode,
+        delta=delta,
+    )
     return {
         "id": entry.id,
         "seq": entry.seq,
@@ -66,30 +65,26 @@ def describe_entry(
         "mechanism": entry.mechanism,
         "release": entry.release,
         "partitions": entry.partitions,
-        "cost": mode.labelled(mode.report_cost(entry.cost, delta), entry.cost),
+        "cost": shown["cost"],
         "multiplicity": entry.multiplicity,
-        "charged": charged,
+        "charged": shown["charged"],
         "loss_after": None
         if (after := entry.loss_after) is None
         else mode.labelled(mode.report(after, delta), after),
         "detail": entry.detail or None,
-        "created_at": isoformat(entry.created_at / 1e6),
+        "created_at": shown["created_at"],
         "noise_secret": entry.noise_secret,
         "implementation": entry.implementation,
         "hold_id": entry.hold_id,
-        # a batch's items, and its refusal: the batch, and the group it was priced with
-        "batch_id": (entry.detail or {}).get("batch_id"),
-        "group": (entry.detail or {}).get("group"),
+        "batch_id": shown["batch_id"],
+        "group": shown["group"],
         "prev_hash": entry.prev_hash,
         "hash": entry.hash,
         # what the hash covers, in the form it covers it (docs/ledger.md)
         "params": entry.params,
         "cost_units": [entry.cost_epsilon, entry.cost_delta, entry.cost_rho],
         "created_at_us": entry.created_at,
-        # a limit change's reason as stated, or "no reason given" (not hashed: the detail is)
-        "reason": limit_notes.reason_of(entry.detail)
-        if entry.kind in ("limit_change", "admin_change")
-        else None,
+        "reason": shown["reason"],
     }
 
 
