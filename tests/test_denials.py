@@ -340,3 +340,16 @@ def test_limit_history_states_every_measure_as_a_number(api: Api, accounting: st
     measures = {"rdp": ("rdp",), "gdp": ("mu",)}[accounting]
     for terms in (change["old"], change["new"]):
         assert all(isinstance(terms[name], float) for name in (*measures, "epsilon")), terms
+
+
+def test_a_cost_past_what_is_recorded_is_said_to_be_larger(api: Api) -> None:
+    """A cost is recorded up to 2^62 units (saturating, beyond every limit): a denial of a
+    larger one says the figure it names is not the whole cost (rho of sigma 1e-10 is
+    5e19, recorded as 4,611,686.018...)."""
+    api.make_dataset(accounting="zcdp", budget={"epsilon": 1000, "delta": 1e-6})
+    huge = api.charge(mechanism="gaussian", params={"sigma": 1e-10, "sensitivity": 1})
+    assert huge.status_code == 409
+    assert huge.get_json()["requested"]["rho"] == pytest.approx(2**62 / 1e12)
+    assert "the cost requested is larger still" in huge.get_json()["detail"]
+    large = api.charge(mechanism="gaussian", params={"sigma": 1e-3, "sensitivity": 1})
+    assert large.status_code == 409 and "larger still" not in large.get_json()["detail"]

@@ -26,7 +26,7 @@ from accountant.accounting.charge_inputs import DatasetState, PlanShare
 from accountant.accounting.checks import Denial
 from accountant.accounting.modes import LABELS
 from accountant.accounting.windows import isoformat
-from accountant.exact import DELTA, EPSILON, Amount, positional
+from accountant.exact import DELTA, EPSILON, SATURATION, Amount, positional
 from accountant.mechanism import CONFIDENCE, Accuracy, Mechanism, Number
 from accountant.services import idempotency, ledger, receipts
 from accountant.services.evaluation import ChargeRequest, Evaluation
@@ -237,6 +237,11 @@ def reason(evaluation: Evaluation, denial: Denial) -> str:
         text += f" per release, {multiplicity} releases counted (a parallel release)"
     if denial.window is not None:
         text += f"; the window resets at {isoformat(denial.window.end)}"
+    if SATURATION in (denial.requested.epsilon, denial.requested.delta, denial.requested.rho):
+        text += (
+            "; the cost requested is larger still: costs are recorded up to that figure, "
+            "which is beyond any limit"
+        )
     return text
 
 
