@@ -53,6 +53,7 @@ from accountant.metrics import (
 )
 from accountant.migrate import head_revision
 from accountant.plugins import MechanismRegistry, make_plugin_manager
+from accountant.rate_limit import RateLimiter
 from accountant.services.api_keys import KnownKeys
 from accountant.services.charges import ChargeContext
 from accountant.services.consumers import ensure_first_admin
@@ -118,6 +119,7 @@ def create_app(
         ),
         key_hasher=hasher,
         known_keys=KnownKeys(),
+        rate_limiter=None if settings.rate_limit is None else RateLimiter(settings.rate_limit),
     )
     app.extensions["accountant_engine"] = engine
     for blueprint in (

@@ -76,6 +76,9 @@ class Settings:
     approvals: str = "off"
     #: How long a pending request waits for a decision before it expires, in seconds.
     approval_expiry_s: int = 7 * 24 * 3600
+    #: Requests per second each API key may make of each worker process, after a burst of
+    #: as many (a 429 with scope "rate" beyond it); unset: no limit (``accountant.rate_limit``).
+    rate_limit: int | None = None
     #: One JSON line per request on standard error (method, path, status, bytes, duration;
     #: never a header, so never a key): "true" or "false".
     access_log: bool = False
@@ -171,7 +174,7 @@ def _validate_database_url(url: str) -> None:
 
 
 def _parse(name: str, raw: str) -> Any:
-    if name in _INT_FIELDS:
+    if name in _INT_FIELDS or name == "rate_limit":
         try:
             return int(raw)
         except ValueError:
@@ -215,6 +218,8 @@ def _validate(settings: Settings) -> None:
     for name in _INT_FIELDS:
         if getattr(settings, name) <= 0:
             raise ConfigError(f"{PREFIX}{name.upper()} must be positive")
+    if settings.rate_limit is not None and settings.rate_limit <= 0:
+        raise ConfigError(f"{PREFIX}RATE_LIMIT must be a positive number of requests a second")
     _validate_database_url(settings.database_url)
     if settings.alert_webhook_url is not None:
         _validate_webhook_url(settings.alert_webhook_url)

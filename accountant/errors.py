@@ -57,6 +57,11 @@ class WindowExhausted(BudgetExhausted):
     ``extra["resets_at"]``, ``retry_after`` seconds from now."""
 
 
+class RateLimited(AccountantError):
+    """The caller's key sent more requests than the configured rate; ``retry_after``
+    seconds from now it may send again."""
+
+
 class IdempotencyKeyReused(AccountantError):
     """An idempotency key came back with another request body."""
 

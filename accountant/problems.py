@@ -25,6 +25,7 @@ KINDS: dict[type[errors.AccountantError], tuple[int, str, str]] = {
         "window-exhausted",
         "Window budget exhausted until the window resets",
     ),
+    errors.RateLimited: (429, "rate-limited", "Too many requests"),
     errors.IdempotencyKeyReused: (
         422,
         "idempotency-key-reused",

@@ -18,6 +18,7 @@ from accountant.db import begin_write
 from accountant.driver import Driver
 from accountant.key_hashing import KeyHasher
 from accountant.plugins import MechanismRegistry
+from accountant.rate_limit import RateLimiter
 from accountant.services.api_keys import KnownKeys
 from accountant.services.charges import ChargeContext
 
@@ -36,6 +37,7 @@ class Runtime:
     charging: ChargeContext
     key_hasher: KeyHasher
     known_keys: KnownKeys  # principals the charge path need not read again (``KnownKeys``)
+    rate_limiter: RateLimiter | None = None  # ACCOUNTANT_RATE_LIMIT, per key (None: no limit)
 
 
 def runtime() -> Runtime:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from flask import g, request
 from sqlalchemy.exc import OperationalError
 
-from accountant.errors import Forbidden, Unauthorized, Unavailable
+from accountant.errors import Forbidden, RateLimited, Unauthorized, Unavailable
 from accountant.services.api_keys import UNKNOWN_KEY, Principal, authenticate
 from accountant.web import driver, runtime
 
@@ -36,6 +36,7 @@ def principal(*roles: str, remembered: bool = False) -> Principal:
             found = _authenticated(key_hash)
             if remembered:
                 known.remember(key_hash, found)
+        _within_rate(found)
         g.principal = found
     if found.role not in roles:
         raise Forbidden(f"role {found.role!r} may not do this; it needs one of {list(roles)}")
@@ -68,6 +69,19 @@ def confirm() -> None:
         known = runtime().known_keys
         known.forget(key_hash)
         known.remember(key_hash, _authenticated(key_hash))
+
+
+def _within_rate(found: Principal) -> None:
+    """A 429 with scope ``rate`` when the caller's key is past the configured rate."""
+    limiter = runtime().rate_limiter
+    if limiter is None or (seconds := limiter.wait(found.key_id)) is None:
+        return
+    raise RateLimited(
+        f"this key sent more than {limiter.per_second} requests a second to this worker; "
+        f"retry in {seconds} s, or spread the requests out",
+        extra={"scope": "rate", "limit": limiter.per_second},
+        retry_after=seconds,
+    )
 
 
 def _authenticated(key_hash: str) -> Principal:
