@@ -3,9 +3,9 @@ answers 429 with ``"scope": "rate"``").
 
 A token bucket per key: it holds at most ``per_second`` requests and refills at that rate,
 so a key may send a burst of ``per_second`` requests and then ``per_second`` a second. The
-buckets live in the process: a host of W workers admits at most W times the rate, and a
-request refused here was never authenticated against the database again nor charged. It
-protects the service from a runaway client; budgets, not this, bound what is released.
+buckets live in the process: a host of W workers admits at most W times the rate. The
+check follows authentication (``api.auth.principal``) and comes before anything else the
+request would do, so a refused request charges and runs nothing. It protects the service from a runaway client; budgets, not this, bound what is released.
 """
 
 from __future__ import annotations
