@@ -5,7 +5,8 @@ A token bucket per key: it holds at most ``per_second`` requests and refills at 
 so a key may send a burst of ``per_second`` requests and then ``per_second`` a second. The
 buckets live in the process: a host of W workers admits at most W times the rate. The
 check follows authentication (``api.auth.principal``) and comes before anything else the
-request would do, so a refused request charges and runs nothing. It protects the service from a runaway client; budgets, not this, bound what is released.
+request would do, so a refused request charges and runs nothing. It protects the service
+from a runaway client; budgets, not this, bound what is released.
 """
 
 from __future__ import annotations

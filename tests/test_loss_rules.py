@@ -160,6 +160,26 @@ def test_star_charges_every_existing_partition(api: Api) -> None:
     assert entry["partitions"] == ["x", "y", "z"]
 
 
+def test_each_partition_states_what_its_budget_has_left_and_whether_it_is_at_its_limit(
+    api: Api,
+) -> None:
+    """Under a partition budget, GET .../partitions states each partition's remaining and
+    at_limit (the budget report only has the most spent one's); without one, neither."""
+    api.make_dataset(budget={"epsilon": 5}, partition_budget={"epsilon": 0.5})
+    for key, epsilon in (("a", 0.5), ("b", 0.2)):
+        assert api.charge(partitions=[key], epsilon=epsilon).status_code == 201
+    assert api.post("/v1/datasets/clicks/partitions", {"keys": ["c"]}).status_code == 201
+    pages = api.get("/v1/datasets/clicks/partitions").get_json()["partitions"]
+    state = {p["key"]: (p["remaining"]["epsilon"], p["at_limit"]) for p in pages}
+    assert state == {"a": (0.0, True), "b": (0.3, False), "c": (0.5, False)}
+    assert api.charge(partitions=["a"], epsilon=0.001).status_code == 409  # as stated
+    assert api.charge(partitions=["b"], epsilon=0.3).status_code == 201
+    api.make_dataset("open", budget={"epsilon": 5})
+    assert api.charge("open", partitions=["a"], epsilon=0.5).status_code == 201
+    (item,) = api.get("/v1/datasets/open/partitions").get_json()["partitions"]
+    assert set(item) == {"key", "spent"}
+
+
 def test_star_on_a_dataset_without_partitions_is_refused(api: Api) -> None:
     api.make_dataset()
     response = api.charge(partitions="*")

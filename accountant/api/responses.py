@@ -319,7 +319,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "PartitionPage": _object(
         ["partitions", "next_cursor"],
-        partitions=_list(_object(["key", "spent"], key=STRING, spent=_ref("Amount"))),
+        partitions=_list(
+            _object(
+                ["key", "spent"],
+                "remaining and at_limit: under a partition budget only",
+                key=STRING,
+                spent=_ref("Amount"),
+                remaining=_ref("Amount"),
+                at_limit=BOOLEAN,
+            )
+        ),
         next_cursor=OPTIONAL_STRING,
     ),
     "Consumer": _object(

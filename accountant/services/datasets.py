@@ -929,8 +929,9 @@ _AMOUNT_NAMES = frozenset({"epsilon", "delta", "rho", "rdp", "mu", "order"})
 def list_partitions(
     session: Session, dataset: Dataset, *, limit: int, after_id: int
 ) -> tuple[list[dict[str, Any]], int | None]:
-    """A page of ``dataset``'s partitions, each with its lifetime s(p), in declaration order,
-    and the id to continue after (None: the last page).
+    """A page of ``dataset``'s partitions, each with its lifetime s(p) (and, under a
+    partition budget, what it has left and whether it is at its limit), in declaration
+    order, and the id to continue after (None: the last page).
 
     Args:
         session: the caller's session.
@@ -952,12 +953,16 @@ def list_partitions(
         .order_by(Partition.id)
         .limit(limit + 1)
     ).all()
-    items = [
-        {
-            "key": row.key,
-            "spent": stated(mode, Amount(row.epsilon or 0, row.delta or 0, row.rho or 0), dataset),
-        }
-        for row in rows[:limit]
-    ]
+    names, limit_of_each = mode.components, dataset.partition_limit
+    items = []
+    for row in rows[:limit]:
+        spent = Amount(row.epsilon or 0, row.delta or 0, row.rho or 0)
+        item: dict[str, Any] = {"key": row.key, "spent": stated(mode, spent, dataset)}
+        if dataset.has_partition_limit and limit_of_each is not None:
+            limited = tuple(n for n in names if limit_of_each[n] is not None)
+            left = remaining(limit_of_each, spent, names)
+            item["remaining"] = stated(mode, left, dataset, limited, bound=True)
+            item["at_limit"] = at_limit(limit_of_each, spent, names)
+        items.append(item)
     next_id = rows[limit - 1].id if len(rows) > limit else None
     return items, next_id
