@@ -195,27 +195,22 @@ def calibrate(params: Mapping[str, Any], d: int) -> tuple[float, Fraction]:
             f"{approx(sigma2)}; sigma must lie between 2^-980 and 2^960 "
             "(about 1e-295 to 1e289)",
         )
-    grid = _samplers.grid_for(_sigma(sigma2))
+    too_large = UnusableParameters(
+        _noise_field(params),
+        f"(sigma/sensitivity)^2 {approx(ratio2)} is too large for {d} "
+        f"values: keep sigma/sensitivity below {2.0**53 / math.sqrt(d):.3g}",
+    )
+    # the grid sensitivity is at least sqrt(d): a ratio refused below is refused here first,
+    # before sigma^2 (of a tiny rho) is taken past the largest double
+    if ratio2 * d >= MAX_GRID_SIGMA**2:
+        raise too_large
+    grid = _samplers.grid_for(math.sqrt(float(sigma2)))
     grid_sigma2 = (
         ratio2 * _samplers.grid_l2_sensitivity(Fraction(params["sensitivity"]), grid, d) ** 2
     )
     if grid_sigma2 >= MAX_GRID_SIGMA**2:
-        raise UnusableParameters(
-            _noise_field(params),
-            f"(sigma/sensitivity)^2 {approx(ratio2)} is too large for {d} "
-            f"values: keep sigma/sensitivity below {2.0**53 / math.sqrt(d):.3g}",
-        )
+        raise too_large
     return grid, grid_sigma2
-
-
-def _sigma(sigma2: Fraction) -> float:
-    """sqrt(sigma2) as a double: through a double while sigma2 is one (as every version
-    has chosen its grid), else at 40 digits (sigma up to 2^960 has a square past the
-    largest double)."""
-    if sigma2 < 2**1000:
-        return math.sqrt(float(sigma2))
-    with mpmath.workdps(40):
-        return float(mpmath.sqrt(mpmath.mpf(sigma2.numerator) / sigma2.denominator))
 
 
 def _noise_field(params: Mapping[str, Any]) -> str:

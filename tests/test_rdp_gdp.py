@@ -205,21 +205,68 @@ def test_a_gdp_limit_and_what_remains_of_it_are_shown_rounded_down(api: Api) -> 
     created = api.make_dataset(accounting="gdp", budget={"epsilon": 1, "delta": 1e-6})
     units = mu_limit(Decimal(1), Decimal("1e-6"))
 
-    def root(mu2_units: int, rounding: str) -> float:
-        with decimal.localcontext() as context:
-            context.prec = 60
-            exact = (Decimal(mu2_units) / RHO.scale).sqrt()
-            return float(exact.quantize(Decimal("1e-12"), rounding=rounding))
-
-    floor = root(units, decimal.ROUND_FLOOR)
-    assert floor < root(units, decimal.ROUND_CEILING)  # the case tells the roundings apart
+    floor = _mu(units, decimal.ROUND_FLOOR)
+    assert floor < _mu(units, decimal.ROUND_CEILING)  # the case tells the roundings apart
     report = api.budget()
     assert created["budget"]["mu"] == report["limit"]["mu"] == report["remaining"]["mu"] == floor
     granted = api.charge(mechanism="gaussian", params={"sigma": 1000, "sensitivity": 1})
     left = units - api.ledger()[-1]["cost_units"][2]  # mu^2 (about 1e-6, and a grid margin)
-    assert root(left, decimal.ROUND_FLOOR) < root(left, decimal.ROUND_CEILING)
-    assert granted.get_json()["remaining"]["mu"] == root(left, decimal.ROUND_FLOOR)
-    assert api.budget()["remaining"]["mu"] == root(left, decimal.ROUND_FLOOR)
+    assert _mu(left, decimal.ROUND_FLOOR) < _mu(left, decimal.ROUND_CEILING)
+    assert granted.get_json()["remaining"]["mu"] == _mu(left, decimal.ROUND_FLOOR)
+    assert api.budget()["remaining"]["mu"] == _mu(left, decimal.ROUND_FLOOR)
+
+
+def _mu(mu2_units: int, rounding: str) -> float:
+    """mu of ``mu2_units`` at 12 decimals, rounded as ``rounding`` says."""
+    with decimal.localcontext() as context:
+        context.prec = 60
+        exact = (Decimal(mu2_units) / RHO.scale).sqrt()
+        return float(exact.quantize(Decimal("1e-12"), rounding=rounding))
+
+
+def test_every_gdp_limit_and_remainder_shown_is_rounded_down(api: Api) -> None:
+    """Each place that states a limit or what remains of one, on a gdp dataset and a gdp
+    population whose every limit is (1, 1e-6): the window's, the partition budget's, the
+    quota's, the population's, a denial's, a preview's, a hold's and a settle's."""
+    budget = {"epsilon": 1, "delta": 1e-6}
+    population = {"name": "pop", "privacy_unit": "user", "accounting": "gdp", "budget": budget}
+    assert api.post("/v1/populations", population).status_code == 201
+    api.make_dataset(
+        privacy_unit="user",
+        accounting="gdp",
+        budget=budget,
+        partition_budget=budget,
+        windows=[{"period": "1d", **budget}],
+        population="pop",
+    )
+    service = api.as_key(api.make_consumer("svc", datasets=["clicks"], quotas={"clicks": budget}))
+    units = mu_limit(Decimal(1), Decimal("1e-6"))
+    floor = _mu(units, decimal.ROUND_FLOOR)
+    gaussian = {"mechanism": "gaussian", "params": {"sigma": 1000, "sensitivity": 1}}
+    preview = service.post(
+        "/v1/charges/preview", {"dataset": "clicks", "partitions": ["p1"], **gaussian}
+    ).get_json()
+    assert service.charge(**gaussian).status_code == 201
+    left = _mu(units - api.ledger()[-1]["cost_units"][2], decimal.ROUND_FLOOR)
+    assert left < _mu(units - api.ledger()[-1]["cost_units"][2], decimal.ROUND_CEILING)
+    assert preview["remaining_after"]["mu"] == left
+    report = api.budget()
+    (window,) = report["windows"]
+    assert (window["limit"]["mu"], window["remaining"]["mu"]) == (floor, left)
+    assert report["partition_limit"]["mu"] == floor
+    assert report["partitions"]["remaining"]["mu"] == left
+    quota = service.get("/v1/consumers/me").get_json()["use"]["clicks"]
+    assert quota["remaining"]["mu"] == left
+    pop = api.get("/v1/populations/pop/budget").get_json()
+    assert (pop["limit"]["mu"], pop["remaining"]["mu"]) == (floor, left)
+    denied = service.charge(mechanism="gaussian", params={"sigma": 0.5, "sensitivity": 1})
+    assert denied.status_code == 409 and denied.get_json()["limit"]["mu"] == floor
+    hold = {"dataset": "clicks", "partitions": ["p1"], "amount": {"mu": 0.01}, "expires_in": 60}
+    held = service.post("/v1/holds", hold).get_json()
+    after_hold = units - sum(e["cost_units"][2] for e in api.ledger() if e["status"] == "granted")
+    assert held["remaining"]["mu"] == _mu(after_hold, decimal.ROUND_FLOOR)
+    settled = service.post(f"/v1/holds/{held['hold_id']}/release", {}).get_json()
+    assert settled["remaining"]["mu"] == left
 
 
 def test_gaussians_fit_until_mu_star(api: Api) -> None:

@@ -220,7 +220,7 @@ def preview() -> Any:
         "partitions": evaluated.partitions,
         "cost": report_cost(evaluated, evaluated.priced.cost),
         "multiplicity": evaluated.priced.multiplicity,
-        "remaining_after": report(evaluated, evaluated.remaining),
+        "remaining_after": report(evaluated, evaluated.remaining, bound=True),
         "scope": None if denial is None else denial.scope,
         **(
             {} if denial is None or denial.population is None else {"population": denial.population}

@@ -79,8 +79,9 @@ def below_spent(
     if not over:
         return None
     return (
-        f"{what} is now below what is already spent ({_figures(mode, limit.bounds(), over)} "
-        f"< spent {_figures(mode, spent, over)}): {consequence}; nothing spent is refunded"
+        f"{what} is now below what is already spent "
+        f"({_figures(mode, limit.bounds(), over, bound=True)} < spent "
+        f"{_figures(mode, spent, over)}): {consequence}; nothing spent is refunded"
     )
 
 
@@ -97,8 +98,9 @@ def above_lifetime(what: str, *, limit: Limit, lifetime: Limit, mode: Mode) -> s
     if not over:
         return None
     return (
-        f"{what} ({_figures(mode, limit.bounds(), over)}) is above the lifetime limit "
-        f"({_figures(mode, lifetime.bounds(), over)}): the lifetime limit binds first, so "
+        f"{what} ({_figures(mode, limit.bounds(), over, bound=True)}) is above the lifetime "
+        f"limit ({_figures(mode, lifetime.bounds(), over, bound=True)}): the lifetime limit "
+        "binds first, so "
         "the excess can never be spent"
     )
 
@@ -112,12 +114,15 @@ def _over(limit: Limit, amount: Amount, mode: Mode) -> tuple[ComponentName, ...]
     )
 
 
-def _figures(mode: Mode, amount: Amount, names: tuple[ComponentName, ...]) -> str:
-    """``amount`` in ``names``, each as the mode names it (rho, rdp or mu for the measure)."""
+def _figures(
+    mode: Mode, amount: Amount, names: tuple[ComponentName, ...], *, bound: bool = False
+) -> str:
+    """``amount`` in ``names``, each as the mode names it (rho, rdp or mu for the measure);
+    ``bound``: a limit (``Mode.lead``)."""
     shown = []
     for name in names:
         if name == "rho":
-            shown.append(f"{mode.lead_name} {positional(mode.lead(amount))}")
+            shown.append(f"{mode.lead_name} {positional(mode.lead(amount, bound=bound))}")
         else:
             shown.append(f"{name} {positional(COMPONENTS[name].to_decimal(amount[name]))}")
     return ", ".join(shown)
