@@ -9,6 +9,7 @@ import itertools
 import math
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 import dp_accounting
 import mpmath
@@ -242,7 +243,10 @@ def test_every_gdp_limit_and_remainder_shown_is_rounded_down(api: Api) -> None:
     service = api.as_key(api.make_consumer("svc", datasets=["clicks"], quotas={"clicks": budget}))
     units = mu_limit(Decimal(1), Decimal("1e-6"))
     floor = _mu(units, decimal.ROUND_FLOOR)
-    gaussian = {"mechanism": "gaussian", "params": {"sigma": 1000, "sensitivity": 1}}
+    gaussian: dict[str, Any] = {
+        "mechanism": "gaussian",
+        "params": {"sigma": 1000, "sensitivity": 1},
+    }
     preview = service.post(
         "/v1/charges/preview", {"dataset": "clicks", "partitions": ["p1"], **gaussian}
     ).get_json()
