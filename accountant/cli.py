@@ -1091,7 +1091,7 @@ def _verify_export(path: str, jwks_file: str | None) -> None:
     from accountant.signing import ReceiptError, verify
 
     with open(path, encoding="utf-8") as file:
-        result = ledger_file.verify_lines(file, ledger_readable.difference)
+        result = ledger_file.verify_lines(file)
     if not result.ok:
         click.echo(f"DAMAGED: {result.problem}", err=True)
         sys.exit(1)
@@ -1113,6 +1113,9 @@ def _verify_export(path: str, jwks_file: str | None) -> None:
         click.echo(f"DAMAGED: the export's signature: {error}", err=True)
         sys.exit(1)
     problem = ledger_file.check_claims(result, claims)
+    if problem is None and (terms := ledger_readable.signed_terms(claims)) is not None:
+        with open(path, encoding="utf-8") as file:
+            problem = ledger_readable.first_difference(file, terms)
     if problem is not None:
         click.echo(f"DAMAGED: {problem}", err=True)
         sys.exit(1)
@@ -1127,6 +1130,13 @@ def _verify_export(path: str, jwks_file: str | None) -> None:
         click.echo(
             "note: the signature's claims were checked, not who made it: pass --jwks FILE "
             "(GET /v1/receipts/public-key) to check that the service signed the export",
+            err=True,
+        )
+    if ledger_readable.signed_terms(claims) is None:
+        click.echo(
+            "note: the readable figures (cost, charged, created_at, reason) were not checked: "
+            "the signature states no chain's terms (an export made before it did); read "
+            "cost_units and created_at_us, which the hashes cover",
             err=True,
         )
 

@@ -17,6 +17,7 @@ from typing import Any
 from flask import Response, stream_with_context
 
 from accountant.errors import field_error
+from accountant.ledger_readable import terms_of
 from accountant.services import ledger, ledger_reads
 from accountant.signing import sign
 from accountant.web import db, runtime
@@ -204,5 +205,11 @@ def _signed_lines(rows: Iterator[dict[str, Any]], claims: dict[str, Any]) -> Ite
         counted.update(entries=counted["entries"] + 1, seq=row["seq"], hash=row["hash"])
         held = row
     if held is not None:
+        owners = ledger_reads.Owners(db())
+        for group in (owners.datasets, owners.populations, owners.admin_chains):
+            for owner in group.values():
+                if owner.name in contents:
+                    delta = owner.limit_delta or 0
+                    contents[owner.name]["terms"] = terms_of(owner.mode, delta)
         held["export_signature"] = sign(runtime().signer, {**claims, "contents": contents})
         yield json.dumps(held, default=float, separators=(",", ":")) + "\n"

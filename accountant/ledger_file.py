@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,12 +76,8 @@ class FileVerification:
     signature: str | None = None
 
 
-def verify_lines(
-    lines: Iterable[str], readable: Callable[[dict[str, Any]], str | None] | None = None
-) -> FileVerification:
-    """Check every line of an export; stop at the first bad one, naming it. ``readable``
-    names what is wrong with a line's readable fields, those the hash does not cover, given
-    the line whose hash holds (``accountant.ledger_readable.difference``)."""
+def verify_lines(lines: Iterable[str]) -> FileVerification:
+    """Check every line of an export; stop at the first bad one, naming it."""
     result = FileVerification()
     for number, text in enumerate(lines, start=1):
         if not text.strip():
@@ -113,8 +109,6 @@ def verify_lines(
             return _bad(result, f"{where}: prev_hash is not the previous entry's hash")
         if digest != line["hash"]:
             return _bad(result, f"{where}: the entry does not match its hash (edited)")
-        if readable is not None and (wrong := readable(line)) is not None:
-            return _bad(result, f"{where}: {wrong}")
         first, entries = (previous.first, previous.entries) if previous else (seq, 0)
         result.segments[name] = Segment(first, seq, digest, entries + 1)
         result.lines += 1

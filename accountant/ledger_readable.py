@@ -4,20 +4,22 @@ An entry's readable fields (``cost`` and ``charged`` in its chain's mode, ``crea
 ``reason``, ``batch_id`` and ``group``) are not hashed; each follows from hashed fields
 (``cost_units``, ``multiplicity``, ``kind``, ``status``, ``hold_id``, ``created_at_us``,
 ``detail``) and the chain's mode. ``readable`` states them for the API, the exports and the
-dashboard; ``difference`` recomputes them for ``ledger verify --file``, which has no
-database and reads the mode from the labels of the entry's own ``cost``, so that an export
-whose readable figures were edited does not verify. ``loss_after`` needs the chain before
-the entry and its dataset's rules: only ``verify`` against the database recomputes it.
+dashboard; ``first_difference`` recomputes them for ``ledger verify --file``, which has no
+database, in the terms (mode and delta) the export's signature states for each chain
+(``terms_of``), so that an export whose readable figures were edited does not verify.
+``loss_after`` needs the chain before the entry and its dataset's rules: only ``verify``
+against the database recomputes it.
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from accountant.accounting.modes import MODES, Mode, mode_of
+from accountant.accounting.modes import Mode, mode_of
 from accountant.accounting.windows import isoformat
-from accountant.exact import DELTA, Amount
+from accountant.exact import Amount
 from accountant.services import ledger, limit_notes
 from accountant.services.idempotency import decimals_as_floats
 
@@ -63,13 +65,56 @@ def readable(
     }
 
 
-def difference(line: dict[str, Any]) -> str | None:
+def terms_of(mode: Mode, delta: int) -> dict[str, Any]:
+    """What the readable figures of a chain's entries depend on, as an export's signature
+    states it for the chain: its mode (accounting, rdp order, delta' of advanced
+    composition) and its owner's delta in units."""
+    return {
+        "accounting": mode.name,
+        "rdp_order": None if mode.order is None else str(mode.order),
+        "composition_delta": mode.composition_delta,
+        "delta": delta,
+    }
+
+
+def signed_terms(claims: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The signed ``contents`` of an export if they state every chain's terms, else None
+    (an export made before they did)."""
+    contents = claims.get("contents")
+    if not isinstance(contents, dict) or not all(
+        isinstance(held, dict) and isinstance(held.get("terms"), dict) for held in contents.values()
+    ):
+        return None
+    return contents
+
+
+def first_difference(lines: Iterable[str], contents: Mapping[str, Any]) -> str | None:
+    """The first line of an export (whose hashes, links and signed contents hold) with a
+    readable field that is not what its hashed fields make it in the terms the signature
+    states for its chain (``contents[name]["terms"]``), named; or None."""
+    modes: dict[str, tuple[Mode, int]] = {}
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        line = json.loads(text)
+        name = line["dataset"]
+        if name not in modes:
+            terms = contents[name]["terms"]
+            try:
+                mode = mode_of(terms["accounting"], terms["rdp_order"], terms["composition_delta"])
+            except (ArithmeticError, LookupError, TypeError, ValueError):
+                return f"the signature's terms of {name!r} are no mode this release knows"
+            modes[name] = (mode, terms["delta"])
+        wrong = difference(line, *modes[name])
+        if wrong is not None:
+            return f"line {number} (dataset {name!r}, seq {line['seq']}): {wrong}"
+    return None
+
+
+def difference(line: dict[str, Any], mode: Mode, delta: int) -> str | None:
     """The first readable field of an exported ``line`` (parsed JSON, its hash already
-    checked) that is not what its hashed fields make it, or None."""
-    found = _mode_of(line.get("cost"))
-    if found is None:
-        return "its cost states no mode this release knows (edited, or a newer release's)"
-    mode, delta = found
+    checked) that is not what its hashed fields make it in ``mode`` at the owner's
+    ``delta``, or None."""
     try:
         stated = readable(
             kind=line["kind"],
@@ -83,7 +128,7 @@ def difference(line: dict[str, Any]) -> str | None:
             delta=delta,
         )
     except (ArithmeticError, LookupError, TypeError, ValueError) as error:
-        return f"its cost is stated in a mode its figures do not fit ({error}) (edited)"
+        return f"its figures do not fit its chain's terms ({error}) (edited)"
     expected = decimals_as_floats(stated)
     for name in READABLE:
         if line.get(name) != expected[name]:
@@ -91,27 +136,4 @@ def difference(line: dict[str, Any]) -> str | None:
                 f"its {name} is {line.get(name)!r}, and what the hash covers makes it "
                 f"{expected[name]!r} (edited)"
             )
-    return None
-
-
-def _mode_of(cost: Any) -> tuple[Mode, int] | None:
-    """The mode, and the owner's delta in units, that a readable cost is stated in, from its
-    labels (``Mode.labelled``): every chain's entries state their cost so."""
-    if not isinstance(cost, dict):
-        return None
-    measure, additive = cost.get("measure"), cost.get("additive")
-    try:
-        delta = DELTA.cost_units(Decimal(repr(float(cost.get("delta", 0)))))
-        if measure == "epsilon":
-            return MODES["approx"], 0  # pure states its costs as approx does
-        if measure == "rho" and additive == ["rho", "delta"]:
-            return mode_of("approx", None, 1), 0  # advanced: delta' shows in no cost
-        if measure == "rho":
-            return MODES["zcdp"], delta
-        if measure == "mu2":
-            return MODES["gdp"], delta
-        if measure == "rdp":
-            return mode_of("rdp", repr(float(cost["order"]))), delta
-    except (TypeError, ValueError, KeyError, ArithmeticError):
-        return None
     return None

@@ -295,6 +295,13 @@ def test_the_export_is_signed_with_the_chain_heads_at_its_last_entry(
             "entries": sum(entry["dataset"] == name for entry in entries),
             "seq": entry["seq"],
             "hash": entry["hash"],
+            # what the readable figures are stated in (ledger verify --file recomputes them)
+            "terms": {
+                "accounting": "zcdp" if name == "people" else "pure",
+                "rdp_order": None,
+                "composition_delta": None,
+                "delta": 10**12 if name == "people" else 0,
+            },
         }
         for name, entry in last.items()
     }
@@ -439,6 +446,14 @@ def _is_denial(entry: dict[str, Any]) -> bool:
     return bool(entry["status"] == "denied")
 
 
+#: A zcdp entry's rho (in cost_units[2]) as an approx chain would state it: no epsilon.
+_APPROX_ZERO = {
+    "epsilon": 0.0,
+    "delta": 0.0,
+    "measure": "epsilon",
+    "additive": ["epsilon", "delta"],
+}
+
 #: Readable fields edited: the hashes hold, and what the hash covers says otherwise.
 READABLE_EDITS: dict[str, Callable[[list[str]], list[str]]] = {
     "cost": _entry_edit(0, lambda e: e["cost"].update(epsilon=0.1)),
@@ -450,6 +465,14 @@ READABLE_EDITS: dict[str, Callable[[list[str]], list[str]]] = {
     "zcdp epsilon": _entry_edit(_is_people, lambda e: e["cost"].update(epsilon=0.001)),
     "batch_id": _entry_edit(0, lambda e: e.update(batch_id="b")),
     "mode labels": _entry_edit(0, lambda e: e["cost"].update(measure="tau")),
+    # restated whole in another mode, labels and figures agreeing with each other
+    "another mode": _entry_edit(
+        _is_people,
+        lambda e: e.update(
+            cost=dict(_APPROX_ZERO),
+            charged=dict(_APPROX_ZERO),
+        ),
+    ),
 }
 
 
@@ -471,7 +494,8 @@ def test_every_kind_of_entry_states_what_its_hash_makes_it(api: Api, tmp_path: P
     and every kind of entry (grants, denials, draws on a hold, a settle, a release, a batch
     priced in groups, a population's chain, limit changes with and without a reason) has
     readable fields that are exactly what its hashed fields make them."""
-    from accountant.ledger_readable import difference
+    from accountant.ledger_file import claims_of
+    from accountant.ledger_readable import first_difference, signed_terms
 
     budget = {"epsilon": 8, "delta": 1e-5}
     api.make_dataset("pure", budget={"epsilon": 8})
@@ -541,6 +565,26 @@ def test_every_kind_of_entry_states_what_its_hash_makes_it(api: Api, tmp_path: P
     assert any(line["group"] is not None for line in lines) and any(
         line["population"] for line in lines
     )
-    assert [difference(line) for line in lines] == [None] * len(lines)
+    terms = signed_terms(claims_of(lines[-1]["export_signature"]))
+    assert terms is not None and terms["rdp"]["terms"]["rdp_order"] == "3.874"
+    assert terms["advanced"]["terms"]["composition_delta"] is not None
+    assert first_difference(text.splitlines(), terms) is None
     result = _verifiers(tmp_path)["cli"](_write(tmp_path, text.splitlines()))
     assert result.returncode == 0, result.stderr
+
+
+def test_an_export_whose_signature_states_no_terms_is_checked_without_its_readable_fields(
+    export: list[str], tmp_path: Path
+) -> None:
+    """An export made before the signature stated each chain's terms: its hashes, links
+    and contents are checked as before, and the command says the readable figures were not."""
+    from accountant.ledger_file import claims_of
+
+    signature = json.loads(export[-1])["export_signature"]
+    claims = claims_of(signature)
+    for held in claims["contents"].values():
+        del held["terms"]
+    older = _signed_by(export, claims, signature)
+    result = _verifiers(tmp_path)["cli"](_write(tmp_path, older))
+    assert result.returncode == 0, result.stderr
+    assert "readable figures (cost, charged, created_at, reason) were not checked" in result.stderr

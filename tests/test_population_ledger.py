@@ -170,7 +170,16 @@ def test_an_export_with_a_populations_chain_verifies_offline(crowd: Api, tmp_pat
     jwks = crowd.get("/v1/receipts/public-key").get_json()["keys"]
     claims = verify(entries[-1]["export_signature"], jwks)
     assert claims["heads"]["customers"] == {"seq": 2, "hash": chain[-1]["hash"]}
-    assert claims["contents"]["customers"] == {"entries": 2, "seq": 2, "hash": chain[-1]["hash"]}
+    held = claims["contents"]["customers"]
+    assert {k: held[k] for k in ("entries", "seq", "hash")} == {
+        "entries": 2,
+        "seq": 2,
+        "hash": chain[-1]["hash"],
+    }
+    assert (
+        held["terms"]["accounting"]
+        == crowd.get("/v1/populations/customers").get_json()["accounting"]
+    )
     for name, result in _verify_file(tmp_path, lines).items():
         assert result.returncode == 0, (name, result.stdout, result.stderr)
     cli = _verify_file(tmp_path, lines)["cli"]
