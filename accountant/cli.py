@@ -1113,7 +1113,8 @@ def _verify_export(path: str, jwks_file: str | None) -> None:
         click.echo(f"DAMAGED: the export's signature: {error}", err=True)
         sys.exit(1)
     problem = ledger_file.check_claims(result, claims)
-    if problem is None and (terms := ledger_readable.signed_terms(claims)) is not None:
+    terms = ledger_readable.signed_terms(claims)
+    if problem is None and terms is not None:
         with open(path, encoding="utf-8") as file:
             problem = ledger_readable.first_difference(file, terms)
     if problem is not None:
@@ -1132,7 +1133,7 @@ def _verify_export(path: str, jwks_file: str | None) -> None:
             "(GET /v1/receipts/public-key) to check that the service signed the export",
             err=True,
         )
-    if ledger_readable.signed_terms(claims) is None:
+    if terms is None:
         click.echo(
             "note: the readable figures (cost, charged, created_at, reason) were not checked: "
             "the signature states no chain's terms (an export made before it did); read "

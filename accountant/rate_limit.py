@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-#: Buckets kept before the full ones (idle keys) are dropped.
+#: Buckets kept before the full ones (idle keys) are first dropped.
 _KEPT = 10_000
 
 
@@ -25,6 +25,7 @@ class RateLimiter:
         self.per_second = per_second
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self._prune_at = _KEPT  # how many buckets before the full ones are dropped again
         self._lock = threading.Lock()
 
     def wait(self, key: str) -> int | None:
@@ -36,16 +37,19 @@ class RateLimiter:
             tokens = min(float(self.per_second), tokens + (now - at) * self.per_second)
             if tokens >= 1:
                 self._buckets[key] = (tokens - 1, now)
-                if len(self._buckets) > _KEPT:
+                if len(self._buckets) > self._prune_at:
                     self._drop_full(now)
                 return None
             self._buckets[key] = (tokens, now)
             return max(1, math.ceil((1 - tokens) / self.per_second))
 
     def _drop_full(self, now: float) -> None:
-        """Forget the buckets that have refilled: a new one starts full, the same."""
+        """Forget the buckets that have refilled: a new one starts full, the same. The next
+        drop waits until the buckets kept have doubled, so that many busy keys do not make
+        every request walk them all."""
         self._buckets = {
             key: (tokens, at)
             for key, (tokens, at) in self._buckets.items()
             if tokens + (now - at) * self.per_second < self.per_second
         }
+        self._prune_at = max(_KEPT, 2 * len(self._buckets))

@@ -195,22 +195,25 @@ def calibrate(params: Mapping[str, Any], d: int) -> tuple[float, Fraction]:
             f"{approx(sigma2)}; sigma must lie between 2^-980 and 2^960 "
             "(about 1e-295 to 1e289)",
         )
-    too_large = UnusableParameters(
-        _noise_field(params),
-        f"(sigma/sensitivity)^2 {approx(ratio2)} is too large for {d} "
-        f"values: keep sigma/sensitivity below {2.0**53 / math.sqrt(d):.3g}",
-    )
     # the grid sensitivity is at least sqrt(d): a ratio refused below is refused here first,
     # before sigma^2 (of a tiny rho) is taken past the largest double
     if ratio2 * d >= MAX_GRID_SIGMA**2:
-        raise too_large
+        raise _too_large(params, ratio2, d)
     grid = _samplers.grid_for(math.sqrt(float(sigma2)))
     grid_sigma2 = (
         ratio2 * _samplers.grid_l2_sensitivity(Fraction(params["sensitivity"]), grid, d) ** 2
     )
     if grid_sigma2 >= MAX_GRID_SIGMA**2:
-        raise too_large
+        raise _too_large(params, ratio2, d)
     return grid, grid_sigma2
+
+
+def _too_large(params: Mapping[str, Any], ratio2: Fraction, d: int) -> UnusableParameters:
+    return UnusableParameters(
+        _noise_field(params),
+        f"(sigma/sensitivity)^2 {approx(ratio2)} is too large for {d} "
+        f"values: keep sigma/sensitivity below {2.0**53 / math.sqrt(d):.3g}",
+    )
 
 
 def _noise_field(params: Mapping[str, Any]) -> str:

@@ -101,3 +101,16 @@ def test_a_rate_limit_that_is_not_a_positive_integer_stops_the_start(
     monkeypatch.setenv("ACCOUNTANT_RATE_LIMIT", raw)
     with pytest.raises(ConfigError, match="ACCOUNTANT_RATE_LIMIT"):
         load_settings()
+
+
+def test_many_busy_keys_are_walked_again_only_once_they_have_doubled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("accountant.rate_limit._KEPT", 2)
+    limiter = RateLimiter(1, _Clock())  # the clock stands still: no bucket refills
+    for key in "abc":
+        assert limiter.wait(key) is None
+    assert len(limiter._buckets) == 3 and limiter._prune_at == 6  # none full, none dropped
+    for key in "def":
+        assert limiter.wait(key) is None
+    assert limiter._prune_at == 6  # six buckets: no walk until a seventh

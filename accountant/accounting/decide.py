@@ -28,7 +28,7 @@ What to write follows from the ``Decision`` alone (``services.charge_plan``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -292,14 +292,7 @@ def _price(request: ChargeRequest, dataset: DatasetState, n: int) -> pricing.Pri
         share = request.share
         if share is not None and share.cost is not None and share.group is None:
             # a weighted plan's stand-in: its cost at the plan's scale, priced alone otherwise
-            alone = price_alone(request, dataset, n)
-            return pricing.planned(
-                cost=share.cost,
-                rule=dataset.rule,
-                release=request.release,
-                n=n,
-                params=alone.run_params,
-            )
+            return replace(price_alone(request, dataset, n), cost=share.cost)
         if share is not None and share.cost is not None:  # its batch group's share
             if dataset.mode.name not in request.mechanism.accounting:
                 raise pricing.PricingError(

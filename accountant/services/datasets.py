@@ -70,7 +70,7 @@ def _limit(mode: Mode, stated: dict[str, Any], at_delta: Decimal | None, where: 
     if mode.name == "pure" and stated.get("delta", 0) != 0:
         raise field_error(f"{where}.delta", "a pure dataset has delta 0; use accounting approx")
     try:
-        if where == "budget" and (mode.converts or mode.composition_delta is not None):
+        if where == "budget" and (mode.converts or mode.advanced):
             return limit_of(mode, stated, at_delta)
         return admitting_limit(mode, stated, at_delta)
     except AdmitsNothing as error:
@@ -953,13 +953,16 @@ def list_partitions(
         .order_by(Partition.id)
         .limit(limit + 1)
     ).all()
-    names, limit_of_each = mode.components, dataset.partition_limit
+    names = mode.components
+    limit_of_each = dataset.partition_limit if dataset.has_partition_limit else None
+    limited = (
+        () if limit_of_each is None else tuple(n for n in names if limit_of_each[n] is not None)
+    )
     items = []
     for row in rows[:limit]:
         spent = Amount(row.epsilon or 0, row.delta or 0, row.rho or 0)
         item: dict[str, Any] = {"key": row.key, "spent": stated(mode, spent, dataset)}
-        if dataset.has_partition_limit and limit_of_each is not None:
-            limited = tuple(n for n in names if limit_of_each[n] is not None)
+        if limit_of_each is not None:
             left = remaining(limit_of_each, spent, names)
             item["remaining"] = stated(mode, left, dataset, limited, bound=True)
             item["at_limit"] = at_limit(limit_of_each, spent, names)
